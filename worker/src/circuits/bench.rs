@@ -1,0 +1,203 @@
+//! `bench-K`: a circuit of exactly 2^K constraints (its inputs' constraints
+//! included) whose witness looks like a hash circuit's.
+//!
+//! Each round allocates bits and proves them boolean, XORs pairs of them, packs
+//! the XORs into a full-width accumulator and multiplies it into a running
+//! full-width product. About four in five aux values are bits; the product
+//! terms `t` occur only in C, and accumulators never in B, so the A and B
+//! density maps have holes, as in real circuits.
+
+use bellperson::{Circuit, ConstraintSystem, LinearCombination, SynthesisError, Variable};
+use blstrs::Scalar;
+use ff::Field;
+use rand::{Rng, SeedableRng};
+
+/// Constraints per full round: 8 booleanity + 4 XOR + pack + product + t.
+const ROUND: usize = 15;
+
+/// A `bench-K` circuit, with or without its witness.
+#[derive(Clone, Debug)]
+pub struct BenchCircuit {
+    /// log2 of the constraint count.
+    pub log_size: u32,
+    /// Public inputs besides ONE.
+    pub public_inputs: usize,
+    /// Seed the witness is drawn from; `None` for key generation.
+    pub seed: Option<u64>,
+}
+
+impl BenchCircuit {
+    pub fn new(log_size: u32, public_inputs: usize, seed: Option<u64>) -> Self {
+        Self {
+            log_size,
+            public_inputs,
+            seed,
+        }
+    }
+
+    /// Constraints the circuit itself enforces (its inputs' constraints come on top).
+    fn budget(&self) -> usize {
+        (1usize << self.log_size).saturating_sub(self.public_inputs + 1)
+    }
+}
+
+fn bit_value(v: Option<bool>) -> Result<Scalar, SynthesisError> {
+    v.map(|b| Scalar::from(b as u64))
+        .ok_or(SynthesisError::AssignmentMissing)
+}
+
+/// A new bit variable, constrained by b·(1 − b) = 0.
+fn boolean<CS: ConstraintSystem<Scalar>>(
+    cs: &mut CS,
+    name: &str,
+    v: Option<bool>,
+) -> Result<Variable, SynthesisError> {
+    let var = cs.alloc(|| name.to_string(), || bit_value(v))?;
+    cs.enforce(
+        || format!("{name} boolean"),
+        |lc| lc + var,
+        |lc| lc + CS::one() - var,
+        |lc| lc,
+    );
+    Ok(var)
+}
+
+fn value(v: Option<Scalar>) -> Result<Scalar, SynthesisError> {
+    v.ok_or(SynthesisError::AssignmentMissing)
+}
+
+impl Circuit<Scalar> for BenchCircuit {
+    fn synthesize<CS: ConstraintSystem<Scalar>>(self, cs: &mut CS) -> Result<(), SynthesisError> {
+        let budget = self.budget();
+        let rounds = budget.saturating_sub(self.public_inputs + 1) / ROUND;
+        let mut rng = self.seed.map(rand_chacha::ChaCha8Rng::seed_from_u64);
+        let one = CS::one();
+        let mut used = 0;
+
+        // Running full-width product x, starting from a seeded value.
+        let mut x_val = rng.as_mut().map(|r| Scalar::random(r));
+        let mut x = cs.alloc(|| "x0", || value(x_val))?;
+        let mut acc_val = Some(Scalar::ZERO).filter(|_| rng.is_some());
+        let mut acc: Option<Variable> = None;
+
+        // x0 must be constrained too (an unconstrained variable has no L point).
+        cs.enforce(|| "x0 defined", |lc| lc + x, |lc| lc + one, |lc| lc + x);
+        used += 1;
+
+        for r in 0..rounds {
+            let mut cs = cs.namespace(|| format!("round {r}"));
+            let bits_val: [Option<bool>; 8] =
+                std::array::from_fn(|_| rng.as_mut().map(|r| r.gen()));
+            let mut bits = [one; 8];
+            for (i, v) in bits_val.iter().enumerate() {
+                bits[i] = boolean(&mut cs, &format!("u{i}"), *v)?;
+            }
+            // w = u xor v  ⇔  (2u)·v = u + v − w
+            let mut pack = LinearCombination::zero();
+            let mut pack_val = acc_val.map(|a| a.double().double());
+            for k in 0..4 {
+                let (u, v) = (bits[2 * k], bits[2 * k + 1]);
+                let w_val = bits_val[2 * k].zip(bits_val[2 * k + 1]).map(|(a, b)| a ^ b);
+                let w = cs.alloc(|| format!("w{k}"), || bit_value(w_val))?;
+                cs.enforce(
+                    || format!("w{k} = xor"),
+                    |lc| lc + u + u,
+                    |lc| lc + v,
+                    |lc| lc + u + v - w,
+                );
+                let coeff = Scalar::from(1u64 << k);
+                pack = pack + (coeff, w);
+                pack_val = pack_val
+                    .zip(w_val)
+                    .map(|(p, w)| p + coeff * Scalar::from(w as u64));
+            }
+            // acc' = 4·acc + Σ 2^k·w_k
+            let prev = acc
+                .map(|a| LinearCombination::zero() + (Scalar::from(4), a))
+                .unwrap_or_else(LinearCombination::zero);
+            let next = cs.alloc(|| "acc", || value(pack_val))?;
+            cs.enforce(
+                || "pack",
+                |lc| lc + &prev + &pack,
+                |lc| lc + one,
+                |lc| lc + next,
+            );
+            acc = Some(next);
+            acc_val = pack_val;
+            // x' = (acc' + 1) · x, kept full-width
+            let x_next_val = acc_val.zip(x_val).map(|(a, x)| (a + Scalar::ONE) * x);
+            let x_next = cs.alloc(|| "x", || value(x_next_val))?;
+            cs.enforce(
+                || "product",
+                |lc| lc + next + one,
+                |lc| lc + x,
+                |lc| lc + x_next,
+            );
+            // t = u0 · x': used nowhere else, so it is absent from A and B.
+            let t_val = bits_val[0]
+                .zip(x_next_val)
+                .map(|(b, x)| if b { x } else { Scalar::ZERO });
+            let t = cs.alloc(|| "t", || value(t_val))?;
+            cs.enforce(|| "t", |lc| lc + bits[0], |lc| lc + x_next, |lc| lc + t);
+            x = x_next;
+            x_val = x_next_val;
+            used += ROUND;
+        }
+
+        // Public inputs: x + k, so every input depends on the whole witness.
+        for k in 0..self.public_inputs {
+            let kk = Scalar::from(k as u64);
+            let v = x_val.map(|x| x + kk);
+            let input = cs.alloc_input(|| format!("out{k}"), || value(v))?;
+            cs.enforce(
+                || format!("out{k}"),
+                |lc| lc + x + (kk, one),
+                |lc| lc + one,
+                |lc| lc + input,
+            );
+            used += 1;
+        }
+        // Fill the rest of the domain with booleanity constraints on fresh bits.
+        let mut filler = 0;
+        while used < budget {
+            let v = rng.as_mut().map(|r| r.gen());
+            boolean(cs, &format!("fill{filler}"), v)?;
+            filler += 1;
+            used += 1;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::groth16::synthesize;
+
+    #[test]
+    fn has_exactly_two_to_the_k_constraints() {
+        for (k, inputs) in [(6, 1), (10, 4), (12, 40)] {
+            let s = synthesize(BenchCircuit::new(k, inputs, Some(9))).unwrap();
+            assert_eq!(
+                s.num_constraints(),
+                1 << k,
+                "bench-{k} with {inputs} inputs"
+            );
+            assert_eq!(s.public_inputs().len(), inputs);
+        }
+    }
+
+    #[test]
+    fn witness_is_mostly_bits_with_sparse_columns() {
+        let s = synthesize(BenchCircuit::new(12, 2, Some(1))).unwrap();
+        let bits = s
+            .aux_assignment
+            .iter()
+            .filter(|v| **v == Scalar::ZERO || **v == Scalar::ONE)
+            .count();
+        let frac = bits as f64 / s.aux_assignment.len() as f64;
+        assert!((0.7..0.95).contains(&frac), "bit fraction {frac}");
+        assert!(s.a_aux_density.ones() < s.aux_assignment.len());
+        assert!(s.b_aux_density.ones() < s.a_aux_density.ones());
+    }
+}

@@ -1,0 +1,140 @@
+//! The split prover: `prove_start` (NTTs and G1 MSMs, the GPU's share) and
+//! `prove_finish` (the G2 MSM for B and the assembly, on the CPU), so that a
+//! pipeline can overlap one partition's finish with the next one's start.
+
+use blstrs::{G1Projective, G2Projective, Scalar};
+use ff::Field;
+use group::{Curve, Group};
+use rand_core::RngCore;
+
+use super::error::ProveError;
+use super::key::ProvingKey;
+use super::msm;
+use super::proof::Proof;
+use super::synthesis::{Density, Synthesized};
+
+/// A proving backend: the CPU here, CUDA devices elsewhere.
+pub trait Backend: Send + Sync {
+    /// Short name for logs and metrics ("cpu", "cuda:0").
+    fn name(&self) -> &str;
+
+    /// Computes H and the G1 MSMs (A, B in G1, L, H). Consumes the witness's
+    /// a/b/c vectors; keeps the assignment for `prove_finish`.
+    fn prove_start(
+        &self,
+        key: &ProvingKey,
+        witness: Synthesized,
+    ) -> Result<PendingProof, ProveError>;
+
+    /// The G2 MSM for B and the assembly with blinding factors `r`, `s`.
+    fn prove_finish(
+        &self,
+        key: &ProvingKey,
+        pending: PendingProof,
+        blind: Blinding,
+    ) -> Result<Proof, ProveError> {
+        Ok(finish_on_cpu(key, pending, blind))
+    }
+}
+
+/// The G1 results of `prove_start`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct G1Parts {
+    /// Σ h_i · H_i.
+    pub h: G1Projective,
+    /// Σ aux_i · L_i.
+    pub l: G1Projective,
+    /// Σ z_i · A_i over the A query (inputs and aux).
+    pub a: G1Projective,
+    /// Σ z_i · B_i (G1) over the B query.
+    pub b_g1: G1Projective,
+}
+
+/// The assignment and B-query densities, still needed by the G2 MSM.
+#[derive(Clone, Debug)]
+pub struct Assignment {
+    pub input: Vec<Scalar>,
+    pub aux: Vec<Scalar>,
+    pub b_input_density: Density,
+    pub b_aux_density: Density,
+}
+
+impl Assignment {
+    /// Public inputs as a verifier sees them.
+    pub fn public_inputs(&self) -> &[Scalar] {
+        &self.input[1..]
+    }
+}
+
+/// A partition between `prove_start` and `prove_finish`.
+#[derive(Clone, Debug)]
+pub struct PendingProof {
+    pub g1: G1Parts,
+    pub assignment: Assignment,
+}
+
+/// The random r, s that make a proof zero-knowledge.
+#[derive(Clone, Copy, Debug)]
+pub struct Blinding {
+    pub r: Scalar,
+    pub s: Scalar,
+}
+
+impl Blinding {
+    pub fn random(rng: &mut impl RngCore) -> Self {
+        Self {
+            r: Scalar::random(&mut *rng),
+            s: Scalar::random(rng),
+        }
+    }
+}
+
+/// Splits a synthesized witness into the a/b/c vectors (for the NTTs) and the
+/// assignment the MSMs and `prove_finish` need.
+pub fn split(witness: Synthesized) -> ([Vec<Scalar>; 3], Assignment, Density) {
+    let Synthesized {
+        a,
+        b,
+        c,
+        input_assignment,
+        aux_assignment,
+        a_aux_density,
+        b_input_density,
+        b_aux_density,
+    } = witness;
+    let assignment = Assignment {
+        input: input_assignment,
+        aux: aux_assignment,
+        b_input_density,
+        b_aux_density,
+    };
+    ([a, b, c], assignment, a_aux_density)
+}
+
+/// The B-query MSM over G2, then the assembly.
+pub fn finish_on_cpu(key: &ProvingKey, pending: PendingProof, blind: Blinding) -> Proof {
+    let PendingProof { g1, assignment } = pending;
+    let b_g2 = msm::b_g2(key, &assignment);
+    assemble(key, &g1, b_g2, blind)
+}
+
+/// Groth16's assembly, as bellperson does it.
+pub fn assemble(
+    key: &ProvingKey,
+    g1: &G1Parts,
+    b_g2: G2Projective,
+    Blinding { r, s }: Blinding,
+) -> Proof {
+    let vk = &key.vk;
+    let a = G1Projective::from(vk.alpha_g1) + g1.a + vk.delta_g1 * r;
+    let b = G2Projective::from(vk.beta_g2) + b_g2 + vk.delta_g2 * s;
+    let b1 = G1Projective::from(vk.beta_g1) + g1.b_g1 + vk.delta_g1 * s;
+    // C = s·A + r·B₁ − r·s·δ + H + L  (A and B₁ already include their blinding).
+    let c = a * s + b1 * r - vk.delta_g1 * (r * s) + g1.h + g1.l;
+    debug_assert!(!bool::from(a.is_identity()));
+    Proof {
+        a: a.to_affine(),
+        b: b.to_affine(),
+        c: c.to_affine(),
+    }
+}

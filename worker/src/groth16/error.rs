@@ -1,0 +1,51 @@
+//! Errors of synthesis, proving and key handling.
+
+use bellperson::SynthesisError;
+
+/// Why a proof could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ProveError {
+    /// The witness does not satisfy the circuit.
+    #[error("witness does not satisfy constraint #{index} '{name}'")]
+    Unsatisfied { index: usize, name: String },
+    /// The circuit itself failed (a missing assignment, a gadget error).
+    #[error("circuit synthesis failed: {0}")]
+    Synthesis(#[source] SynthesisError),
+    /// The proving key was made for another circuit.
+    #[error("proving key does not match the circuit: {0}")]
+    KeyMismatch(String),
+    /// The circuit needs a larger evaluation domain than the field supports.
+    #[error("circuit has {constraints} constraints; the largest domain is 2^32")]
+    DomainTooLarge { constraints: usize },
+    /// The backend (a GPU, say) failed.
+    #[error("{backend} backend failed: {message}")]
+    Backend {
+        backend: &'static str,
+        message: String,
+    },
+}
+
+/// Why a parameter (proving key) file could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ParamsError {
+    #[error("{path}: {source}")]
+    Open {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("parameter file ends early while reading {what} (truncated or not a parameter file)")]
+    Truncated { what: String },
+    #[error("parameter file is corrupt: {what} is not a valid curve point")]
+    InvalidPoint { what: String },
+    #[error("parameter file is corrupt: {what} is the point at infinity, which a key never holds")]
+    Identity { what: String },
+    #[error(
+        "parameter file is corrupt: {what} claims {len} elements, more than the file can hold"
+    )]
+    ImplausibleLength { what: &'static str, len: u64 },
+    #[error("parameter file has {0} unexpected trailing bytes")]
+    TrailingBytes(u64),
+    #[error("i/o error on parameter file: {0}")]
+    Io(#[from] std::io::Error),
+}

@@ -1,0 +1,324 @@
+//! Proving and verifying keys in bellperson's `Parameters` binary format, the
+//! format Filecoin's parameter files use.
+//!
+//! Layout (big-endian lengths, uncompressed points): the verifying key (α₁, β₁,
+//! β₂, γ₂, δ₁, δ₂, u32 n, n × IC), then u32-length-prefixed vectors h, l, a, b_g1
+//! (G1) and b_g2 (G2). Reading decodes fixed-size chunks in parallel as they
+//! arrive, so a key is never held twice (raw bytes and points) in memory.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::Path;
+
+use blstrs::{Bls12, G1Affine, G2Affine};
+use group::prime::PrimeCurveAffine;
+use rayon::prelude::*;
+
+use super::error::{ParamsError, ProveError};
+use super::synthesis::Synthesized;
+
+const G1_BYTES: usize = 96;
+const G2_BYTES: usize = 192;
+/// Points decoded per parallel batch while reading.
+const READ_BATCH: usize = 1 << 14;
+
+/// The Groth16 verifying key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifyingKey {
+    pub alpha_g1: G1Affine,
+    pub beta_g1: G1Affine,
+    pub beta_g2: G2Affine,
+    pub gamma_g2: G2Affine,
+    pub delta_g1: G1Affine,
+    pub delta_g2: G2Affine,
+    /// One point per public input, the constant ONE first.
+    pub ic: Vec<G1Affine>,
+}
+
+/// The Groth16 proving key (bellperson's `Parameters`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProvingKey {
+    pub vk: VerifyingKey,
+    /// τ^i·Z(τ)/δ for i in 0..n−1, n the domain size.
+    pub h: Vec<G1Affine>,
+    /// (β·u_i + α·v_i + w_i)/δ for each aux variable.
+    pub l: Vec<G1Affine>,
+    /// u_i(τ) for each input, then each aux variable in the A query.
+    pub a: Vec<G1Affine>,
+    /// v_i(τ) in G1 for each input, then each aux variable, in the B query.
+    pub b_g1: Vec<G1Affine>,
+    /// v_i(τ) in G2, the same variables as `b_g1`.
+    pub b_g2: Vec<G2Affine>,
+}
+
+/// Whether to verify that every point is on the curve and in the prime-order
+/// subgroup while reading. Untrusted files must be checked; a key this process
+/// generated and cached can skip the (expensive) subgroup checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PointCheck {
+    Full,
+    Trusted,
+}
+
+impl VerifyingKey {
+    /// bellperson's view of this key, for `verify_proof`.
+    pub fn to_bellperson(&self) -> bellperson::groth16::VerifyingKey<Bls12> {
+        bellperson::groth16::VerifyingKey {
+            alpha_g1: self.alpha_g1,
+            beta_g1: self.beta_g1,
+            beta_g2: self.beta_g2,
+            gamma_g2: self.gamma_g2,
+            delta_g1: self.delta_g1,
+            delta_g2: self.delta_g2,
+            ic: self.ic.clone(),
+        }
+    }
+
+    /// Number of public inputs a proof under this key carries (ONE excluded).
+    pub fn num_public_inputs(&self) -> usize {
+        self.ic.len().saturating_sub(1)
+    }
+}
+
+impl ProvingKey {
+    /// The evaluation domain size the key was made for.
+    pub fn domain_size(&self) -> usize {
+        self.h.len() + 1
+    }
+
+    /// Host bytes the key's points occupy (what "SRS bytes resident" reports).
+    pub fn resident_bytes(&self) -> usize {
+        let g1 = std::mem::size_of::<G1Affine>();
+        let g2 = std::mem::size_of::<G2Affine>();
+        (self.vk.ic.len() + self.h.len() + self.l.len() + self.a.len() + self.b_g1.len()) * g1
+            + self.b_g2.len() * g2
+    }
+
+    /// Checks that a synthesized witness belongs to the circuit this key was
+    /// made for, so that a mismatch is an error rather than a bad proof.
+    pub fn check_matches(&self, s: &Synthesized) -> Result<(), ProveError> {
+        let inputs = s.input_assignment.len();
+        let expect = |what: &str, key: usize, circuit: usize| {
+            if key == circuit {
+                Ok(())
+            } else {
+                Err(ProveError::KeyMismatch(format!(
+                    "the key has {key} {what}, the circuit needs {circuit}"
+                )))
+            }
+        };
+        expect("IC points (public inputs + 1)", self.vk.ic.len(), inputs)?;
+        expect(
+            "L points (aux variables)",
+            self.l.len(),
+            s.aux_assignment.len(),
+        )?;
+        let domain = s.num_constraints().max(1).next_power_of_two();
+        expect("H points (domain size − 1)", self.h.len(), domain - 1)?;
+        expect("A points", self.a.len(), inputs + s.a_aux_density.ones())?;
+        let b = s.b_input_density.ones() + s.b_aux_density.ones();
+        expect("B(G1) points", self.b_g1.len(), b)?;
+        expect("B(G2) points", self.b_g2.len(), b)
+    }
+
+    /// Reads a key from a file, checking that nothing follows it.
+    pub fn read_file(path: &Path, check: PointCheck) -> Result<Self, ParamsError> {
+        let file = File::open(path).map_err(|source| ParamsError::Open {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let size = file.metadata()?.len();
+        let mut reader = KeyReader::new(BufReader::with_capacity(1 << 20, file), check, Some(size));
+        let key = reader.key()?;
+        if reader.consumed < size {
+            return Err(ParamsError::TrailingBytes(size - reader.consumed));
+        }
+        Ok(key)
+    }
+
+    /// Reads a key from any byte stream.
+    pub fn read<R: Read>(reader: R, check: PointCheck) -> Result<Self, ParamsError> {
+        KeyReader::new(reader, check, None).key()
+    }
+
+    /// Writes the key to a file (through a temporary, renamed into place, so a
+    /// crash never leaves a half-written key under the final name).
+    pub fn write_file(&self, path: &Path) -> Result<(), ParamsError> {
+        let tmp = path.with_extension("partial");
+        let file = File::create(&tmp).map_err(|source| ParamsError::Open {
+            path: tmp.display().to_string(),
+            source,
+        })?;
+        let mut w = BufWriter::with_capacity(1 << 20, file);
+        self.write(&mut w)?;
+        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        Ok(())
+    }
+
+    /// Writes the key in bellperson's format.
+    pub fn write<W: Write>(&self, w: &mut W) -> std::io::Result<()> {
+        let vk = &self.vk;
+        for p in [vk.alpha_g1, vk.beta_g1] {
+            w.write_all(&p.to_uncompressed())?;
+        }
+        for p in [vk.beta_g2, vk.gamma_g2] {
+            w.write_all(&p.to_uncompressed())?;
+        }
+        w.write_all(&vk.delta_g1.to_uncompressed())?;
+        w.write_all(&vk.delta_g2.to_uncompressed())?;
+        write_g1s(w, &vk.ic)?;
+        for v in [&self.h, &self.l, &self.a, &self.b_g1] {
+            write_g1s(w, v)?;
+        }
+        w.write_all(&(self.b_g2.len() as u32).to_be_bytes())?;
+        for p in &self.b_g2 {
+            w.write_all(&p.to_uncompressed())?;
+        }
+        Ok(())
+    }
+}
+
+fn write_g1s<W: Write>(w: &mut W, v: &[G1Affine]) -> std::io::Result<()> {
+    w.write_all(&(v.len() as u32).to_be_bytes())?;
+    for p in v {
+        w.write_all(&p.to_uncompressed())?;
+    }
+    Ok(())
+}
+
+/// A point type with a fixed-size uncompressed encoding.
+trait Encoded: Sized + Send + Copy + PrimeCurveAffine {
+    const BYTES: usize;
+    fn decode(bytes: &[u8], check: PointCheck) -> Option<Self>;
+}
+
+impl Encoded for G1Affine {
+    const BYTES: usize = G1_BYTES;
+    fn decode(bytes: &[u8], check: PointCheck) -> Option<Self> {
+        let repr: &[u8; G1_BYTES] = bytes.try_into().ok()?;
+        match check {
+            PointCheck::Full => G1Affine::from_uncompressed(repr).into(),
+            PointCheck::Trusted => G1Affine::from_uncompressed_unchecked(repr).into(),
+        }
+    }
+}
+
+impl Encoded for G2Affine {
+    const BYTES: usize = G2_BYTES;
+    fn decode(bytes: &[u8], check: PointCheck) -> Option<Self> {
+        let repr: &[u8; G2_BYTES] = bytes.try_into().ok()?;
+        match check {
+            PointCheck::Full => G2Affine::from_uncompressed(repr).into(),
+            PointCheck::Trusted => G2Affine::from_uncompressed_unchecked(repr).into(),
+        }
+    }
+}
+
+struct KeyReader<R> {
+    inner: R,
+    check: PointCheck,
+    size: Option<u64>,
+    consumed: u64,
+    buf: Vec<u8>,
+}
+
+impl<R: Read> KeyReader<R> {
+    fn new(inner: R, check: PointCheck, size: Option<u64>) -> Self {
+        Self {
+            inner,
+            check,
+            size,
+            consumed: 0,
+            buf: Vec::new(),
+        }
+    }
+
+    fn key(&mut self) -> Result<ProvingKey, ParamsError> {
+        let vk = VerifyingKey {
+            alpha_g1: self.point("vk.alpha_g1")?,
+            beta_g1: self.point("vk.beta_g1")?,
+            beta_g2: self.point("vk.beta_g2")?,
+            gamma_g2: self.point("vk.gamma_g2")?,
+            delta_g1: self.point("vk.delta_g1")?,
+            delta_g2: self.point("vk.delta_g2")?,
+            ic: self.vector("vk.ic")?,
+        };
+        Ok(ProvingKey {
+            vk,
+            h: self.vector("h")?,
+            l: self.vector("l")?,
+            a: self.vector("a")?,
+            b_g1: self.vector("b_g1")?,
+            b_g2: self.vector("b_g2")?,
+        })
+    }
+
+    fn fill(&mut self, len: usize, what: &str) -> Result<(), ParamsError> {
+        self.buf.resize(len, 0);
+        match self.inner.read_exact(&mut self.buf) {
+            Ok(()) => {
+                self.consumed += len as u64;
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                Err(ParamsError::Truncated {
+                    what: what.to_string(),
+                })
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn point<P: Encoded>(&mut self, what: &str) -> Result<P, ParamsError> {
+        self.fill(P::BYTES, what)?;
+        let p = P::decode(&self.buf, self.check).ok_or_else(|| ParamsError::InvalidPoint {
+            what: what.to_string(),
+        })?;
+        Ok(p)
+    }
+
+    fn vector<P: Encoded>(&mut self, what: &'static str) -> Result<Vec<P>, ParamsError> {
+        self.fill(4, &format!("the length of {what}"))?;
+        let len = u32::from_be_bytes(self.buf[..4].try_into().unwrap()) as usize;
+        if let Some(size) = self.size {
+            let needed = (len as u64) * P::BYTES as u64;
+            if needed > size.saturating_sub(self.consumed) {
+                return Err(ParamsError::ImplausibleLength {
+                    what,
+                    len: len as u64,
+                });
+            }
+        }
+        // Without a known size, grow as data arrives rather than trust `len`.
+        let mut out = Vec::with_capacity(if self.size.is_some() {
+            len
+        } else {
+            len.min(READ_BATCH)
+        });
+        let mut start = 0;
+        while start < len {
+            let count = READ_BATCH.min(len - start);
+            self.fill(
+                count * P::BYTES,
+                &format!("{what}[{start}..{}]", start + count),
+            )?;
+            let check = self.check;
+            let decoded: Vec<Option<P>> = self
+                .buf
+                .par_chunks_exact(P::BYTES)
+                .map(|bytes| P::decode(bytes, check))
+                .collect();
+            for (i, p) in decoded.into_iter().enumerate() {
+                let what = || format!("{what}[{}]", start + i);
+                let p = p.ok_or_else(|| ParamsError::InvalidPoint { what: what() })?;
+                if bool::from(p.is_identity()) {
+                    return Err(ParamsError::Identity { what: what() });
+                }
+                out.push(p);
+            }
+            start += count;
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,314 @@
+//! TEST-ONLY proving keys from random toxic waste.
+//!
+//! Whoever runs this knows τ, α, β, γ, δ and can forge proofs: these keys exist
+//! for benchmarks, demos and tests, never for production. The construction is
+//! bellperson's `generate_random_parameters` (so the keys are interchangeable),
+//! with parallel fixed-base scalar multiplication from a precomputed table in
+//! place of one scalar multiplication at a time.
+
+use bellperson::{ConstraintSystem, Index, LinearCombination, SynthesisError, Variable};
+use blstrs::{G1Projective, G2Projective, Scalar};
+use ff::{Field, PrimeField};
+use group::{Curve, Group};
+use rand_core::RngCore;
+use rayon::prelude::*;
+
+use super::domain::{root_of_unity, Domain};
+use super::error::ProveError;
+use super::key::{ProvingKey, VerifyingKey};
+
+/// Generates a TEST-ONLY key for `circuit` from fresh random toxic waste.
+pub fn generate_test_key<C, R>(circuit: C, rng: &mut R) -> Result<ProvingKey, ProveError>
+where
+    C: bellperson::Circuit<Scalar>,
+    R: RngCore,
+{
+    let mut cs = Shape::default();
+    cs.alloc_input(|| "ONE", || Ok(Scalar::ONE))
+        .map_err(ProveError::Synthesis)?;
+    circuit.synthesize(&mut cs).map_err(ProveError::Synthesis)?;
+    for i in 0..cs.inputs.len() {
+        cs.enforce(
+            || "",
+            |lc| lc + Variable::new_unchecked(Index::Input(i)),
+            |lc| lc,
+            |lc| lc,
+        );
+    }
+    let domain = Domain::for_constraints(cs.constraints)?;
+    let n = domain.size();
+
+    let [tau, alpha, beta, gamma, delta] = [(); 5].map(|_| nonzero(rng));
+    let (g1, g2) = (
+        G1Projective::random(&mut *rng),
+        G2Projective::random(&mut *rng),
+    );
+    let (gamma_inv, delta_inv) = (gamma.invert().unwrap(), delta.invert().unwrap());
+
+    let lagrange = lagrange_at(tau, domain.log_size());
+    let eval = |vars: &[Var]| -> Vec<[Scalar; 3]> {
+        vars.par_iter()
+            .map(|v| {
+                let dot = |terms: &[(usize, Scalar)]| {
+                    terms.iter().map(|(j, c)| lagrange[*j] * c).sum::<Scalar>()
+                };
+                [dot(&v.a), dot(&v.b), dot(&v.c)]
+            })
+            .collect()
+    };
+    let inputs = eval(&cs.inputs);
+    let aux = eval(&cs.aux);
+
+    // Scalars for each query, then one batched fixed-base multiplication per base.
+    let ic_s: Vec<Scalar> = inputs
+        .iter()
+        .map(|[a, b, c]| (beta * a + alpha * b + c) * gamma_inv)
+        .collect();
+    let l_s: Vec<Scalar> = aux
+        .iter()
+        .map(|[a, b, c]| (beta * a + alpha * b + c) * delta_inv)
+        .collect();
+    // As in bellperson: an aux variable in no constraint would make L sparse.
+    if l_s.iter().any(|s| bool::from(s.is_zero())) {
+        return Err(ProveError::Synthesis(SynthesisError::UnconstrainedVariable));
+    }
+    let nonzero_of = |col: usize| -> Vec<Scalar> {
+        inputs
+            .iter()
+            .chain(&aux)
+            .map(|v| v[col])
+            .filter(|s| !bool::from(s.is_zero()))
+            .collect()
+    };
+    let (a_s, b_s) = (nonzero_of(0), nonzero_of(1));
+    let z_over_delta = (tau.pow_vartime([n as u64]) - Scalar::ONE) * delta_inv;
+    let mut h_s = vec![Scalar::ONE; n - 1];
+    super::domain::distribute_powers(&mut h_s, z_over_delta, tau);
+
+    let t1 = FixedBase::<G1Projective>::new(g1);
+    let t2 = FixedBase::<G2Projective>::new(g2);
+    let vk = VerifyingKey {
+        alpha_g1: (g1 * alpha).to_affine(),
+        beta_g1: (g1 * beta).to_affine(),
+        beta_g2: (g2 * beta).to_affine(),
+        gamma_g2: (g2 * gamma).to_affine(),
+        delta_g1: (g1 * delta).to_affine(),
+        delta_g2: (g2 * delta).to_affine(),
+        ic: t1.mul_all(&ic_s),
+    };
+    Ok(ProvingKey {
+        vk,
+        h: t1.mul_all(&h_s),
+        l: t1.mul_all(&l_s),
+        a: t1.mul_all(&a_s),
+        b_g1: t1.mul_all(&b_s),
+        b_g2: t2.mul_all(&b_s),
+    })
+}
+
+fn nonzero(rng: &mut impl RngCore) -> Scalar {
+    loop {
+        let s = Scalar::random(&mut *rng);
+        if !bool::from(s.is_zero()) {
+            return s;
+        }
+    }
+}
+
+/// L_j(τ) for every j: (τ^n − 1)/n · ω^j / (τ − ω^j).
+fn lagrange_at(tau: Scalar, log_n: u32) -> Vec<Scalar> {
+    let n = 1usize << log_n;
+    let omega = root_of_unity(log_n);
+    let mut w = vec![Scalar::ONE; n];
+    super::domain::distribute_powers(&mut w, Scalar::ONE, omega);
+    let zn = (tau.pow_vartime([n as u64]) - Scalar::ONE) * Scalar::from(n as u64).invert().unwrap();
+    let mut denom: Vec<Scalar> = w.par_iter().map(|w| tau - w).collect();
+    denom.par_chunks_mut(1 << 14).for_each(|c| {
+        ff::BatchInverter::invert_with_external_scratch(c, &mut vec![Scalar::ZERO; c.len()]);
+    });
+    w.par_iter()
+        .zip(denom.par_iter())
+        .map(|(w, d)| zn * w * d)
+        .collect()
+}
+
+/// Fixed-base multiplication: table[k][d] = d·2^(W·k)·G, so k·G costs one
+/// mixed addition per W-bit window of k and no doublings.
+struct FixedBase<G: Curve> {
+    table: Vec<Vec<G::AffineRepr>>,
+}
+
+const WINDOW: usize = 12;
+
+impl<G> FixedBase<G>
+where
+    G: Curve + Group<Scalar = Scalar> + Send + Sync + std::ops::AddAssign<G::AffineRepr>,
+    G::AffineRepr: Copy + Send + Sync + Default,
+{
+    fn new(base: G) -> Self {
+        let windows = (Scalar::NUM_BITS as usize).div_ceil(WINDOW);
+        let mut row_bases = Vec::with_capacity(windows);
+        let mut b = base;
+        for _ in 0..windows {
+            row_bases.push(b);
+            for _ in 0..WINDOW {
+                b = b.double();
+            }
+        }
+        let table = row_bases
+            .into_par_iter()
+            .map(|b| {
+                let mut row = Vec::with_capacity(1 << WINDOW);
+                let mut acc = G::identity();
+                for _ in 0..1 << WINDOW {
+                    row.push(acc);
+                    acc += b;
+                }
+                let mut affine = vec![G::AffineRepr::default(); row.len()];
+                G::batch_normalize(&row, &mut affine);
+                affine
+            })
+            .collect();
+        Self { table }
+    }
+
+    fn mul(&self, s: &Scalar) -> G {
+        let bytes = s.to_repr();
+        let bytes = bytes.as_ref();
+        let mut acc = G::identity();
+        for (k, row) in self.table.iter().enumerate() {
+            let bit = k * WINDOW;
+            let mut d = 0usize;
+            for i in 0..WINDOW {
+                let b = bit + i;
+                if b < 256 && bytes[b / 8] >> (b % 8) & 1 == 1 {
+                    d |= 1 << i;
+                }
+            }
+            if d != 0 {
+                acc += row[d];
+            }
+        }
+        acc
+    }
+
+    fn mul_all(&self, scalars: &[Scalar]) -> Vec<G::AffineRepr> {
+        let mut out = vec![G::AffineRepr::default(); scalars.len()];
+        out.par_chunks_mut(1 << 12)
+            .zip(scalars.par_chunks(1 << 12))
+            .for_each(|(out, s)| {
+                let proj: Vec<G> = s.iter().map(|s| self.mul(s)).collect();
+                G::batch_normalize(&proj, out);
+            });
+        out
+    }
+}
+
+/// One variable's occurrences: (constraint, coefficient) in A, B and C.
+#[derive(Default)]
+struct Var {
+    a: Vec<(usize, Scalar)>,
+    b: Vec<(usize, Scalar)>,
+    c: Vec<(usize, Scalar)>,
+}
+
+/// Records the circuit's structure without any witness.
+#[derive(Default)]
+struct Shape {
+    inputs: Vec<Var>,
+    aux: Vec<Var>,
+    constraints: usize,
+}
+
+impl Shape {
+    fn record(
+        &mut self,
+        lc: &LinearCombination<Scalar>,
+        j: usize,
+        pick: fn(&mut Var) -> &mut Vec<(usize, Scalar)>,
+    ) {
+        for (&i, c) in lc.iter_inputs() {
+            pick(&mut self.inputs[i]).push((j, *c));
+        }
+        for (&i, c) in lc.iter_aux() {
+            pick(&mut self.aux[i]).push((j, *c));
+        }
+    }
+}
+
+impl ConstraintSystem<Scalar> for Shape {
+    type Root = Self;
+
+    fn alloc<F, A, AR>(&mut self, _: A, _: F) -> Result<Variable, SynthesisError>
+    where
+        F: FnOnce() -> Result<Scalar, SynthesisError>,
+        A: FnOnce() -> AR,
+        AR: Into<String>,
+    {
+        self.aux.push(Var::default());
+        Ok(Variable::new_unchecked(Index::Aux(self.aux.len() - 1)))
+    }
+
+    fn alloc_input<F, A, AR>(&mut self, _: A, _: F) -> Result<Variable, SynthesisError>
+    where
+        F: FnOnce() -> Result<Scalar, SynthesisError>,
+        A: FnOnce() -> AR,
+        AR: Into<String>,
+    {
+        self.inputs.push(Var::default());
+        Ok(Variable::new_unchecked(Index::Input(self.inputs.len() - 1)))
+    }
+
+    fn enforce<A, AR, LA, LB, LC>(&mut self, _: A, a: LA, b: LB, c: LC)
+    where
+        A: FnOnce() -> AR,
+        AR: Into<String>,
+        LA: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
+        LB: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
+        LC: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
+    {
+        let j = self.constraints;
+        self.record(&a(LinearCombination::zero()), j, |v| &mut v.a);
+        self.record(&b(LinearCombination::zero()), j, |v| &mut v.b);
+        self.record(&c(LinearCombination::zero()), j, |v| &mut v.c);
+        self.constraints += 1;
+    }
+
+    fn push_namespace<NR, N>(&mut self, _: N)
+    where
+        NR: Into<String>,
+        N: FnOnce() -> NR,
+    {
+    }
+
+    fn pop_namespace(&mut self) {}
+
+    fn get_root(&mut self) -> &mut Self::Root {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use group::prime::PrimeCurveAffine;
+    use rand::SeedableRng;
+
+    #[test]
+    fn fixed_base_matches_scalar_multiplication() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let g = G1Projective::random(&mut rng);
+        let t = FixedBase::<G1Projective>::new(g);
+        let scalars = [
+            Scalar::ZERO,
+            Scalar::ONE,
+            -Scalar::ONE,
+            Scalar::random(&mut rng),
+        ];
+        let got = t.mul_all(&scalars);
+        for (s, p) in scalars.iter().zip(got) {
+            assert_eq!(p, (g * s).to_affine());
+        }
+        assert!(bool::from(t.mul_all(&[Scalar::ZERO])[0].is_identity()));
+    }
+}

@@ -1,0 +1,169 @@
+//! Multi-scalar multiplications on the CPU, with density filtering.
+//!
+//! Witnesses of hash-like circuits are mostly bits. Zero scalars are skipped and
+//! scalar-one terms are plain point additions; only the rest goes to blst's
+//! Pippenger (`multi_exp`, multi-threaded inside blst).
+
+use blstrs::{G1Affine, G1Projective, G2Affine, G2Projective, Scalar};
+use ff::Field;
+use group::Group;
+use rayon::prelude::*;
+
+use super::backend::{Assignment, G1Parts};
+use super::key::ProvingKey;
+use super::synthesis::Density;
+
+/// A group with a Pippenger MSM over its affine points.
+pub trait MsmGroup:
+    Group<Scalar = Scalar> + Send + Sync + std::ops::AddAssign<Self::Affine>
+{
+    type Affine: Copy + Send + Sync;
+    fn pippenger(bases: &[Self::Affine], scalars: &[Scalar]) -> Self;
+}
+
+// blstrs's point types are `#[repr(transparent)]` wrappers of blst's, so key
+// points go to blst's Pippenger without a copy. (blstrs's own `multi_exp` takes
+// projective points and normalises them on every call.)
+const _: () =
+    assert!(std::mem::size_of::<G1Affine>() == std::mem::size_of::<blst::blst_p1_affine>());
+const _: () =
+    assert!(std::mem::size_of::<G2Affine>() == std::mem::size_of::<blst::blst_p2_affine>());
+const _: () = assert!(std::mem::size_of::<G1Projective>() == std::mem::size_of::<blst::blst_p1>());
+const _: () = assert!(std::mem::size_of::<G2Projective>() == std::mem::size_of::<blst::blst_p2>());
+
+impl MsmGroup for G1Projective {
+    type Affine = G1Affine;
+    fn pippenger(bases: &[G1Affine], scalars: &[Scalar]) -> Self {
+        use blst::MultiPoint;
+        // SAFETY: repr(transparent) over blst_p1_affine / blst_p1 (asserted above).
+        let raw = unsafe {
+            std::slice::from_raw_parts(bases.as_ptr().cast::<blst::blst_p1_affine>(), bases.len())
+        };
+        let p = raw.mult(&scalar_bytes(scalars), 255);
+        unsafe { std::mem::transmute::<blst::blst_p1, G1Projective>(p) }
+    }
+}
+
+impl MsmGroup for G2Projective {
+    type Affine = G2Affine;
+    fn pippenger(bases: &[G2Affine], scalars: &[Scalar]) -> Self {
+        use blst::MultiPoint;
+        // SAFETY: repr(transparent) over blst_p2_affine / blst_p2 (asserted above).
+        let raw = unsafe {
+            std::slice::from_raw_parts(bases.as_ptr().cast::<blst::blst_p2_affine>(), bases.len())
+        };
+        let p = raw.mult(&scalar_bytes(scalars), 255);
+        unsafe { std::mem::transmute::<blst::blst_p2, G2Projective>(p) }
+    }
+}
+
+/// Canonical little-endian scalar bytes, as blst's Pippenger reads them.
+fn scalar_bytes(scalars: &[Scalar]) -> Vec<u8> {
+    let mut out = vec![0u8; scalars.len() * 32];
+    out.par_chunks_mut(32 * 1024)
+        .zip(scalars.par_chunks(1024))
+        .for_each(|(o, s)| {
+            for (o, s) in o.chunks_exact_mut(32).zip(s) {
+                o.copy_from_slice(&s.to_bytes_le());
+            }
+        });
+    out
+}
+
+/// Σ scalars[i] · bases[i]; the slices must have equal length.
+pub fn msm<G: MsmGroup>(bases: &[G::Affine], scalars: &[Scalar]) -> G {
+    assert_eq!(bases.len(), scalars.len(), "MSM needs one scalar per base");
+    const CHUNK: usize = 1 << 14;
+    let parts: Vec<(G, Vec<G::Affine>, Vec<Scalar>)> = bases
+        .par_chunks(CHUNK)
+        .zip(scalars.par_chunks(CHUNK))
+        .map(|(bases, scalars)| {
+            let mut ones = G::identity();
+            let (mut rest_b, mut rest_s) = (Vec::new(), Vec::new());
+            for (p, x) in bases.iter().zip(scalars) {
+                if *x == Scalar::ZERO {
+                    continue;
+                }
+                if *x == Scalar::ONE {
+                    ones += *p;
+                } else {
+                    rest_b.push(*p);
+                    rest_s.push(*x);
+                }
+            }
+            (ones, rest_b, rest_s)
+        })
+        .collect();
+    let mut acc = G::identity();
+    let total: usize = parts.iter().map(|p| p.1.len()).sum();
+    let (mut rest_b, mut rest_s) = (Vec::with_capacity(total), Vec::with_capacity(total));
+    for (ones, b, s) in parts {
+        acc += ones;
+        rest_b.extend_from_slice(&b);
+        rest_s.extend_from_slice(&s);
+    }
+    if !rest_b.is_empty() {
+        acc += G::pippenger(&rest_b, &rest_s);
+    }
+    acc
+}
+
+/// The scalars of the variables present in `density`, in order.
+pub fn filter(scalars: &[Scalar], density: &Density) -> Vec<Scalar> {
+    debug_assert_eq!(scalars.len(), density.len());
+    density.iter_ones().map(|i| scalars[i]).collect()
+}
+
+/// The four G1 MSMs of a proof, given H's coefficients.
+pub fn g1_parts(
+    key: &ProvingKey,
+    h_coeffs: &[Scalar],
+    asg: &Assignment,
+    a_aux_density: &Density,
+) -> G1Parts {
+    let n_in = asg.input.len();
+    let h = msm::<G1Projective>(&key.h, h_coeffs);
+    let l = msm::<G1Projective>(&key.l, &asg.aux);
+    let a = msm::<G1Projective>(&key.a[..n_in], &asg.input)
+        + msm::<G1Projective>(&key.a[n_in..], &filter(&asg.aux, a_aux_density));
+    let (b_in, b_aux) = key.b_g1.split_at(asg.b_input_density.ones());
+    let b_g1 = msm::<G1Projective>(b_in, &filter(&asg.input, &asg.b_input_density))
+        + msm::<G1Projective>(b_aux, &filter(&asg.aux, &asg.b_aux_density));
+    G1Parts { h, l, a, b_g1 }
+}
+
+/// The B-query MSM over G2.
+pub fn b_g2(key: &ProvingKey, asg: &Assignment) -> G2Projective {
+    let (b_in, b_aux) = key.b_g2.split_at(asg.b_input_density.ones());
+    msm::<G2Projective>(b_in, &filter(&asg.input, &asg.b_input_density))
+        + msm::<G2Projective>(b_aux, &filter(&asg.aux, &asg.b_aux_density))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn msm_matches_naive_with_zeros_and_ones() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+        for n in [0usize, 1, 7, 100, 5_000] {
+            let bases: Vec<G1Affine> = (0..n)
+                .map(|_| G1Projective::random(&mut rng).into())
+                .collect();
+            let scalars: Vec<Scalar> = (0..n)
+                .map(|i| match i % 4 {
+                    0 => Scalar::ZERO,
+                    1 => Scalar::ONE,
+                    2 => -Scalar::ONE,
+                    _ => Scalar::random(&mut rng),
+                })
+                .collect();
+            let naive = bases
+                .iter()
+                .zip(&scalars)
+                .fold(G1Projective::identity(), |acc, (p, s)| acc + *p * s);
+            assert_eq!(msm::<G1Projective>(&bases, &scalars), naive, "n={n}");
+        }
+    }
+}

@@ -1,0 +1,373 @@
+//! Synthesis: run a circuit with its witness and record what the prover needs.
+//!
+//! The recorder is a bellperson `ConstraintSystem` that keeps, per constraint, the
+//! evaluations of its A, B and C linear combinations, plus the input and aux
+//! assignments and which variables occur in the A and B queries (density). It
+//! checks `a·b = c` as it goes, so a bad witness is reported by constraint name
+//! instead of surfacing later as a proof that does not verify.
+
+use bellperson::{ConstraintSystem, Index, LinearCombination, SynthesisError, Variable};
+use blstrs::Scalar;
+use ff::Field;
+
+use super::error::ProveError;
+
+/// Which variables of one kind (inputs or aux) occur in a query. The MSM of that
+/// query runs over exactly the set bits, matching the points the key holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Density {
+    words: Vec<u64>,
+    len: usize,
+    ones: usize,
+}
+
+impl Density {
+    /// A bitmap of `len` variables, all absent.
+    pub fn new(len: usize) -> Self {
+        Self {
+            words: vec![0; len.div_ceil(64)],
+            len,
+            ones: 0,
+        }
+    }
+
+    /// A bitmap with every variable present.
+    pub fn full(len: usize) -> Self {
+        let mut d = Self::new(len);
+        for i in 0..len {
+            d.set(i);
+        }
+        d
+    }
+
+    fn push(&mut self) {
+        if self.len % 64 == 0 {
+            self.words.push(0);
+        }
+        self.len += 1;
+    }
+
+    /// Marks variable `i` as present.
+    pub fn set(&mut self, i: usize) {
+        let (w, b) = (i / 64, 1u64 << (i % 64));
+        if self.words[w] & b == 0 {
+            self.words[w] |= b;
+            self.ones += 1;
+        }
+    }
+
+    pub fn get(&self, i: usize) -> bool {
+        self.words[i / 64] >> (i % 64) & 1 == 1
+    }
+
+    /// Number of variables covered.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Number of variables present: the number of key points this query uses.
+    pub fn ones(&self) -> usize {
+        self.ones
+    }
+
+    /// Indices of present variables, in order.
+    pub fn iter_ones(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.len).filter(move |&i| self.get(i))
+    }
+
+    /// Heap bytes held by the bitmap.
+    pub fn heap_bytes(&self) -> usize {
+        self.words.len() * 8
+    }
+}
+
+/// Everything the prover needs from one witness: the output of synthesis.
+#[derive(Clone, Debug)]
+pub struct Synthesized {
+    /// Evaluations of each constraint's A, B and C combinations (one entry per
+    /// constraint, including the `input · 0 = 0` constraints appended for the
+    /// inputs). Not yet padded to the domain size.
+    pub a: Vec<Scalar>,
+    pub b: Vec<Scalar>,
+    pub c: Vec<Scalar>,
+    /// Public inputs; index 0 is the constant ONE.
+    pub input_assignment: Vec<Scalar>,
+    pub aux_assignment: Vec<Scalar>,
+    /// Aux variables present in the A query (all inputs always are).
+    pub a_aux_density: Density,
+    pub b_input_density: Density,
+    pub b_aux_density: Density,
+}
+
+impl Synthesized {
+    /// Number of constraints, input constraints included.
+    pub fn num_constraints(&self) -> usize {
+        self.a.len()
+    }
+
+    /// Public inputs as a verifier sees them (without the leading ONE).
+    pub fn public_inputs(&self) -> &[Scalar] {
+        &self.input_assignment[1..]
+    }
+
+    /// Bytes of the a/b/c evaluation vectors once padded to `domain_size`.
+    pub fn abc_bytes(domain_size: usize) -> usize {
+        3 * domain_size * std::mem::size_of::<Scalar>()
+    }
+
+    /// Drops the a/b/c vectors (after the NTT stage) and returns their bytes.
+    pub fn take_abc(&mut self) -> (Vec<Scalar>, Vec<Scalar>, Vec<Scalar>) {
+        (
+            std::mem::take(&mut self.a),
+            std::mem::take(&mut self.b),
+            std::mem::take(&mut self.c),
+        )
+    }
+}
+
+/// Runs `circuit` on its witness and records what the prover needs.
+///
+/// Fails with [`ProveError::Unsatisfied`] naming the first constraint whose
+/// `a·b = c` does not hold, or with the circuit's own synthesis error.
+pub fn synthesize<C>(circuit: C) -> Result<Synthesized, ProveError>
+where
+    C: bellperson::Circuit<Scalar>,
+{
+    let mut cs = Recorder::default();
+    cs.alloc_input(|| "ONE", || Ok(Scalar::ONE))
+        .map_err(ProveError::Synthesis)?;
+    let result = circuit.synthesize(&mut cs);
+    if let Some(err) = cs.unsatisfied.take() {
+        return Err(err);
+    }
+    result.map_err(ProveError::Synthesis)?;
+    // `input · 0 = 0` for every input keeps the IC query fully dense; the key
+    // generator appends the same constraints, so the QAPs agree.
+    for i in 0..cs.out.input_assignment.len() {
+        cs.enforce(
+            || "",
+            |lc| lc + Variable::new_unchecked(Index::Input(i)),
+            |lc| lc,
+            |lc| lc,
+        );
+    }
+    Ok(cs.out)
+}
+
+struct Recorder {
+    out: Synthesized,
+    /// Namespace path, only joined into a name when a constraint fails.
+    namespace: Vec<String>,
+    unsatisfied: Option<ProveError>,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Self {
+            out: Synthesized {
+                a: Vec::new(),
+                b: Vec::new(),
+                c: Vec::new(),
+                input_assignment: Vec::new(),
+                aux_assignment: Vec::new(),
+                a_aux_density: Density::default(),
+                b_input_density: Density::default(),
+                b_aux_density: Density::default(),
+            },
+            namespace: Vec::new(),
+            unsatisfied: None,
+        }
+    }
+}
+
+/// Evaluates `lc`, marking every variable with a non-zero coefficient in the
+/// given density maps (the same rule bellperson's prover applies).
+fn eval(
+    lc: &LinearCombination<Scalar>,
+    inputs: &[Scalar],
+    aux: &[Scalar],
+    mut input_density: Option<&mut Density>,
+    mut aux_density: Option<&mut Density>,
+) -> Scalar {
+    let mut acc = Scalar::ZERO;
+    for (&i, coeff) in lc.iter_inputs() {
+        if bool::from(coeff.is_zero()) {
+            continue;
+        }
+        acc += term(inputs[i], coeff);
+        if let Some(d) = input_density.as_deref_mut() {
+            d.set(i);
+        }
+    }
+    for (&i, coeff) in lc.iter_aux() {
+        if bool::from(coeff.is_zero()) {
+            continue;
+        }
+        acc += term(aux[i], coeff);
+        if let Some(d) = aux_density.as_deref_mut() {
+            d.set(i);
+        }
+    }
+    acc
+}
+
+#[inline]
+fn term(value: Scalar, coeff: &Scalar) -> Scalar {
+    if *coeff == Scalar::ONE {
+        value
+    } else {
+        value * coeff
+    }
+}
+
+impl ConstraintSystem<Scalar> for Recorder {
+    type Root = Self;
+
+    fn alloc<F, A, AR>(&mut self, _: A, f: F) -> Result<Variable, SynthesisError>
+    where
+        F: FnOnce() -> Result<Scalar, SynthesisError>,
+        A: FnOnce() -> AR,
+        AR: Into<String>,
+    {
+        self.out.aux_assignment.push(f()?);
+        self.out.a_aux_density.push();
+        self.out.b_aux_density.push();
+        Ok(Variable::new_unchecked(Index::Aux(
+            self.out.aux_assignment.len() - 1,
+        )))
+    }
+
+    fn alloc_input<F, A, AR>(&mut self, _: A, f: F) -> Result<Variable, SynthesisError>
+    where
+        F: FnOnce() -> Result<Scalar, SynthesisError>,
+        A: FnOnce() -> AR,
+        AR: Into<String>,
+    {
+        self.out.input_assignment.push(f()?);
+        self.out.b_input_density.push();
+        Ok(Variable::new_unchecked(Index::Input(
+            self.out.input_assignment.len() - 1,
+        )))
+    }
+
+    fn enforce<A, AR, LA, LB, LC>(&mut self, annotation: A, a: LA, b: LB, c: LC)
+    where
+        A: FnOnce() -> AR,
+        AR: Into<String>,
+        LA: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
+        LB: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
+        LC: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
+    {
+        let (a, b, c) = (
+            a(LinearCombination::zero()),
+            b(LinearCombination::zero()),
+            c(LinearCombination::zero()),
+        );
+        let out = &mut self.out;
+        let (inputs, aux) = (&out.input_assignment, &out.aux_assignment);
+        let a = eval(&a, inputs, aux, None, Some(&mut out.a_aux_density));
+        let b = eval(
+            &b,
+            inputs,
+            aux,
+            Some(&mut out.b_input_density),
+            Some(&mut out.b_aux_density),
+        );
+        let c = eval(&c, inputs, aux, None, None);
+        if self.unsatisfied.is_none() && a * b != c {
+            let mut name = self.namespace.join("/");
+            let own: String = annotation().into();
+            if !own.is_empty() {
+                if !name.is_empty() {
+                    name.push('/');
+                }
+                name.push_str(&own);
+            }
+            self.unsatisfied = Some(ProveError::Unsatisfied {
+                index: out.a.len(),
+                name,
+            });
+        }
+        out.a.push(a);
+        out.b.push(b);
+        out.c.push(c);
+    }
+
+    fn push_namespace<NR, N>(&mut self, name_fn: N)
+    where
+        NR: Into<String>,
+        N: FnOnce() -> NR,
+    {
+        self.namespace.push(name_fn().into());
+    }
+
+    fn pop_namespace(&mut self) {
+        self.namespace.pop();
+    }
+
+    fn get_root(&mut self) -> &mut Self::Root {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Square {
+        x: u64,
+        claimed: u64,
+    }
+
+    impl bellperson::Circuit<Scalar> for Square {
+        fn synthesize<CS: ConstraintSystem<Scalar>>(
+            self,
+            cs: &mut CS,
+        ) -> Result<(), SynthesisError> {
+            let x = cs.alloc(|| "x", || Ok(Scalar::from(self.x)))?;
+            let y = cs.alloc_input(|| "y", || Ok(Scalar::from(self.claimed)))?;
+            let mut ns = cs.namespace(|| "square");
+            ns.enforce(|| "x*x=y", |lc| lc + x, |lc| lc + x, |lc| lc + y);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn records_evaluations_and_density() {
+        let s = synthesize(Square { x: 3, claimed: 9 }).unwrap();
+        // one circuit constraint + one per input (ONE and y)
+        assert_eq!(s.num_constraints(), 3);
+        assert_eq!(s.a[0], Scalar::from(3));
+        assert_eq!(s.c[0], Scalar::from(9));
+        assert_eq!(s.public_inputs(), &[Scalar::from(9)]);
+        assert_eq!(s.a_aux_density.ones(), 1);
+        assert_eq!(s.b_input_density.ones(), 0);
+    }
+
+    #[test]
+    fn names_the_unsatisfied_constraint() {
+        let err = synthesize(Square { x: 3, claimed: 10 }).unwrap_err();
+        match err {
+            ProveError::Unsatisfied { index, name } => {
+                assert_eq!(index, 0);
+                assert_eq!(name, "square/x*x=y");
+            }
+            other => panic!("unexpected error {other}"),
+        }
+    }
+
+    #[test]
+    fn density_counts_ones() {
+        let mut d = Density::new(130);
+        d.set(0);
+        d.set(129);
+        d.set(129);
+        assert_eq!(d.ones(), 2);
+        assert_eq!(d.iter_ones().collect::<Vec<_>>(), vec![0, 129]);
+        assert_eq!(Density::full(70).ones(), 70);
+    }
+}
