@@ -1,1 +1,32 @@
+//! provd's CUDA kernels: BLS12-381 field arithmetic and the NTT over Fr.
+//!
+//! Kernels are CUDA C++ sources under `cuda/`, compiled at first use by NVRTC
+//! for the device's own architecture and cached on disk. The CUDA driver and
+//! NVRTC are loaded dynamically, so this crate builds without a CUDA toolkit
+//! and a binary using it runs (on the CPU) where there is no GPU.
 
+mod compile;
+mod device;
+mod error;
+pub mod field;
+mod loader;
+pub mod ntt;
+
+pub use compile::{compile_cubin, kernel_source, CompileCache};
+pub use device::{DeviceInfo, Gpu, Timer};
+pub use error::GpuError;
+pub use field::{FpRaw, FrRaw};
+pub use ntt::{FrBuffer, Ntt, Order};
+
+/// Opens the first CUDA device for tests, or says why not. GPU tests call this
+/// and return early (printing the reason) on machines without a usable GPU.
+pub fn gpu_for_tests() -> Option<std::sync::Arc<Gpu>> {
+    let cache = std::env::temp_dir().join("provd-test-kernels");
+    match Gpu::open(0, &cache) {
+        Ok(gpu) => Some(std::sync::Arc::new(gpu)),
+        Err(e) => {
+            eprintln!("skipped: no CUDA device: {e}");
+            None
+        }
+    }
+}

@@ -3,7 +3,9 @@
 //! Data flows one way: a request names a circuit and its witnesses → a job of
 //! partitions → synthesis → `prove_start` → `prove_finish` → proofs.
 
+pub mod backend;
 pub mod bench;
 pub mod circuits;
+pub mod gpu;
 pub mod groth16;
 pub mod params;

@@ -1,1 +1,226 @@
-fn main() {}
+//! The `provd` command line.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use provd::backend::BackendChoice;
+use provd::circuits::Builtin;
+use provd::{bench, groth16, params};
+
+#[derive(Parser)]
+#[command(
+    name = "provd",
+    version,
+    about = "GPU proving worker: split Groth16 over BLS12-381"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Clone)]
+struct Common {
+    /// Where cached keys and compiled kernels live.
+    #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = default_data_dir())]
+    data_dir: PathBuf,
+    /// auto: the GPU if one is usable, else the CPU (and say why).
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    backend: BackendChoice,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Prove one witness of a built-in circuit and verify the proof.
+    Prove {
+        #[arg(long, default_value = "bench-16")]
+        circuit: Builtin,
+        /// Seed of the bench witness.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Proving keys.
+    Params {
+        #[command(subcommand)]
+        command: ParamsCommand,
+    },
+    /// Benchmarks: each prints a table and writes JSON.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ParamsCommand {
+    /// Generate (TEST-ONLY) and cache the key of a built-in circuit.
+    Gen {
+        #[arg(long)]
+        circuit: Builtin,
+        /// Regenerate even if a cached key exists.
+        #[arg(long)]
+        force: bool,
+        /// Also time bellperson's generate_random_parameters on the same circuit.
+        #[arg(long, value_parser = ["bellperson"])]
+        vs: Option<String>,
+        #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = default_data_dir())]
+        data_dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Whole proofs, optionally against bellperson's prover.
+    Prove {
+        #[arg(long, default_value = "bench-16")]
+        circuit: Builtin,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Prove with bellperson too, same circuit and key, interleaved.
+        #[arg(long, value_parser = ["bellperson"])]
+        vs: Option<String>,
+        #[arg(long, default_value = "bench-results/prove.json")]
+        json: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// GPU NTTs over Fr (forward, natural order, and the H chain).
+    Ntt {
+        /// log2 sizes, comma separated.
+        #[arg(long, value_delimiter = ',', default_value = "20,22,24,26")]
+        sizes: Vec<u32>,
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        #[arg(long, default_value_t = 3)]
+        warmup: usize,
+        #[arg(long, default_value = "bench-results/ntt.json")]
+        json: PathBuf,
+        #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = default_data_dir())]
+        data_dir: PathBuf,
+    },
+}
+
+fn default_data_dir() -> PathBuf {
+    std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join("provd")
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PROVD_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Prove {
+            circuit,
+            seed,
+            common,
+        } => {
+            let key = params::load_or_generate(&common.data_dir, circuit)?;
+            let backend = provd::backend::select(common.backend, &common.data_dir)?;
+            let t = Instant::now();
+            let (proof, public) =
+                groth16::prove(backend.as_ref(), &key, circuit.circuit(Some(seed)))?;
+            let elapsed = t.elapsed();
+            anyhow::ensure!(proof.verify(&key.vk, &public), "the proof does not verify");
+            println!(
+                "{circuit}: proof verified ({} backend, {:.1} ms): {}",
+                backend.name(),
+                elapsed.as_secs_f64() * 1e3,
+                hex(&proof.to_bytes())
+            );
+        }
+        Command::Params {
+            command:
+                ParamsCommand::Gen {
+                    circuit,
+                    force,
+                    vs,
+                    data_dir,
+                },
+        } => {
+            let path = params::key_path(&data_dir, circuit);
+            if force && path.exists() {
+                std::fs::remove_file(&path)
+                    .with_context(|| format!("removing {}", path.display()))?;
+            }
+            let t = Instant::now();
+            let key = params::load_or_generate(&data_dir, circuit)?;
+            println!(
+                "{circuit}: key at {} ({:.1} MiB of points) in {:.2} s",
+                path.display(),
+                key.resident_bytes() as f64 / (1 << 20) as f64,
+                t.elapsed().as_secs_f64()
+            );
+            if vs.is_some() {
+                let t = Instant::now();
+                bellperson::groth16::generate_random_parameters::<blstrs::Bls12, _, _>(
+                    circuit.circuit(None),
+                    &mut rand::rngs::OsRng,
+                )?;
+                println!(
+                    "{circuit}: bellperson generate_random_parameters in {:.2} s",
+                    t.elapsed().as_secs_f64()
+                );
+            }
+        }
+        Command::Bench {
+            command:
+                BenchCommand::Prove {
+                    circuit,
+                    runs,
+                    vs,
+                    json,
+                    common,
+                },
+        } => {
+            anyhow::ensure!(runs > 0, "--runs must be at least 1");
+            let key = params::load_or_generate(&common.data_dir, circuit)?;
+            let backend = provd::backend::select(common.backend, &common.data_dir)?;
+            bench::prove::ProveBench {
+                circuit,
+                runs,
+                vs_bellperson: vs.is_some(),
+                json,
+            }
+            .run(backend.as_ref(), &key)?;
+        }
+        Command::Bench {
+            command:
+                BenchCommand::Ntt {
+                    sizes,
+                    runs,
+                    warmup,
+                    json,
+                    data_dir,
+                },
+        } => {
+            anyhow::ensure!(runs > 0, "--runs must be at least 1");
+            let gpu = provd::gpu::CudaBackend::open(0, &data_dir)
+                .context("the NTT benchmark needs a GPU")?
+                .gpu();
+            bench::ntt::NttBench {
+                sizes,
+                runs,
+                warmup,
+                json,
+            }
+            .run(gpu)?;
+        }
+    }
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

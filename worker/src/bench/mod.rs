@@ -1,1 +1,71 @@
-//! Benchmarks (`provd bench ...`).
+//! Benchmarks behind `provd bench ...`: each prints a table and writes JSON
+//! with the machine and commit it ran on.
+
+pub mod ntt;
+pub mod prove;
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// Median of a set of timings (upper median for even counts).
+pub fn median(samples: &[Duration]) -> Duration {
+    let mut s = samples.to_vec();
+    s.sort();
+    s[s.len() / 2]
+}
+
+/// What machine and build a result came from.
+pub fn environment() -> Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    json!({
+        "commit": env!("PROVD_COMMIT"),
+        "cpu": cpu,
+        "threads": rayon::current_num_threads(),
+        "os": std::env::consts::OS,
+    })
+}
+
+/// Writes `report` as pretty JSON, creating parent directories.
+pub fn write_json(path: &Path, report: &Value) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, serde_json::to_string_pretty(report)? + "\n")?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// Prints rows as an aligned table with a header.
+pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let mut width: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        cells
+            .iter()
+            .zip(&width)
+            .map(|(c, w)| format!("{c:>w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    println!("{}", line(header.to_vec()));
+    for r in rows {
+        println!("{}", line(r.iter().map(String::as_str).collect()));
+    }
+}
+
+pub fn ms(d: Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1e3)
+}

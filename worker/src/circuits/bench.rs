@@ -75,7 +75,7 @@ impl Circuit<Scalar> for BenchCircuit {
         let mut used = 0;
 
         // Running full-width product x, starting from a seeded value.
-        let mut x_val = rng.as_mut().map(|r| Scalar::random(r));
+        let mut x_val = rng.as_mut().map(Scalar::random);
         let mut x = cs.alloc(|| "x0", || value(x_val))?;
         let mut acc_val = Some(Scalar::ZERO).filter(|_| rng.is_some());
         let mut acc: Option<Variable> = None;

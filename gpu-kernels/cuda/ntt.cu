@@ -1,0 +1,110 @@
+// NTT over Fr on device-resident data.
+//
+// Radix-2 stages grouped into passes of up to 10 stages that run in shared
+// memory. DIF passes (Gentleman–Sande) take natural order to bit-reversed
+// order; DIT passes (Cooley–Tukey) take bit-reversed order back to natural.
+// The H chain (iNTT → coset NTT → pointwise → inverse coset NTT) pairs them so
+// that it needs no bit-reversal pass at all.
+//
+// A pass with k stages whose smallest half-size is h_lo touches, per group,
+// the 2^k elements base + r + j·h_lo (j < 2^k). A block takes R consecutive
+// groups (consecutive r), so that a warp's loads are contiguous.
+
+#define NTT_DIT 1u
+#define NTT_INVERSE 2u
+
+// tw[e] = ω^e for e < n/2. The inverse twiddle ω^−e is −ω^(n/2−e).
+DEVICE fr_t twiddle(const fr_t* __restrict__ tw, u32 e, u32 half_n, bool inverse) {
+    if (e == 0) return fr_t::one();
+    return inverse ? tw[half_n - e].neg() : tw[e];
+}
+
+extern "C" __global__ void ntt_pass(fr_t* __restrict__ data, const fr_t* __restrict__ tw, u32 log_n,
+                                    u32 log_hlo, u32 k, u32 log_r, u32 flags) {
+    extern __shared__ fr_t sh[];
+    const bool dit = flags & NTT_DIT;
+    const bool inverse = flags & NTT_INVERSE;
+    const u32 R = 1u << log_r;
+    const u32 E = R << k;
+    const u32 half_n = 1u << (log_n - 1);
+
+    const u64 g0 = (u64)blockIdx.x << log_r;  // first group of this block
+    const u64 q = g0 >> log_hlo;
+    const u32 r0 = (u32)(g0 & ((1u << log_hlo) - 1));
+    const u64 base = (q << (log_hlo + k)) + r0;
+
+    for (u32 i = threadIdx.x; i < E; i += blockDim.x) {
+        u32 rr = i & (R - 1), j = i >> log_r;
+        sh[i] = data[base + rr + ((u64)j << log_hlo)];
+    }
+    __syncthreads();
+
+    for (u32 s = 0; s < k; s++) {
+        const u32 log_hj = dit ? s : k - 1 - s;  // local half-size, in units of h_lo
+        for (u32 tid = threadIdx.x; tid < (E >> 1); tid += blockDim.x) {
+            const u32 rr = tid & (R - 1), t = tid >> log_r;
+            const u32 lo = t & ((1u << log_hj) - 1);
+            const u32 j0 = ((t >> log_hj) << (log_hj + 1)) + lo;
+            const u32 j1 = j0 + (1u << log_hj);
+            // ω_{2h}^{x mod h} with h = h_lo·2^log_hj and x mod h = r + lo·h_lo
+            const u32 e = (r0 + rr + (lo << log_hlo)) << (log_n - 1 - log_hlo - log_hj);
+            const fr_t w = twiddle(tw, e, half_n, inverse);
+            fr_t x = sh[j0 * R + rr], y = sh[j1 * R + rr];
+            if (dit) {
+                y = y * w;
+                sh[j0 * R + rr] = x + y;
+                sh[j1 * R + rr] = x - y;
+            } else {
+                sh[j0 * R + rr] = x + y;
+                sh[j1 * R + rr] = (x - y) * w;
+            }
+        }
+        __syncthreads();
+    }
+
+    for (u32 i = threadIdx.x; i < E; i += blockDim.x) {
+        u32 rr = i & (R - 1), j = i >> log_r;
+        data[base + rr + ((u64)j << log_hlo)] = sh[i];
+    }
+}
+
+DEVICE u32 bitrev(u32 i, u32 log_n) {
+    return log_n == 0 ? 0 : __brev(i) >> (32 - log_n);
+}
+
+extern "C" __global__ void bit_reverse(fr_t* __restrict__ data, u32 log_n) {
+    u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >> log_n) return;
+    u32 j = bitrev(i, log_n);
+    if (i < j) {
+        fr_t t = data[i];
+        data[i] = data[j];
+        data[j] = t;
+    }
+}
+
+// data[i] *= c·x^e(i), e(i) = i or bitrev(i); the power is hi[e >> lo_bits]·lo[e & mask],
+// with the constant c folded into hi.
+extern "C" __global__ void scale_powers(fr_t* __restrict__ data, u32 log_n, const fr_t* __restrict__ lo,
+                                        const fr_t* __restrict__ hi, u32 lo_bits, u32 bitrev_order) {
+    u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >> log_n) return;
+    u32 e = bitrev_order ? bitrev(i, log_n) : i;
+    data[i] = data[i] * (hi[e >> lo_bits] * lo[e & ((1u << lo_bits) - 1)]);
+}
+
+// a = (a·b − c)·z_inv: the quotient's evaluations on the coset.
+extern "C" __global__ void quotient_pointwise(fr_t* __restrict__ a, const fr_t* __restrict__ b,
+                                              const fr_t* __restrict__ c, fr_t z_inv, u32 n) {
+    u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    a[i] = (a[i] * b[i] - c[i]) * z_inv;
+}
+
+// Fills data[i] = lo[i & mask]·hi[i >> lo_bits]: twiddle tables from two small ones.
+extern "C" __global__ void fill_powers(fr_t* __restrict__ data, u32 n, const fr_t* __restrict__ lo,
+                                       const fr_t* __restrict__ hi, u32 lo_bits) {
+    u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    data[i] = hi[i >> lo_bits] * lo[i & ((1u << lo_bits) - 1)];
+}

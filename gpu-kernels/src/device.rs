@@ -1,0 +1,185 @@
+//! One CUDA device: its context, a stream, and the compiled kernel module.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cudarc::driver::{
+    sys, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream,
+};
+
+use crate::compile::CompileCache;
+use crate::error::{During, GpuError};
+use crate::field::{as_raw, as_raw_mut, DeviceField};
+use crate::loader;
+
+/// What a device is, for logs, metrics and benchmark reports.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    pub ordinal: usize,
+    pub name: String,
+    /// e.g. "sm_90"
+    pub arch: String,
+    pub multiprocessors: u32,
+    pub total_memory: usize,
+    /// e.g. 13000 for CUDA 13.0
+    pub driver_version: i32,
+    /// Whether the kernels came from the on-disk cache rather than NVRTC.
+    pub kernels_cached: bool,
+}
+
+/// A CUDA device with provd's kernels loaded.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    module: Arc<CudaModule>,
+    info: DeviceInfo,
+}
+
+impl Gpu {
+    /// Opens device `ordinal`, compiling the kernels (or taking them from
+    /// `cache_dir`). Every reason a GPU cannot be used, including a missing
+    /// driver or NVRTC, is a [`GpuError::Unavailable`], never a panic.
+    pub fn open(ordinal: usize, cache_dir: &Path) -> Result<Self, GpuError> {
+        loader::driver().map_err(GpuError::Unavailable)?;
+        loader::nvrtc().map_err(GpuError::Unavailable)?;
+        match std::panic::catch_unwind(|| Self::open_inner(ordinal, cache_dir)) {
+            Ok(r) => r,
+            Err(p) => Err(GpuError::Unavailable(format!(
+                "CUDA initialisation panicked: {}",
+                p.downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default()
+            ))),
+        }
+    }
+
+    fn open_inner(ordinal: usize, cache_dir: &Path) -> Result<Self, GpuError> {
+        let count = CudaContext::device_count().during("counting devices")?;
+        if ordinal >= count as usize {
+            return Err(GpuError::Unavailable(format!(
+                "device {ordinal} requested, {count} present"
+            )));
+        }
+        let ctx = CudaContext::new(ordinal).during("creating a context")?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .during("reading the compute capability")?;
+        let arch = format!("sm_{major}{minor}");
+        let mut driver_version = 0;
+        // SAFETY: writes one int.
+        unsafe { sys::cuDriverGetVersion(&mut driver_version) };
+        let (cubin, kernels_cached) = CompileCache::new(cache_dir).cubin(&arch, driver_version)?;
+        let module = ctx
+            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
+            .during("loading the kernels")?;
+        let info = DeviceInfo {
+            ordinal,
+            name: ctx.name().during("reading the device name")?,
+            arch,
+            multiprocessors: ctx
+                .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+                .during("reading the SM count")? as u32,
+            total_memory: ctx.total_mem().during("reading the memory size")?,
+            driver_version,
+            kernels_cached,
+        };
+        let stream = ctx.new_stream().during("creating a stream")?;
+        tracing::info!(device = %info.name, arch = %info.arch, sms = info.multiprocessors, cached = kernels_cached, "CUDA device ready");
+        Ok(Self {
+            ctx,
+            stream,
+            module,
+            info,
+        })
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// A kernel by name, for this crate's tests.
+    #[doc(hidden)]
+    pub fn function_for_tests(&self, name: &str) -> Result<CudaFunction, GpuError> {
+        self.function(name)
+    }
+
+    pub(crate) fn function(&self, name: &str) -> Result<CudaFunction, GpuError> {
+        self.module
+            .load_function(name)
+            .during("looking up a kernel")
+    }
+
+    /// Free and total device memory, in bytes.
+    pub fn memory(&self) -> Result<(usize, usize), GpuError> {
+        self.ctx.mem_get_info().during("reading memory use")
+    }
+
+    /// Copies field elements to a new device buffer.
+    pub fn upload<F: DeviceField>(&self, v: &[F]) -> Result<CudaSlice<F::Raw>, GpuError> {
+        self.stream
+            .clone_htod(as_raw(v))
+            .during("copying to the device")
+    }
+
+    /// Copies a device buffer back.
+    pub fn download<F: DeviceField + Default>(
+        &self,
+        d: &CudaSlice<F::Raw>,
+    ) -> Result<Vec<F>, GpuError> {
+        let mut out = vec![F::default(); d.len()];
+        self.stream
+            .memcpy_dtoh(d, as_raw_mut(&mut out))
+            .during("copying from the device")?;
+        self.synchronize()?;
+        Ok(out)
+    }
+
+    /// A device buffer of `len` elements, zeroed.
+    pub fn zeros<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+        &self,
+        len: usize,
+    ) -> Result<CudaSlice<T>, GpuError> {
+        self.stream
+            .alloc_zeros(len)
+            .during("allocating device memory")
+    }
+
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        self.stream.synchronize().during("waiting for the device")
+    }
+
+    /// A pair of timing events on this device's stream.
+    pub fn timer(&self) -> Result<Timer, GpuError> {
+        let flag = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        Ok(Timer {
+            start: self.ctx.new_event(flag).during("creating an event")?,
+            end: self.ctx.new_event(flag).during("creating an event")?,
+            stream: self.stream.clone(),
+        })
+    }
+}
+
+/// Times device work with CUDA events (not host clocks).
+pub struct Timer {
+    start: CudaEvent,
+    end: CudaEvent,
+    stream: Arc<CudaStream>,
+}
+
+impl Timer {
+    pub fn start(&self) -> Result<(), GpuError> {
+        self.start.record(&self.stream).during("recording an event")
+    }
+
+    /// Milliseconds since `start`, waiting for the work in between.
+    pub fn stop(&self) -> Result<f32, GpuError> {
+        self.end.record(&self.stream).during("recording an event")?;
+        self.end.synchronize().during("waiting for an event")?;
+        self.start.elapsed_ms(&self.end).during("reading an event")
+    }
+}

@@ -1,0 +1,29 @@
+/// Why GPU work failed or no GPU can be used.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// No usable device: no driver, no device, or no NVRTC. Not a failure of
+    /// provd: the caller falls back to the CPU.
+    #[error("no usable CUDA device: {0}")]
+    Unavailable(String),
+    #[error("NVRTC failed to compile the kernels for {arch}: {log}")]
+    Compile { arch: String, log: String },
+    #[error("CUDA driver error during {during}: {source}")]
+    Driver {
+        during: &'static str,
+        #[source]
+        source: cudarc::driver::DriverError,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Attaches what was being done to a driver error.
+pub(crate) trait During<T> {
+    fn during(self, what: &'static str) -> Result<T, GpuError>;
+}
+
+impl<T> During<T> for Result<T, cudarc::driver::DriverError> {
+    fn during(self, during: &'static str) -> Result<T, GpuError> {
+        self.map_err(|source| GpuError::Driver { during, source })
+    }
+}

@@ -1,0 +1,431 @@
+//! NTT over Fr on device-resident buffers.
+//!
+//! Forward transforms taking natural order return bit-reversed order (DIF);
+//! those taking bit-reversed order return natural order (DIT). Chaining them
+//! (as [`Ntt::quotient`] does) avoids every bit-reversal pass.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use blstrs::Scalar;
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use ff::{Field, PrimeField};
+
+use crate::device::Gpu;
+use crate::error::{During, GpuError};
+use crate::field::{DeviceField, FrRaw};
+
+/// Largest transform: 2^27 elements (4 GiB), twiddles included, fits an H200 many times over.
+pub const MAX_LOG_N: u32 = 27;
+/// Stages per shared-memory pass, and elements per block.
+const MAX_PASS_STAGES: u32 = 10;
+const BLOCK_ELEMENTS_LOG: u32 = 10;
+const LO_BITS: u32 = 10;
+
+/// Index order of a buffer's elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    Natural,
+    BitReversed,
+}
+
+impl Order {
+    fn flip(self) -> Self {
+        match self {
+            Order::Natural => Order::BitReversed,
+            Order::BitReversed => Order::Natural,
+        }
+    }
+}
+
+/// A device buffer of 2^k Fr elements.
+pub struct FrBuffer {
+    data: CudaSlice<FrRaw>,
+    log_n: u32,
+}
+
+impl FrBuffer {
+    /// Uploads `v`, whose length must be a power of two up to 2^27.
+    pub fn upload(gpu: &Gpu, v: &[Scalar]) -> Result<Self, GpuError> {
+        let log_n = log2_exact(v.len())?;
+        Ok(Self {
+            data: gpu.upload(v)?,
+            log_n,
+        })
+    }
+
+    /// Uploads `v` zero-padded to 2^log_n elements.
+    pub fn upload_padded(gpu: &Gpu, v: &[Scalar], log_n: u32) -> Result<Self, GpuError> {
+        if v.len() > 1 << log_n || log_n > MAX_LOG_N {
+            return Err(GpuError::Invalid(format!(
+                "{} elements do not fit 2^{log_n}",
+                v.len()
+            )));
+        }
+        let mut data = gpu.zeros::<FrRaw>(1 << log_n)?;
+        let raw = crate::field::as_raw(v);
+        gpu.stream()
+            .memcpy_htod(raw, &mut data.slice_mut(..v.len()))
+            .during("copying to the device")?;
+        Ok(Self { data, log_n })
+    }
+
+    pub fn download(&self, gpu: &Gpu) -> Result<Vec<Scalar>, GpuError> {
+        gpu.download::<Scalar>(&self.data)
+    }
+
+    pub fn len(&self) -> usize {
+        1 << self.log_n
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    pub fn log_len(&self) -> u32 {
+        self.log_n
+    }
+
+    pub fn raw(&self) -> &CudaSlice<FrRaw> {
+        &self.data
+    }
+
+    /// A device-side copy.
+    pub fn try_clone(&self, gpu: &Gpu) -> Result<Self, GpuError> {
+        Ok(Self {
+            data: gpu
+                .stream()
+                .clone_dtod(&self.data)
+                .during("copying on the device")?,
+            log_n: self.log_n,
+        })
+    }
+}
+
+fn log2_exact(n: usize) -> Result<u32, GpuError> {
+    if !n.is_power_of_two() || n.trailing_zeros() > MAX_LOG_N {
+        return Err(GpuError::Invalid(format!(
+            "NTT length {n} is not a power of two in 2^0..=2^{MAX_LOG_N}"
+        )));
+    }
+    Ok(n.trailing_zeros())
+}
+
+/// One shared-memory pass: `k` stages whose smallest half-size is 2^log_hlo,
+/// with 2^log_r groups per block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Pass {
+    log_hlo: u32,
+    k: u32,
+    log_r: u32,
+}
+
+/// Passes of a DIF transform (largest half-sizes first); a DIT transform runs
+/// them in reverse. Stages are split as evenly as possible.
+fn plan(log_n: u32) -> Vec<Pass> {
+    if log_n == 0 {
+        return Vec::new();
+    }
+    let count = log_n.div_ceil(MAX_PASS_STAGES);
+    let mut passes = Vec::new();
+    let mut top = log_n; // stages with log half-size < top remain
+    for i in 0..count {
+        let k = (log_n - passes.iter().map(|p: &Pass| p.k).sum::<u32>()).div_ceil(count - i);
+        let log_hlo = top - k;
+        let log_r = log_hlo.min(BLOCK_ELEMENTS_LOG.saturating_sub(k));
+        passes.push(Pass { log_hlo, k, log_r });
+        top = log_hlo;
+    }
+    passes
+}
+
+/// Per-size device tables.
+struct Tables {
+    /// ω^e for e < n/2.
+    twiddles: CudaSlice<FrRaw>,
+    /// Coset scalings: (lo, hi) power tables keyed by what they multiply by.
+    powers: HashMap<Scaling, (CudaSlice<FrRaw>, CudaSlice<FrRaw>)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Scaling {
+    /// g^i: coefficients → coset.
+    Coset,
+    /// g^i / n: an unscaled inverse NTT's output → coset.
+    CosetOverN,
+    /// g^−i / n: inverse on the coset.
+    InverseCosetOverN,
+    /// 1 / n
+    OverN,
+}
+
+/// The NTT engine of one device: kernels and cached per-size tables.
+pub struct Ntt {
+    gpu: Arc<Gpu>,
+    tables: HashMap<u32, Tables>,
+}
+
+const FLAG_DIT: u32 = 1;
+const FLAG_INVERSE: u32 = 2;
+
+impl Ntt {
+    pub fn new(gpu: Arc<Gpu>) -> Self {
+        Self {
+            gpu,
+            tables: HashMap::new(),
+        }
+    }
+
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// Builds the tables of size 2^log_n now, so that timings exclude them.
+    pub fn prepare(&mut self, log_n: u32) -> Result<(), GpuError> {
+        self.tables(log_n).map(|_| ())
+    }
+
+    fn tables(&mut self, log_n: u32) -> Result<&mut Tables, GpuError> {
+        if !self.tables.contains_key(&log_n) {
+            let half = 1usize << log_n.saturating_sub(1);
+            let omega = root_of_unity(log_n);
+            let twiddles = self.fill_powers(half, Scalar::ONE, omega)?;
+            self.tables.insert(
+                log_n,
+                Tables {
+                    twiddles,
+                    powers: HashMap::new(),
+                },
+            );
+        }
+        Ok(self.tables.get_mut(&log_n).unwrap())
+    }
+
+    /// [c·x^i for i < len], as lo/hi tables expanded on the device.
+    fn fill_powers(&self, len: usize, c: Scalar, x: Scalar) -> Result<CudaSlice<FrRaw>, GpuError> {
+        let (lo, hi) = self.power_tables(len, c, x)?;
+        let out = self.gpu.zeros::<FrRaw>(len)?;
+        let f = self.gpu.function("fill_powers")?;
+        let mut out = out;
+        let (n, lo_bits) = (len as u32, LO_BITS.min(len.trailing_zeros()));
+        let mut b = self.gpu.stream().launch_builder(&f);
+        b.arg(&mut out).arg(&n).arg(&lo).arg(&hi).arg(&lo_bits);
+        unsafe { b.launch(LaunchConfig::for_num_elems(n)) }
+            .map(drop)
+            .during("launching fill_powers")?;
+        Ok(out)
+    }
+
+    /// lo[j] = x^j (j < 2^LO_BITS), hi[k] = c·x^(k·2^LO_BITS), uploaded.
+    fn power_tables(
+        &self,
+        len: usize,
+        c: Scalar,
+        x: Scalar,
+    ) -> Result<(CudaSlice<FrRaw>, CudaSlice<FrRaw>), GpuError> {
+        let lo_bits = LO_BITS.min(len.trailing_zeros());
+        let lo_len = 1usize << lo_bits;
+        let hi_len = (len >> lo_bits).max(1);
+        let mut lo = Vec::with_capacity(lo_len);
+        let mut p = Scalar::ONE;
+        for _ in 0..lo_len {
+            lo.push(p);
+            p *= x;
+        }
+        let step = p; // x^(2^lo_bits)
+        let mut hi = Vec::with_capacity(hi_len);
+        let mut q = c;
+        for _ in 0..hi_len {
+            hi.push(q);
+            q *= step;
+        }
+        Ok((self.gpu.upload(&lo)?, self.gpu.upload(&hi)?))
+    }
+
+    fn scale(
+        &mut self,
+        buf: &mut FrBuffer,
+        scaling: Scaling,
+        order: Order,
+    ) -> Result<(), GpuError> {
+        let log_n = buf.log_n;
+        let n = 1usize << log_n;
+        let g = Scalar::MULTIPLICATIVE_GENERATOR;
+        let n_inv = Scalar::from(n as u64).invert().unwrap();
+        let (c, x) = match scaling {
+            Scaling::Coset => (Scalar::ONE, g),
+            Scaling::CosetOverN => (n_inv, g),
+            Scaling::InverseCosetOverN => (n_inv, g.invert().unwrap()),
+            Scaling::OverN => (n_inv, Scalar::ONE),
+        };
+        if !self.tables(log_n)?.powers.contains_key(&scaling) {
+            let t = self.power_tables(n, c, x)?;
+            self.tables(log_n)?.powers.insert(scaling, t);
+        }
+        let f = self.gpu.function("scale_powers")?;
+        let tables = &self.tables[&log_n];
+        let (lo, hi) = &tables.powers[&scaling];
+        let lo_bits = LO_BITS.min(log_n);
+        let bitrev = (order == Order::BitReversed) as u32;
+        let mut b = self.gpu.stream().launch_builder(&f);
+        b.arg(&mut buf.data)
+            .arg(&log_n)
+            .arg(lo)
+            .arg(hi)
+            .arg(&lo_bits)
+            .arg(&bitrev);
+        unsafe { b.launch(LaunchConfig::for_num_elems(n as u32)) }
+            .map(drop)
+            .during("launching scale_powers")
+    }
+
+    /// The unscaled transform: DIF from natural order, DIT from bit-reversed.
+    fn transform(
+        &mut self,
+        buf: &mut FrBuffer,
+        input: Order,
+        inverse: bool,
+    ) -> Result<Order, GpuError> {
+        let log_n = buf.log_n;
+        let mut passes = plan(log_n);
+        let dit = input == Order::BitReversed;
+        if dit {
+            passes.reverse();
+        }
+        let flags = if dit { FLAG_DIT } else { 0 } | if inverse { FLAG_INVERSE } else { 0 };
+        let f = self.gpu.function("ntt_pass")?;
+        self.tables(log_n)?;
+        let tw = &self.tables[&log_n].twiddles;
+        for p in passes {
+            let elements = 1u32 << (p.log_r + p.k);
+            let cfg = LaunchConfig {
+                grid_dim: ((1u64 << log_n) as u32 / elements, 1, 1),
+                block_dim: (elements / 2, 1, 1),
+                shared_mem_bytes: elements * 32,
+            };
+            let mut b = self.gpu.stream().launch_builder(&f);
+            b.arg(&mut buf.data)
+                .arg(tw)
+                .arg(&log_n)
+                .arg(&p.log_hlo)
+                .arg(&p.k)
+                .arg(&p.log_r)
+                .arg(&flags);
+            unsafe { b.launch(cfg) }
+                .map(drop)
+                .during("launching ntt_pass")?;
+        }
+        Ok(input.flip())
+    }
+
+    /// Coefficients → evaluations at ω^i. Returns the output order.
+    pub fn forward(&mut self, buf: &mut FrBuffer, input: Order) -> Result<Order, GpuError> {
+        self.transform(buf, input, false)
+    }
+
+    /// Evaluations at ω^i → coefficients (scaled by 1/n).
+    pub fn inverse(&mut self, buf: &mut FrBuffer, input: Order) -> Result<Order, GpuError> {
+        let out = self.transform(buf, input, true)?;
+        self.scale(buf, Scaling::OverN, out)?;
+        Ok(out)
+    }
+
+    /// Coefficients → evaluations at g·ω^i.
+    pub fn coset_forward(&mut self, buf: &mut FrBuffer, input: Order) -> Result<Order, GpuError> {
+        self.scale(buf, Scaling::Coset, input)?;
+        self.transform(buf, input, false)
+    }
+
+    /// Evaluations at g·ω^i → coefficients.
+    pub fn coset_inverse(&mut self, buf: &mut FrBuffer, input: Order) -> Result<Order, GpuError> {
+        let out = self.transform(buf, input, true)?;
+        self.scale(buf, Scaling::InverseCosetOverN, out)?;
+        Ok(out)
+    }
+
+    /// Permutes into the other order.
+    pub fn bit_reverse(&self, buf: &mut FrBuffer) -> Result<(), GpuError> {
+        let f = self.gpu.function("bit_reverse")?;
+        let mut b = self.gpu.stream().launch_builder(&f);
+        b.arg(&mut buf.data).arg(&buf.log_n);
+        unsafe { b.launch(LaunchConfig::for_num_elems(1 << buf.log_n)) }
+            .map(drop)
+            .during("launching bit_reverse")
+    }
+
+    /// Groth16's H: given A, B, C as evaluations on the domain (natural order),
+    /// the coefficients of (A·B − C)/Z, **in bit-reversed order** (the H bases
+    /// of a key can be permuted once to match). a is overwritten with the
+    /// result; b and c are consumed.
+    pub fn quotient(
+        &mut self,
+        a: &mut FrBuffer,
+        mut b: FrBuffer,
+        mut c: FrBuffer,
+    ) -> Result<Order, GpuError> {
+        let log_n = a.log_n;
+        if b.log_n != log_n || c.log_n != log_n {
+            return Err(GpuError::Invalid(
+                "a, b and c must have the same length".into(),
+            ));
+        }
+        for v in [&mut *a, &mut b, &mut c] {
+            // evaluations → coefficients (bit-reversed, unscaled) → ·g^i/n → coset evaluations (natural)
+            self.transform(v, Order::Natural, true)?;
+            self.scale(v, Scaling::CosetOverN, Order::BitReversed)?;
+            self.transform(v, Order::BitReversed, false)?;
+        }
+        let n = 1usize << log_n;
+        let g = Scalar::MULTIPLICATIVE_GENERATOR;
+        let z_inv = (g.pow_vartime([n as u64]) - Scalar::ONE)
+            .invert()
+            .unwrap()
+            .to_raw();
+        let f = self.gpu.function("quotient_pointwise")?;
+        let n32 = n as u32;
+        let mut lb = self.gpu.stream().launch_builder(&f);
+        lb.arg(&mut a.data)
+            .arg(&b.data)
+            .arg(&c.data)
+            .arg(&z_inv)
+            .arg(&n32);
+        unsafe { lb.launch(LaunchConfig::for_num_elems(n32)) }
+            .map(drop)
+            .during("launching quotient_pointwise")?;
+        drop((b, c));
+        self.transform(a, Order::Natural, true)?;
+        self.scale(a, Scaling::InverseCosetOverN, Order::BitReversed)?;
+        Ok(Order::BitReversed)
+    }
+}
+
+/// The primitive 2^log_n-th root of unity of Fr.
+pub fn root_of_unity(log_n: u32) -> Scalar {
+    let mut omega = Scalar::ROOT_OF_UNITY;
+    for _ in log_n..Scalar::S {
+        omega = omega.square();
+    }
+    omega
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_cover_every_stage_once() {
+        for log_n in 1..=MAX_LOG_N {
+            let p = plan(log_n);
+            assert_eq!(p.iter().map(|p| p.k).sum::<u32>(), log_n, "log_n={log_n}");
+            assert_eq!(p.last().unwrap().log_hlo, 0);
+            assert_eq!(p[0].log_hlo + p[0].k, log_n);
+            for w in p.windows(2) {
+                assert_eq!(w[1].log_hlo + w[1].k, w[0].log_hlo, "contiguous stages");
+            }
+            for q in &p {
+                assert!(q.k <= MAX_PASS_STAGES && q.log_r <= q.log_hlo);
+                assert!(q.log_r + q.k <= BLOCK_ELEMENTS_LOG.max(q.k));
+            }
+        }
+    }
+}

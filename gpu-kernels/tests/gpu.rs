@@ -1,0 +1,288 @@
+//! GPU tests: run on a CUDA device, and say "skipped: no CUDA device" elsewhere.
+
+use blst::blst_fp;
+use blstrs::Scalar;
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+use ff::{Field, PrimeField};
+use provd_kernels::field::{as_raw, DeviceField};
+use provd_kernels::ntt::root_of_unity;
+use provd_kernels::{gpu_for_tests, FrBuffer, Gpu, Ntt, Order};
+use rand::{RngCore, SeedableRng};
+
+fn rng(seed: u64) -> rand_chacha::ChaCha8Rng {
+    rand_chacha::ChaCha8Rng::seed_from_u64(seed)
+}
+
+/// Runs `<field>_ops` on (a, b) and returns [a·b, a², a+b, a−b] per pair, from
+/// an output buffer poisoned beforehand so an unwritten element shows.
+fn field_ops<F: DeviceField + Default>(gpu: &Gpu, kernel: &str, a: &[F], b: &[F]) -> Vec<F> {
+    let n = a.len() as u32;
+    let da = gpu.upload(a).unwrap();
+    let db = gpu.upload(b).unwrap();
+    let mut out = gpu
+        .stream()
+        .clone_htod(&vec![F::POISON; 4 * a.len()])
+        .unwrap();
+    let f = gpu_function(gpu, kernel);
+    let mut l = gpu.stream().launch_builder(&f);
+    l.arg(&mut out).arg(&da).arg(&db).arg(&n);
+    unsafe { l.launch(LaunchConfig::for_num_elems(n)) }.unwrap();
+    gpu.download::<F>(&out).unwrap()
+}
+
+fn gpu_function(gpu: &Gpu, name: &str) -> cudarc::driver::CudaFunction {
+    gpu.function_for_tests(name).unwrap()
+}
+
+#[test]
+fn fr_arithmetic_matches_blst() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    let mut r = rng(1);
+    let edges = [
+        Scalar::ZERO,
+        Scalar::ONE,
+        -Scalar::ONE,
+        Scalar::from(2),
+        -Scalar::from(2),
+    ];
+    let n = 1 << 21;
+    let mut a: Vec<Scalar> = (0..n).map(|_| Scalar::random(&mut r)).collect();
+    let mut b: Vec<Scalar> = (0..n).map(|_| Scalar::random(&mut r)).collect();
+    for (i, x) in edges.iter().enumerate() {
+        for (j, y) in edges.iter().enumerate() {
+            a[i * edges.len() + j] = *x;
+            b[i * edges.len() + j] = *y;
+        }
+    }
+    let out = field_ops(&gpu, "fr_ops", &a, &b);
+    for i in 0..n {
+        let (x, y) = (a[i], b[i]);
+        assert_eq!(out[4 * i], x * y, "mul #{i}");
+        assert_eq!(out[4 * i + 1], x.square(), "sqr #{i}");
+        assert_eq!(out[4 * i + 2], x + y, "add #{i}");
+        assert_eq!(out[4 * i + 3], x - y, "sub #{i}");
+    }
+}
+
+fn fp_from_be(bytes: &[u8; 48]) -> blst_fp {
+    let mut out = blst_fp::default();
+    unsafe { blst::blst_fp_from_bendian(&mut out, bytes.as_ptr()) };
+    out
+}
+
+fn fp_op(
+    f: unsafe extern "C" fn(*mut blst_fp, *const blst_fp, *const blst_fp),
+    x: &blst_fp,
+    y: &blst_fp,
+) -> blst_fp {
+    let mut out = blst_fp::default();
+    unsafe { f(&mut out, x, y) };
+    out
+}
+
+#[test]
+fn fp_arithmetic_matches_blst() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    let mut r = rng(2);
+    let p_minus_1 = fp_from_be(&hex48(
+        "1a0111ea397fe69a4b1ba7b6434bacd764774b84f38512bf6730d2a0f6b0f6241eabfffeb153ffffb9feffffffffaaaa",
+    ));
+    let one = fp_from_be(&{
+        let mut b = [0u8; 48];
+        b[47] = 1;
+        b
+    });
+    let edges = [blst_fp::default(), one, p_minus_1];
+    let n = 1 << 20;
+    let random = |r: &mut rand_chacha::ChaCha8Rng| {
+        let mut b = [0u8; 48];
+        r.fill_bytes(&mut b);
+        b[0] &= 0x0f; // below p
+        fp_from_be(&b)
+    };
+    let mut a: Vec<blst_fp> = (0..n).map(|_| random(&mut r)).collect();
+    let mut b: Vec<blst_fp> = (0..n).map(|_| random(&mut r)).collect();
+    for (i, x) in edges.iter().enumerate() {
+        for (j, y) in edges.iter().enumerate() {
+            a[i * 3 + j] = *x;
+            b[i * 3 + j] = *y;
+        }
+    }
+    let out = field_ops(&gpu, "fp_ops", &a, &b);
+    for i in 0..n {
+        let (x, y) = (&a[i], &b[i]);
+        let mut sq = blst_fp::default();
+        unsafe { blst::blst_fp_sqr(&mut sq, x) };
+        assert_eq!(out[4 * i], fp_op(blst::blst_fp_mul, x, y), "mul #{i}");
+        assert_eq!(out[4 * i + 1], sq, "sqr #{i}");
+        assert_eq!(out[4 * i + 2], fp_op(blst::blst_fp_add, x, y), "add #{i}");
+        assert_eq!(out[4 * i + 3], fp_op(blst::blst_fp_sub, x, y), "sub #{i}");
+    }
+}
+
+fn hex48(s: &str) -> [u8; 48] {
+    let mut out = [0u8; 48];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap();
+    }
+    out
+}
+
+fn random_scalars(n: usize, seed: u64) -> Vec<Scalar> {
+    let mut r = rng(seed);
+    (0..n).map(|_| Scalar::random(&mut r)).collect()
+}
+
+/// p(x) at x by Horner's rule.
+fn eval(coeffs: &[Scalar], x: Scalar) -> Scalar {
+    coeffs.iter().rev().fold(Scalar::ZERO, |acc, c| acc * x + c)
+}
+
+fn bitrev(i: usize, log_n: u32) -> usize {
+    if log_n == 0 {
+        0
+    } else {
+        i.reverse_bits() >> (usize::BITS - log_n)
+    }
+}
+
+/// Checks every element (small n) or a spread of elements (large n) of
+/// `out` (in `order`) against direct evaluation at shift·ω^i.
+fn check_evals(coeffs: &[Scalar], out: &[Scalar], order: Order, shift: Scalar, what: &str) {
+    let log_n = coeffs.len().trailing_zeros();
+    let omega = root_of_unity(log_n);
+    let n = coeffs.len();
+    let indices: Vec<usize> = if n <= 1 << 10 {
+        (0..n).collect()
+    } else {
+        vec![0, 1, 2, 3, n / 2, n / 2 + 1, n - 2, n - 1, 12345 % n]
+    };
+    for i in indices {
+        let pos = if order == Order::Natural {
+            i
+        } else {
+            bitrev(i, log_n)
+        };
+        let x = shift * omega.pow_vartime([i as u64]);
+        assert_eq!(
+            out[pos],
+            eval(coeffs, x),
+            "{what}: n=2^{log_n}, evaluation {i}"
+        );
+    }
+}
+
+#[test]
+fn ntt_forward_inverse_and_cosets() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    let mut ntt = Ntt::new(gpu.clone());
+    let g = Scalar::MULTIPLICATIVE_GENERATOR;
+    // small, odd-log, past one pass (10 stages), past two, and large
+    for log_n in [0u32, 1, 2, 3, 5, 7, 10, 11, 13, 17, 20, 21, 24] {
+        let n = 1usize << log_n;
+        let coeffs = random_scalars(n, log_n as u64);
+        for input in [Order::Natural, Order::BitReversed] {
+            let host_in: Vec<Scalar> = if input == Order::Natural {
+                coeffs.clone()
+            } else {
+                (0..n).map(|p| coeffs[bitrev(p, log_n)]).collect()
+            };
+            let mut buf = FrBuffer::upload(&gpu, &host_in).unwrap();
+            let out_order = ntt.forward(&mut buf, input).unwrap();
+            assert_ne!(out_order, input);
+            check_evals(
+                &coeffs,
+                &buf.download(&gpu).unwrap(),
+                out_order,
+                Scalar::ONE,
+                "forward",
+            );
+            let back = ntt.inverse(&mut buf, out_order).unwrap();
+            assert_eq!(back, input);
+            assert_eq!(
+                buf.download(&gpu).unwrap(),
+                host_in,
+                "inverse(forward(x)) = x, n=2^{log_n}"
+            );
+
+            let out_order = ntt.coset_forward(&mut buf, input).unwrap();
+            check_evals(
+                &coeffs,
+                &buf.download(&gpu).unwrap(),
+                out_order,
+                g,
+                "coset forward",
+            );
+            ntt.coset_inverse(&mut buf, out_order).unwrap();
+            assert_eq!(
+                buf.download(&gpu).unwrap(),
+                host_in,
+                "coset round trip, n=2^{log_n}"
+            );
+        }
+        // bit reversal is an involution that matches the index permutation
+        let mut buf = FrBuffer::upload(&gpu, &coeffs).unwrap();
+        ntt.bit_reverse(&mut buf).unwrap();
+        let rev = buf.download(&gpu).unwrap();
+        assert!((0..n).all(|p| rev[p] == coeffs[bitrev(p, log_n)]));
+    }
+}
+
+#[test]
+fn quotient_chain_matches_definition() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    let mut ntt = Ntt::new(gpu.clone());
+    for log_n in [1u32, 4, 11, 16, 20] {
+        let n = 1usize << log_n;
+        // A·B − C must vanish on the domain for H to be a polynomial: take C = A·B
+        // there, except that we add a multiple of Z via random a, b and c = a·b.
+        let a = random_scalars(n, 100 + log_n as u64);
+        let b = random_scalars(n, 200 + log_n as u64);
+        let c: Vec<Scalar> = a.iter().zip(&b).map(|(x, y)| x * y).collect();
+        let mut da = FrBuffer::upload(&gpu, &a).unwrap();
+        let order = ntt
+            .quotient(
+                &mut da,
+                FrBuffer::upload(&gpu, &b).unwrap(),
+                FrBuffer::upload(&gpu, &c).unwrap(),
+            )
+            .unwrap();
+        assert_eq!(order, Order::BitReversed);
+        let h_rev = da.download(&gpu).unwrap();
+        let h: Vec<Scalar> = (0..n).map(|i| h_rev[bitrev(i, log_n)]).collect();
+        assert_eq!(h[n - 1], Scalar::ZERO, "deg H ≤ n − 2");
+        // Check A(x)·B(x) − C(x) = H(x)·Z(x) at a random point off the domain,
+        // with A, B, C interpolated from their evaluations (inverse NTT on the GPU,
+        // itself checked above).
+        let mut coeffs = |v: &[Scalar]| {
+            let mut buf = FrBuffer::upload(&gpu, v).unwrap();
+            let o = ntt.inverse(&mut buf, Order::Natural).unwrap();
+            let w = buf.download(&gpu).unwrap();
+            (0..n)
+                .map(|i| {
+                    if o == Order::Natural {
+                        w[i]
+                    } else {
+                        w[bitrev(i, log_n)]
+                    }
+                })
+                .collect::<Vec<_>>()
+        };
+        let (pa, pb, pc) = (coeffs(&a), coeffs(&b), coeffs(&c));
+        let x = Scalar::random(&mut rng(log_n as u64));
+        let z = x.pow_vartime([n as u64]) - Scalar::ONE;
+        assert_eq!(
+            eval(&pa, x) * eval(&pb, x) - eval(&pc, x),
+            eval(&h, x) * z,
+            "n=2^{log_n}"
+        );
+    }
+}
+
+#[test]
+fn bad_lengths_are_errors() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    let err = FrBuffer::upload(&gpu, &random_scalars(3, 1)).err().unwrap();
+    assert!(err.to_string().contains("power of two"), "{err}");
+    let _ = as_raw(&[Scalar::ONE]);
+}

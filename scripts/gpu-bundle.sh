@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds, here, everything a GPU run needs and puts it in .device-bundle/
+# (git-ignored; name it in the device tool's `carry`): the provd binary and
+# every test binary, stripped to fit the transfer limit. The GPU machine has no
+# cargo; these binaries run there as built here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bundle=.device-bundle
+rm -rf "$bundle" && mkdir -p "$bundle/tests"
+cargo build --release --bin provd
+cp target/release/provd "$bundle/provd"
+cargo test --release --workspace --no-run --message-format=json 2>/dev/null |
+  python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["target"]["name"] + "-" + m["target"]["kind"][0], m["executable"])
+' | while read -r name exe; do cp "$exe" "$bundle/tests/$name"; done
+strip "$bundle/provd" "$bundle"/tests/*
+git rev-parse --short=12 HEAD > "$bundle/COMMIT"
+du -sh "$bundle"

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the repository root, over .device-bundle/:
+#   scripts/gpu-run.sh [tests] [bench-ntt] [bench-prove] ...
+# Logs and JSON go to $OUT (the device tool brings them back).
+set -uo pipefail
+bundle=.device-bundle
+OUT=${OUT:-/tmp/provd-out}
+mkdir -p "$OUT"
+export PROVD_DATA_DIR=${PROVD_DATA_DIR:-/tmp/provd-data} RUST_BACKTRACE=1
+echo "commit $(cat $bundle/COMMIT)" | tee "$OUT/machine.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee -a "$OUT/machine.txt"
+nproc | sed 's/^/cpus: /' | tee -a "$OUT/machine.txt"
+status=0
+for step in "${@:-tests}"; do
+  case "$step" in
+    tests)
+      for t in "$bundle"/tests/*; do
+        echo "== $(basename "$t")" | tee -a "$OUT/tests.log"
+        "$t" --test-threads=1 2>&1 | tee -a "$OUT/tests.log" || status=1
+      done ;;
+    bench-ntt)
+      "$bundle/provd" bench ntt --sizes "${NTT_SIZES:-20,22,24,26}" --json "$OUT/ntt.json" 2>&1 | tee "$OUT/bench-ntt.log" || status=1 ;;
+    bench-prove)
+      "$bundle/provd" bench prove --circuit "${PROVE_CIRCUIT:-bench-20}" --runs "${PROVE_RUNS:-3}" --backend cuda \
+        --vs bellperson --json "$OUT/prove.json" 2>&1 | tee "$OUT/bench-prove.log" || status=1 ;;
+    *) echo "unknown step $step"; status=2 ;;
+  esac
+done
+exit $status

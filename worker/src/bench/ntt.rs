@@ -1,0 +1,132 @@
+//! `provd bench ntt`: GPU NTTs on device-resident data, timed with CUDA events,
+//! median of several runs after warm-up.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use blstrs::Scalar;
+use ff::Field;
+use provd_kernels::{FrBuffer, Gpu, Ntt, Order};
+use rand::SeedableRng;
+use rayon::prelude::*;
+use serde_json::json;
+
+use super::{environment, print_table, write_json};
+
+/// sppark's NTT on the same H200 (device-resident, natural order, median), ms:
+/// the goal figures.
+const SPPARK_MS: &[(u32, f64)] = &[(20, 0.28), (22, 1.12), (24, 4.73), (26, 23.8)];
+
+pub struct NttBench {
+    pub sizes: Vec<u32>,
+    pub runs: usize,
+    pub warmup: usize,
+    pub json: PathBuf,
+}
+
+fn random(n: usize, seed: u64) -> Vec<Scalar> {
+    let mut v = vec![Scalar::ZERO; n];
+    v.par_chunks_mut(1 << 16).enumerate().for_each(|(i, c)| {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ (i as u64) << 20);
+        c.iter_mut().for_each(|x| *x = Scalar::random(&mut rng));
+    });
+    v
+}
+
+fn median(mut v: Vec<f32>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2] as f64
+}
+
+impl NttBench {
+    pub fn run(&self, gpu: Arc<Gpu>) -> anyhow::Result<()> {
+        let mut ntt = Ntt::new(gpu.clone());
+        let timer = gpu.timer()?;
+        let mut rows = Vec::new();
+        let mut results = Vec::new();
+        for &log_n in &self.sizes {
+            anyhow::ensure!(
+                (1..=provd_kernels::ntt::MAX_LOG_N).contains(&log_n),
+                "size 2^{log_n} out of range"
+            );
+            let n = 1usize << log_n;
+            let mut a = FrBuffer::upload(&gpu, &random(n, 1))?;
+            let b = FrBuffer::upload(&gpu, &random(n, 2))?;
+            let c = FrBuffer::upload(&gpu, &random(n, 3))?;
+            ntt.prepare(log_n)?;
+            let mut time =
+                |f: &mut dyn FnMut(&mut Ntt) -> anyhow::Result<()>| -> anyhow::Result<f64> {
+                    let mut samples = Vec::new();
+                    for i in 0..self.warmup + self.runs {
+                        timer.start()?;
+                        f(&mut ntt)?;
+                        let ms = timer.stop()?;
+                        if i >= self.warmup {
+                            samples.push(ms);
+                        }
+                    }
+                    Ok(median(samples))
+                };
+            let dif = time(&mut |ntt| {
+                ntt.forward(&mut a, Order::Natural)?;
+                Ok(())
+            })?;
+            let natural = time(&mut |ntt| {
+                ntt.forward(&mut a, Order::Natural)?;
+                ntt.bit_reverse(&mut a)?;
+                Ok(())
+            })?;
+            // The H chain consumes b and c: copy them outside the timed region.
+            let mut h_samples = Vec::new();
+            for i in 0..self.warmup + self.runs {
+                let (b2, c2) = (b.try_clone(&gpu)?, c.try_clone(&gpu)?);
+                gpu.synchronize()?;
+                timer.start()?;
+                ntt.quotient(&mut a, b2, c2)?;
+                let ms = timer.stop()?;
+                if i >= self.warmup {
+                    h_samples.push(ms);
+                }
+            }
+            let h = median(h_samples);
+            let sppark = SPPARK_MS
+                .iter()
+                .find(|(k, _)| *k == log_n)
+                .map(|(_, ms)| *ms);
+            let ratio = sppark.map(|s| natural / s);
+            rows.push(vec![
+                format!("2^{log_n}"),
+                format!("{dif:.3}"),
+                format!("{natural:.3}"),
+                format!("{h:.3}"),
+                sppark.map(|s| format!("{s:.2}")).unwrap_or_default(),
+                ratio.map(|r| format!("{r:.2}")).unwrap_or_default(),
+            ]);
+            results.push(json!({
+                "log_n": log_n, "dif_natural_to_bitrev_ms": dif, "natural_to_natural_ms": natural,
+                "h_chain_ms": h, "sppark_ms": sppark, "ratio_natural_vs_sppark": ratio,
+            }));
+        }
+        let info = gpu.info();
+        println!(
+            "NTT over Fr on {} ({}), device-resident, CUDA events, median of {} after {} warm-up",
+            info.name, info.arch, self.runs, self.warmup
+        );
+        print_table(
+            &[
+                "size",
+                "fwd→bitrev ms",
+                "fwd natural ms",
+                "H chain ms",
+                "sppark ms",
+                "natural/sppark",
+            ],
+            &rows,
+        );
+        let report = json!({
+            "bench": "ntt", "env": environment(), "device": info.name, "arch": info.arch,
+            "runs": self.runs, "warmup": self.warmup, "results": results,
+        });
+        write_json(&self.json, &report)
+    }
+}

@@ -1,0 +1,137 @@
+//! `provd bench prove`: whole proofs, provd's backend against bellperson's
+//! prover on the same circuit and key, interleaved so both see the same noise.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use blstrs::Bls12;
+use serde_json::json;
+
+use super::{environment, median, ms, print_table, write_json};
+use crate::circuits::Builtin;
+use crate::groth16::{synthesize, Backend, Blinding, ProvingKey};
+
+pub struct ProveBench {
+    pub circuit: Builtin,
+    pub runs: usize,
+    pub vs_bellperson: bool,
+    pub json: PathBuf,
+}
+
+#[derive(Default)]
+struct Stages {
+    synth: Vec<Duration>,
+    start: Vec<Duration>,
+    finish: Vec<Duration>,
+    total: Vec<Duration>,
+}
+
+impl ProveBench {
+    pub fn run(&self, backend: &dyn Backend, key: &ProvingKey) -> anyhow::Result<()> {
+        let bkey = self.vs_bellperson.then(|| to_bellperson(key));
+        let mut ours = Stages::default();
+        let mut theirs = Vec::new();
+        // One warm-up of each, then `runs` interleaved pairs.
+        for i in 0..=self.runs {
+            let seed = Some(1000 + i as u64);
+            let t = Instant::now();
+            let w = synthesize(self.circuit.circuit(seed))?;
+            let t_synth = t.elapsed();
+            let public = w.public_inputs().to_vec();
+            let pending = backend.prove_start(key, w)?;
+            let t_start = t.elapsed();
+            let proof =
+                backend.prove_finish(key, pending, Blinding::random(&mut rand::rngs::OsRng))?;
+            let t_total = t.elapsed();
+            anyhow::ensure!(proof.verify(&key.vk, &public), "provd proof did not verify");
+            if i > 0 {
+                ours.synth.push(t_synth);
+                ours.start.push(t_start - t_synth);
+                ours.finish.push(t_total - t_start);
+                ours.total.push(t_total);
+            }
+            if let Some(bkey) = &bkey {
+                let t = Instant::now();
+                let p = bellperson::groth16::create_random_proof(
+                    self.circuit.circuit(seed),
+                    bkey,
+                    &mut rand::rngs::OsRng,
+                )
+                .context("bellperson prover")?;
+                let elapsed = t.elapsed();
+                let pvk = bellperson::groth16::prepare_verifying_key(&bkey.vk);
+                anyhow::ensure!(
+                    bellperson::groth16::verify_proof(&pvk, &p, &public)?,
+                    "bellperson proof did not verify"
+                );
+                if i > 0 {
+                    theirs.push(elapsed);
+                }
+            }
+        }
+        let total = median(&ours.total);
+        let mut rows = vec![vec![
+            format!("provd/{}", backend.name()),
+            ms(median(&ours.synth)),
+            ms(median(&ours.start)),
+            ms(median(&ours.finish)),
+            ms(total),
+            "1.00".into(),
+        ]];
+        let mut report = json!({
+            "bench": "prove",
+            "circuit": self.circuit.to_string(),
+            "runs": self.runs,
+            "env": environment(),
+            "provd": {
+                "backend": backend.name(),
+                "median_ms": { "synthesis": ms(median(&ours.synth)), "prove_start": ms(median(&ours.start)),
+                               "prove_finish": ms(median(&ours.finish)), "total": ms(total) },
+            },
+        });
+        if !theirs.is_empty() {
+            let b = median(&theirs);
+            let ratio = total.as_secs_f64() / b.as_secs_f64();
+            rows.push(vec![
+                "bellperson".into(),
+                "".into(),
+                "".into(),
+                "".into(),
+                ms(b),
+                format!("{:.2}", b.as_secs_f64() / total.as_secs_f64()),
+            ]);
+            report["bellperson"] = json!({ "median_ms": { "total": ms(b) } });
+            report["ratio_provd_over_bellperson"] = json!(format!("{ratio:.3}"));
+            println!(
+                "{} median over {} runs after warm-up; provd/bellperson time ratio = {ratio:.3}",
+                self.circuit, self.runs
+            );
+        }
+        print_table(
+            &[
+                "prover",
+                "synth ms",
+                "start ms",
+                "finish ms",
+                "total ms",
+                "speed vs provd",
+            ],
+            &rows,
+        );
+        write_json(&self.json, &report)
+    }
+}
+
+/// bellperson's view of our key (a copy: benchmarks only).
+pub fn to_bellperson(key: &ProvingKey) -> bellperson::groth16::Parameters<Bls12> {
+    bellperson::groth16::Parameters {
+        vk: key.vk.to_bellperson(),
+        h: Arc::new(key.h.clone()),
+        l: Arc::new(key.l.clone()),
+        a: Arc::new(key.a.clone()),
+        b_g1: Arc::new(key.b_g1.clone()),
+        b_g2: Arc::new(key.b_g2.clone()),
+    }
+}
