@@ -19,7 +19,7 @@ DEVICE fr_t twiddle(const fr_t* __restrict__ tw, u32 e, u32 half_n, bool inverse
     return inverse ? tw[half_n - e].neg() : tw[e];
 }
 
-extern "C" __global__ void ntt_pass(fr_t* __restrict__ data, const fr_t* __restrict__ tw, u32 log_n,
+extern "C" __global__ void __launch_bounds__(256) ntt_pass(fr_t* __restrict__ data, const fr_t* __restrict__ tw, u32 log_n,
                                     u32 log_hlo, u32 k, u32 log_r, u32 flags) {
     extern __shared__ fr_t sh[];
     const bool dit = flags & NTT_DIT;
@@ -39,25 +39,67 @@ extern "C" __global__ void ntt_pass(fr_t* __restrict__ data, const fr_t* __restr
     }
     __syncthreads();
 
-    for (u32 s = 0; s < k; s++) {
-        const u32 log_hj = dit ? s : k - 1 - s;  // local half-size, in units of h_lo
-        for (u32 tid = threadIdx.x; tid < (E >> 1); tid += blockDim.x) {
-            const u32 rr = tid & (R - 1), t = tid >> log_r;
-            const u32 lo = t & ((1u << log_hj) - 1);
-            const u32 j0 = ((t >> log_hj) << (log_hj + 1)) + lo;
-            const u32 j1 = j0 + (1u << log_hj);
-            // ω_{2h}^{x mod h} with h = h_lo·2^log_hj and x mod h = r + lo·h_lo
-            const u32 e = (r0 + rr + (lo << log_hlo)) << (log_n - 1 - log_hlo - log_hj);
-            const fr_t w = twiddle(tw, e, half_n, inverse);
-            fr_t x = sh[j0 * R + rr], y = sh[j1 * R + rr];
-            if (dit) {
-                y = y * w;
-                sh[j0 * R + rr] = x + y;
-                sh[j1 * R + rr] = x - y;
-            } else {
-                sh[j0 * R + rr] = x + y;
-                sh[j1 * R + rr] = (x - y) * w;
+    // ω_{2h}^{x mod h} for local half-size 2^log_hj (h = h_lo·2^log_hj) and
+    // x mod h = r + lo·h_lo.
+    auto exponent = [&](u32 rr, u32 log_hj, u32 lo) -> u32 {
+        return (r0 + rr + (lo << log_hlo)) << (log_n - 1 - log_hlo - log_hj);
+    };
+
+    // Two stages at a time in registers (radix-4), one when a single stage is left.
+    for (u32 s = 0; s < k;) {
+        if (k - s >= 2) {
+            // The two stages have local half-sizes H1 = 2^l and H2 = 2^(l−1);
+            // each thread takes the four elements b, b+H2, b+H1, b+H1+H2.
+            const u32 l = dit ? s + 1 : k - 1 - s;
+            const u32 H2 = 1u << (l - 1), H1 = 1u << l;
+            for (u32 tid = threadIdx.x; tid < (E >> 2); tid += blockDim.x) {
+                const u32 rr = tid & (R - 1), t = tid >> log_r;
+                const u32 b = ((t >> (l - 1)) << (l + 1)) | (t & (H2 - 1));
+                fr_t* p0 = &sh[b * R + rr];
+                fr_t* p1 = &sh[(b + H2) * R + rr];
+                fr_t* p2 = &sh[(b + H1) * R + rr];
+                fr_t* p3 = &sh[(b + H1 + H2) * R + rr];
+                fr_t x0 = *p0, x1 = *p1, x2 = *p2, x3 = *p3;
+                const fr_t wa = twiddle(tw, exponent(rr, l, b & (H1 - 1)), half_n, inverse);
+                const fr_t wb = twiddle(tw, exponent(rr, l, (b + H2) & (H1 - 1)), half_n, inverse);
+                const fr_t wc = twiddle(tw, exponent(rr, l - 1, b & (H2 - 1)), half_n, inverse);
+                if (dit) {
+                    fr_t t1 = x1 * wc, t3 = x3 * wc;
+                    fr_t y0 = x0 + t1, y1 = x0 - t1, y2 = x2 + t3, y3 = x2 - t3;
+                    fr_t u2 = y2 * wa, u3 = y3 * wb;
+                    *p0 = y0 + u2;
+                    *p2 = y0 - u2;
+                    *p1 = y1 + u3;
+                    *p3 = y1 - u3;
+                } else {
+                    fr_t y0 = x0 + x2, y2 = (x0 - x2) * wa;
+                    fr_t y1 = x1 + x3, y3 = (x1 - x3) * wb;
+                    *p0 = y0 + y1;
+                    *p1 = (y0 - y1) * wc;
+                    *p2 = y2 + y3;
+                    *p3 = (y2 - y3) * wc;
+                }
             }
+            s += 2;
+        } else {
+            const u32 log_hj = dit ? s : k - 1 - s;
+            for (u32 tid = threadIdx.x; tid < (E >> 1); tid += blockDim.x) {
+                const u32 rr = tid & (R - 1), t = tid >> log_r;
+                const u32 lo = t & ((1u << log_hj) - 1);
+                const u32 j0 = ((t >> log_hj) << (log_hj + 1)) + lo;
+                const u32 j1 = j0 + (1u << log_hj);
+                const fr_t w = twiddle(tw, exponent(rr, log_hj, lo), half_n, inverse);
+                fr_t x = sh[j0 * R + rr], y = sh[j1 * R + rr];
+                if (dit) {
+                    y = y * w;
+                    sh[j0 * R + rr] = x + y;
+                    sh[j1 * R + rr] = x - y;
+                } else {
+                    sh[j0 * R + rr] = x + y;
+                    sh[j1 * R + rr] = (x - y) * w;
+                }
+            }
+            s += 1;
         }
         __syncthreads();
     }

@@ -17,9 +17,11 @@ use crate::field::{DeviceField, FrRaw};
 
 /// Largest transform: 2^27 elements (4 GiB), twiddles included, fits an H200 many times over.
 pub const MAX_LOG_N: u32 = 27;
-/// Stages per shared-memory pass, and elements per block.
+/// Stages per shared-memory pass, elements per block, threads per block
+/// (each thread works on four elements at a time, two stages in registers).
 const MAX_PASS_STAGES: u32 = 10;
 const BLOCK_ELEMENTS_LOG: u32 = 10;
+const MAX_THREADS: u32 = 256;
 const LO_BITS: u32 = 10;
 
 /// Index order of a buffer's elements.
@@ -300,7 +302,7 @@ impl Ntt {
             let elements = 1u32 << (p.log_r + p.k);
             let cfg = LaunchConfig {
                 grid_dim: ((1u64 << log_n) as u32 / elements, 1, 1),
-                block_dim: (elements / 2, 1, 1),
+                block_dim: ((elements / 4).clamp(1, MAX_THREADS), 1, 1),
                 shared_mem_bytes: elements * 32,
             };
             let mut b = self.gpu.stream().launch_builder(&f);
