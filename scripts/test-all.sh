@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Every test provd has, on any machine: installs what the tests need, checks
+# formatting and lints, builds the binary the end-to-end tests start, runs the
+# whole workspace's tests, then shows what the GPU tests did (ran, or were
+# skipped and why). GPU tests run for real with scripts/gpu-run.sh on a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# NVRTC from PyPI: CI has no GPU but compiles every kernel with it.
+nvrtc_dir() {
+  python3 - <<'PY' 2>/dev/null
+import importlib.util, os
+spec = importlib.util.find_spec("nvidia")
+for root in (spec.submodule_search_locations if spec else []):
+    d = os.path.join(root, "cu13", "lib")
+    if os.path.exists(os.path.join(d, "libnvrtc.so.13")):
+        print(d); break
+PY
+}
+if [ -z "$(nvrtc_dir)" ]; then
+  python3 -m pip install --quiet --disable-pip-version-check "nvidia-cuda-nvrtc==13.0.*"
+fi
+dir=$(nvrtc_dir)
+[ -n "$dir" ] || { echo "NVRTC install failed" >&2; exit 1; }
+export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PROVD_REQUIRE_NVRTC=1
+
+cargo fmt --all -- --check
+cargo clippy --release --workspace --all-targets -- -D warnings
+cargo build --release --bins
+cargo test --release --workspace
+echo "GPU tests here (on a GPU machine they run for real: scripts/gpu-run.sh):"
+{
+  cargo test --release -q -p provd-kernels --test gpu -- --nocapture --test-threads=1
+  cargo test --release -q -p provd --lib gpu:: -- --nocapture --test-threads=1
+} 2>&1 | grep -E "skipped|test result"
