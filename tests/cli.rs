@@ -5,42 +5,19 @@ use provd_e2e::{provd, text};
 #[test]
 fn prove_generates_a_key_then_proves_and_verifies() {
     let dir = tempfile::tempdir().unwrap();
-    let o = provd(
-        dir.path(),
-        &["prove", "--circuit", "bench-10", "--backend", "cpu"],
-    );
+    let o = provd(dir.path(), &["prove", "--circuit", "bench-10", "--backend", "cpu"]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "stdout: {out}\nstderr: {err}");
-    assert!(
-        out.contains("bench-10: proof verified (cpu backend"),
-        "{out}"
-    );
-    assert!(
-        err.contains("TEST-ONLY"),
-        "key generation must say the key is test-only: {err}"
-    );
+    assert!(out.contains("bench-10: proof verified (cpu backend"), "{out}");
+    assert!(err.contains("TEST-ONLY"), "key generation must say the key is test-only: {err}");
     // The proof is 192 bytes of hex at the end of the line.
     let hex = out.trim().rsplit(' ').next().unwrap();
     assert_eq!(hex.len(), 384, "{out}");
     // Second run: the cached key is reused.
-    let o = provd(
-        dir.path(),
-        &[
-            "prove",
-            "--circuit",
-            "bench-10",
-            "--backend",
-            "cpu",
-            "--seed",
-            "7",
-        ],
-    );
+    let o = provd(dir.path(), &["prove", "--circuit", "bench-10", "--backend", "cpu", "--seed", "7"]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
-    assert!(
-        err.contains("loaded cached key") && !err.contains("TEST-ONLY"),
-        "{err}"
-    );
+    assert!(err.contains("loaded cached key") && !err.contains("TEST-ONLY"), "{err}");
 }
 
 #[test]
@@ -50,10 +27,7 @@ fn auto_backend_says_why_the_gpu_is_unused() {
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
     if out.contains("(cpu backend") {
-        assert!(
-            err.contains("GPU unused, proving on the CPU: no usable CUDA device:"),
-            "{err}"
-        );
+        assert!(err.contains("GPU unused, proving on the CPU: no usable CUDA device:"), "{err}");
     }
 }
 
@@ -63,10 +37,7 @@ fn unknown_circuit_is_a_clear_error() {
     let o = provd(dir.path(), &["prove", "--circuit", "bench-99"]);
     let (_, err) = text(&o);
     assert!(!o.status.success());
-    assert!(
-        err.contains("unknown circuit 'bench-99'") && err.contains("bench-K"),
-        "{err}"
-    );
+    assert!(err.contains("unknown circuit 'bench-99'") && err.contains("bench-K"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
 
@@ -77,33 +48,21 @@ fn corrupt_cached_key_is_a_clear_error() {
     std::fs::create_dir_all(&params).unwrap();
     let key = params.join("bench-6.v1.test-only.params");
     std::fs::write(&key, vec![7u8; 500]).unwrap();
-    let o = provd(
-        dir.path(),
-        &["prove", "--circuit", "bench-6", "--backend", "cpu"],
-    );
+    let o = provd(dir.path(), &["prove", "--circuit", "bench-6", "--backend", "cpu"]);
     let (_, err) = text(&o);
     assert!(!o.status.success());
-    assert!(
-        err.contains("unusable") && err.contains("delete it to regenerate"),
-        "{err}"
-    );
+    assert!(err.contains("unusable") && err.contains("delete it to regenerate"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
     // Truncated after a valid start.
     std::fs::write(&key, []).unwrap();
-    let (_, err) = text(&provd(
-        dir.path(),
-        &["prove", "--circuit", "bench-6", "--backend", "cpu"],
-    ));
+    let (_, err) = text(&provd(dir.path(), &["prove", "--circuit", "bench-6", "--backend", "cpu"]));
     assert!(err.contains("ends early"), "{err}");
 }
 
 #[test]
 fn cuda_backend_without_a_gpu_is_an_error_not_a_crash() {
     let dir = tempfile::tempdir().unwrap();
-    let o = provd(
-        dir.path(),
-        &["prove", "--circuit", "bench-6", "--backend", "cuda"],
-    );
+    let o = provd(dir.path(), &["prove", "--circuit", "bench-6", "--backend", "cuda"]);
     let (out, err) = text(&o);
     if o.status.success() {
         assert!(out.contains("cuda:0"), "{out}");

@@ -10,10 +10,7 @@ pub fn provd_bin() -> PathBuf {
         return p.into();
     }
     let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target profile directory");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target profile directory");
     let bin = dir.join("provd");
     assert!(
         bin.exists(),
@@ -35,8 +32,5 @@ pub fn provd(data_dir: &std::path::Path, args: &[&str]) -> Output {
 
 /// stdout and stderr as text, for assertions and failure messages.
 pub fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
 }

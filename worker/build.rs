@@ -12,10 +12,7 @@ fn main() {
         .output()
         .ok()
         .is_some_and(|o| !o.stdout.is_empty());
-    println!(
-        "cargo:rustc-env=PROVD_COMMIT={commit}{}",
-        if dirty { "-dirty" } else { "" }
-    );
+    println!("cargo:rustc-env=PROVD_COMMIT={commit}{}", if dirty { "-dirty" } else { "" });
     println!("cargo:rerun-if-changed=../.git/HEAD");
     println!("cargo:rerun-if-changed=../.git/index");
 }

@@ -14,7 +14,9 @@ const SOURCES: &[(&str, &str)] = &[
     ("prelude.cuh", include_str!("../cuda/prelude.cuh")),
     ("field.cuh", include_str!("../cuda/field.cuh")),
     ("fields.cuh", include_str!("../cuda/fields.cuh")),
+    ("curve.cuh", include_str!("../cuda/curve.cuh")),
     ("ntt.cu", include_str!("../cuda/ntt.cu")),
+    ("msm.cu", include_str!("../cuda/msm.cu")),
     ("field_tests.cu", include_str!("../cuda/field_tests.cu")),
 ];
 
@@ -31,11 +33,7 @@ pub fn kernel_source() -> String {
 }
 
 fn options(arch: &str) -> Vec<String> {
-    vec![
-        format!("--gpu-architecture={arch}"),
-        "--std=c++17".into(),
-        "-DNVRTC=1".into(),
-    ]
+    vec![format!("--gpu-architecture={arch}"), "--std=c++17".into(), "-DNVRTC=1".into()]
 }
 
 /// Compiles the kernels to a cubin for `arch` (e.g. "sm_90"). Needs only NVRTC,
@@ -45,10 +43,7 @@ pub fn compile_cubin(arch: &str) -> Result<Vec<u8>, GpuError> {
     use cudarc::nvrtc::sys;
     let src = CString::new(kernel_source()).expect("kernel source has no NUL");
     let name = CString::new("provd_kernels.cu").unwrap();
-    let opts: Vec<CString> = options(arch)
-        .into_iter()
-        .map(|o| CString::new(o).unwrap())
-        .collect();
+    let opts: Vec<CString> = options(arch).into_iter().map(|o| CString::new(o).unwrap()).collect();
     let opt_ptrs: Vec<*const std::ffi::c_char> = opts.iter().map(|o| o.as_ptr()).collect();
     let nvrtc_err = |what: &str, r: sys::nvrtcResult| GpuError::Compile {
         arch: arch.into(),
@@ -77,10 +72,7 @@ pub fn compile_cubin(arch: &str) -> Result<Vec<u8>, GpuError> {
             let log = CStr::from_bytes_until_nul(&log)
                 .map(|c| c.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            Err(GpuError::Compile {
-                arch: arch.into(),
-                log,
-            })
+            Err(GpuError::Compile { arch: arch.into(), log })
         } else {
             let mut size = 0usize;
             let r = sys::nvrtcGetCUBINSize(prog, &mut size);
@@ -117,9 +109,7 @@ pub struct CompileCache {
 
 impl CompileCache {
     pub fn new(dir: &Path) -> Self {
-        Self {
-            dir: dir.to_path_buf(),
-        }
+        Self { dir: dir.to_path_buf() }
     }
 
     /// The cubin for `arch` under driver `driver_version`: from the cache when
@@ -131,23 +121,14 @@ impl CompileCache {
         h.update(kernel_source());
         h.update(options(arch).join(" "));
         h.update(format!("driver {driver_version} nvrtc {major}.{minor}"));
-        let digest: String = h
-            .finalize()
-            .iter()
-            .take(12)
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let digest: String = h.finalize().iter().take(12).map(|b| format!("{b:02x}")).collect();
         let path = self.dir.join(format!("provd-{arch}-{digest}.cubin"));
         if let Ok(bytes) = std::fs::read(&path) {
             return Ok((bytes, true));
         }
         let t = std::time::Instant::now();
         let cubin = compile_cubin(arch)?;
-        tracing::info!(
-            arch,
-            secs = t.elapsed().as_secs_f64(),
-            "compiled CUDA kernels with NVRTC"
-        );
+        tracing::info!(arch, secs = t.elapsed().as_secs_f64(), "compiled CUDA kernels with NVRTC");
         let tmp = path.with_extension("partial");
         let stored = std::fs::create_dir_all(&self.dir)
             .and_then(|_| std::fs::write(&tmp, &cubin))
@@ -169,19 +150,13 @@ mod tests {
     #[test]
     fn kernels_compile_with_nvrtc() {
         if let Err(e) = loader::nvrtc() {
-            assert!(
-                std::env::var_os("PROVD_REQUIRE_NVRTC").is_none(),
-                "NVRTC required but missing: {e}"
-            );
+            assert!(std::env::var_os("PROVD_REQUIRE_NVRTC").is_none(), "NVRTC required but missing: {e}");
             eprintln!("skipped: {e}");
             return;
         }
         for arch in ["sm_90", "sm_80"] {
             let cubin = compile_cubin(arch).unwrap_or_else(|e| panic!("{e}"));
-            assert!(
-                cubin.starts_with(b"\x7fELF"),
-                "{arch}: a cubin is an ELF image"
-            );
+            assert!(cubin.starts_with(b"\x7fELF"), "{arch}: a cubin is an ELF image");
         }
     }
 

@@ -3,9 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use cudarc::driver::{
-    sys, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream,
-};
+use cudarc::driver::{sys, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream};
 
 use crate::compile::CompileCache;
 use crate::error::{During, GpuError};
@@ -57,22 +55,16 @@ impl Gpu {
     fn open_inner(ordinal: usize, cache_dir: &Path) -> Result<Self, GpuError> {
         let count = CudaContext::device_count().during("counting devices")?;
         if ordinal >= count as usize {
-            return Err(GpuError::Unavailable(format!(
-                "device {ordinal} requested, {count} present"
-            )));
+            return Err(GpuError::Unavailable(format!("device {ordinal} requested, {count} present")));
         }
         let ctx = CudaContext::new(ordinal).during("creating a context")?;
-        let (major, minor) = ctx
-            .compute_capability()
-            .during("reading the compute capability")?;
+        let (major, minor) = ctx.compute_capability().during("reading the compute capability")?;
         let arch = format!("sm_{major}{minor}");
         let mut driver_version = 0;
         // SAFETY: writes one int.
         unsafe { sys::cuDriverGetVersion(&mut driver_version) };
         let (cubin, kernels_cached) = CompileCache::new(cache_dir).cubin(&arch, driver_version)?;
-        let module = ctx
-            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
-            .during("loading the kernels")?;
+        let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).during("loading the kernels")?;
         let info = DeviceInfo {
             ordinal,
             name: ctx.name().during("reading the device name")?,
@@ -86,12 +78,7 @@ impl Gpu {
         };
         let stream = ctx.new_stream().during("creating a stream")?;
         tracing::info!(device = %info.name, arch = %info.arch, sms = info.multiprocessors, cached = kernels_cached, "CUDA device ready");
-        Ok(Self {
-            ctx,
-            stream,
-            module,
-            info,
-        })
+        Ok(Self { ctx, stream, module, info })
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -109,9 +96,7 @@ impl Gpu {
     }
 
     pub(crate) fn function(&self, name: &str) -> Result<CudaFunction, GpuError> {
-        self.module
-            .load_function(name)
-            .during("looking up a kernel")
+        self.module.load_function(name).during("looking up a kernel")
     }
 
     /// Free and total device memory, in bytes.
@@ -121,20 +106,13 @@ impl Gpu {
 
     /// Copies field elements to a new device buffer.
     pub fn upload<F: DeviceField>(&self, v: &[F]) -> Result<CudaSlice<F::Raw>, GpuError> {
-        self.stream
-            .clone_htod(as_raw(v))
-            .during("copying to the device")
+        self.stream.clone_htod(as_raw(v)).during("copying to the device")
     }
 
     /// Copies a device buffer back.
-    pub fn download<F: DeviceField + Default>(
-        &self,
-        d: &CudaSlice<F::Raw>,
-    ) -> Result<Vec<F>, GpuError> {
+    pub fn download<F: DeviceField + Default>(&self, d: &CudaSlice<F::Raw>) -> Result<Vec<F>, GpuError> {
         let mut out = vec![F::default(); d.len()];
-        self.stream
-            .memcpy_dtoh(d, as_raw_mut(&mut out))
-            .during("copying from the device")?;
+        self.stream.memcpy_dtoh(d, as_raw_mut(&mut out)).during("copying from the device")?;
         self.synchronize()?;
         Ok(out)
     }
@@ -144,9 +122,7 @@ impl Gpu {
         &self,
         len: usize,
     ) -> Result<CudaSlice<T>, GpuError> {
-        self.stream
-            .alloc_zeros(len)
-            .during("allocating device memory")
+        self.stream.alloc_zeros(len).during("allocating device memory")
     }
 
     pub fn synchronize(&self) -> Result<(), GpuError> {

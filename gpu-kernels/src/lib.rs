@@ -1,4 +1,5 @@
-//! provd's CUDA kernels: BLS12-381 field arithmetic and the NTT over Fr.
+//! provd's CUDA kernels: BLS12-381 field and curve arithmetic, the NTT over Fr
+//! and the multi-scalar multiplication over G1.
 //!
 //! Kernels are CUDA C++ sources under `cuda/`, compiled at first use by NVRTC
 //! for the device's own architecture and cached on disk. The CUDA driver and
@@ -10,12 +11,14 @@ mod device;
 mod error;
 pub mod field;
 mod loader;
+pub mod msm;
 pub mod ntt;
 
 pub use compile::{compile_cubin, kernel_source, CompileCache};
 pub use device::{DeviceInfo, Gpu, Timer};
 pub use error::GpuError;
 pub use field::{FpRaw, FrRaw};
+pub use msm::{G1Bases, Msm};
 pub use ntt::{FrBuffer, Ntt, Order};
 
 /// Opens the first CUDA device for tests, or says why not. GPU tests call this

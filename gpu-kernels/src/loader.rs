@@ -75,10 +75,7 @@ pub(crate) fn nvrtc() -> Result<(), String> {
 /// NVRTC dlopens `libnvrtc-builtins.so.13.x` by name when it compiles; when
 /// NVRTC itself was found by path, load its builtins from beside it first.
 fn preload_builtins(nvrtc: &str) {
-    let Some(dir) = std::path::Path::new(nvrtc)
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-    else {
+    let Some(dir) = std::path::Path::new(nvrtc).parent().filter(|d| !d.as_os_str().is_empty()) else {
         return;
     };
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -106,8 +103,7 @@ fn python_wheel_dirs() -> Vec<String> {
     }
     if let Some(home) = std::env::var_os("HOME") {
         roots.push(std::path::Path::new(&home).join(".local"));
-        if let Ok(entries) = std::fs::read_dir(std::path::Path::new(&home).join(".pyenv/versions"))
-        {
+        if let Ok(entries) = std::fs::read_dir(std::path::Path::new(&home).join(".pyenv/versions")) {
             roots.extend(entries.flatten().map(|e| e.path()));
         }
     }

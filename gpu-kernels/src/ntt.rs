@@ -50,25 +50,17 @@ impl FrBuffer {
     /// Uploads `v`, whose length must be a power of two up to 2^27.
     pub fn upload(gpu: &Gpu, v: &[Scalar]) -> Result<Self, GpuError> {
         let log_n = log2_exact(v.len())?;
-        Ok(Self {
-            data: gpu.upload(v)?,
-            log_n,
-        })
+        Ok(Self { data: gpu.upload(v)?, log_n })
     }
 
     /// Uploads `v` zero-padded to 2^log_n elements.
     pub fn upload_padded(gpu: &Gpu, v: &[Scalar], log_n: u32) -> Result<Self, GpuError> {
         if v.len() > 1 << log_n || log_n > MAX_LOG_N {
-            return Err(GpuError::Invalid(format!(
-                "{} elements do not fit 2^{log_n}",
-                v.len()
-            )));
+            return Err(GpuError::Invalid(format!("{} elements do not fit 2^{log_n}", v.len())));
         }
         let mut data = gpu.zeros::<FrRaw>(1 << log_n)?;
         let raw = crate::field::as_raw(v);
-        gpu.stream()
-            .memcpy_htod(raw, &mut data.slice_mut(..v.len()))
-            .during("copying to the device")?;
+        gpu.stream().memcpy_htod(raw, &mut data.slice_mut(..v.len())).during("copying to the device")?;
         Ok(Self { data, log_n })
     }
 
@@ -95,10 +87,7 @@ impl FrBuffer {
     /// A device-side copy.
     pub fn try_clone(&self, gpu: &Gpu) -> Result<Self, GpuError> {
         Ok(Self {
-            data: gpu
-                .stream()
-                .clone_dtod(&self.data)
-                .during("copying on the device")?,
+            data: gpu.stream().clone_dtod(&self.data).during("copying on the device")?,
             log_n: self.log_n,
         })
     }
@@ -172,10 +161,7 @@ const FLAG_INVERSE: u32 = 2;
 
 impl Ntt {
     pub fn new(gpu: Arc<Gpu>) -> Self {
-        Self {
-            gpu,
-            tables: HashMap::new(),
-        }
+        Self { gpu, tables: HashMap::new() }
     }
 
     pub fn gpu(&self) -> &Arc<Gpu> {
@@ -192,13 +178,7 @@ impl Ntt {
             let half = 1usize << log_n.saturating_sub(1);
             let omega = root_of_unity(log_n);
             let twiddles = self.fill_powers(half, Scalar::ONE, omega)?;
-            self.tables.insert(
-                log_n,
-                Tables {
-                    twiddles,
-                    powers: HashMap::new(),
-                },
-            );
+            self.tables.insert(log_n, Tables { twiddles, powers: HashMap::new() });
         }
         Ok(self.tables.get_mut(&log_n).unwrap())
     }
@@ -212,9 +192,7 @@ impl Ntt {
         let (n, lo_bits) = (len as u32, LO_BITS.min(len.trailing_zeros()));
         let mut b = self.gpu.stream().launch_builder(&f);
         b.arg(&mut out).arg(&n).arg(&lo).arg(&hi).arg(&lo_bits);
-        unsafe { b.launch(LaunchConfig::for_num_elems(n)) }
-            .map(drop)
-            .during("launching fill_powers")?;
+        unsafe { b.launch(LaunchConfig::for_num_elems(n)) }.map(drop).during("launching fill_powers")?;
         Ok(out)
     }
 
@@ -244,12 +222,7 @@ impl Ntt {
         Ok((self.gpu.upload(&lo)?, self.gpu.upload(&hi)?))
     }
 
-    fn scale(
-        &mut self,
-        buf: &mut FrBuffer,
-        scaling: Scaling,
-        order: Order,
-    ) -> Result<(), GpuError> {
+    fn scale(&mut self, buf: &mut FrBuffer, scaling: Scaling, order: Order) -> Result<(), GpuError> {
         let log_n = buf.log_n;
         let n = 1usize << log_n;
         let g = Scalar::MULTIPLICATIVE_GENERATOR;
@@ -270,24 +243,12 @@ impl Ntt {
         let lo_bits = LO_BITS.min(log_n);
         let bitrev = (order == Order::BitReversed) as u32;
         let mut b = self.gpu.stream().launch_builder(&f);
-        b.arg(&mut buf.data)
-            .arg(&log_n)
-            .arg(lo)
-            .arg(hi)
-            .arg(&lo_bits)
-            .arg(&bitrev);
-        unsafe { b.launch(LaunchConfig::for_num_elems(n as u32)) }
-            .map(drop)
-            .during("launching scale_powers")
+        b.arg(&mut buf.data).arg(&log_n).arg(lo).arg(hi).arg(&lo_bits).arg(&bitrev);
+        unsafe { b.launch(LaunchConfig::for_num_elems(n as u32)) }.map(drop).during("launching scale_powers")
     }
 
     /// The unscaled transform: DIF from natural order, DIT from bit-reversed.
-    fn transform(
-        &mut self,
-        buf: &mut FrBuffer,
-        input: Order,
-        inverse: bool,
-    ) -> Result<Order, GpuError> {
+    fn transform(&mut self, buf: &mut FrBuffer, input: Order, inverse: bool) -> Result<Order, GpuError> {
         let log_n = buf.log_n;
         let mut passes = plan(log_n);
         let dit = input == Order::BitReversed;
@@ -306,16 +267,8 @@ impl Ntt {
                 shared_mem_bytes: elements * 32,
             };
             let mut b = self.gpu.stream().launch_builder(&f);
-            b.arg(&mut buf.data)
-                .arg(tw)
-                .arg(&log_n)
-                .arg(&p.log_hlo)
-                .arg(&p.k)
-                .arg(&p.log_r)
-                .arg(&flags);
-            unsafe { b.launch(cfg) }
-                .map(drop)
-                .during("launching ntt_pass")?;
+            b.arg(&mut buf.data).arg(tw).arg(&log_n).arg(&p.log_hlo).arg(&p.k).arg(&p.log_r).arg(&flags);
+            unsafe { b.launch(cfg) }.map(drop).during("launching ntt_pass")?;
         }
         Ok(input.flip())
     }
@@ -367,9 +320,7 @@ impl Ntt {
     ) -> Result<Order, GpuError> {
         let log_n = a.log_n;
         if b.log_n != log_n || c.log_n != log_n {
-            return Err(GpuError::Invalid(
-                "a, b and c must have the same length".into(),
-            ));
+            return Err(GpuError::Invalid("a, b and c must have the same length".into()));
         }
         for v in [&mut *a, &mut b, &mut c] {
             // evaluations → coefficients (bit-reversed, unscaled) → ·g^i/n → coset evaluations (natural)
@@ -379,18 +330,11 @@ impl Ntt {
         }
         let n = 1usize << log_n;
         let g = Scalar::MULTIPLICATIVE_GENERATOR;
-        let z_inv = (g.pow_vartime([n as u64]) - Scalar::ONE)
-            .invert()
-            .unwrap()
-            .to_raw();
+        let z_inv = (g.pow_vartime([n as u64]) - Scalar::ONE).invert().unwrap().to_raw();
         let f = self.gpu.function("quotient_pointwise")?;
         let n32 = n as u32;
         let mut lb = self.gpu.stream().launch_builder(&f);
-        lb.arg(&mut a.data)
-            .arg(&b.data)
-            .arg(&c.data)
-            .arg(&z_inv)
-            .arg(&n32);
+        lb.arg(&mut a.data).arg(&b.data).arg(&c.data).arg(&z_inv).arg(&n32);
         unsafe { lb.launch(LaunchConfig::for_num_elems(n32)) }
             .map(drop)
             .during("launching quotient_pointwise")?;

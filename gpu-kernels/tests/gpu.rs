@@ -19,10 +19,7 @@ fn field_ops<F: DeviceField + Default>(gpu: &Gpu, kernel: &str, a: &[F], b: &[F]
     let n = a.len() as u32;
     let da = gpu.upload(a).unwrap();
     let db = gpu.upload(b).unwrap();
-    let mut out = gpu
-        .stream()
-        .clone_htod(&vec![F::POISON; 4 * a.len()])
-        .unwrap();
+    let mut out = gpu.stream().clone_htod(&vec![F::POISON; 4 * a.len()]).unwrap();
     let f = gpu_function(gpu, kernel);
     let mut l = gpu.stream().launch_builder(&f);
     l.arg(&mut out).arg(&da).arg(&db).arg(&n);
@@ -38,13 +35,7 @@ fn gpu_function(gpu: &Gpu, name: &str) -> cudarc::driver::CudaFunction {
 fn fr_arithmetic_matches_blst() {
     let Some(gpu) = gpu_for_tests() else { return };
     let mut r = rng(1);
-    let edges = [
-        Scalar::ZERO,
-        Scalar::ONE,
-        -Scalar::ONE,
-        Scalar::from(2),
-        -Scalar::from(2),
-    ];
+    let edges = [Scalar::ZERO, Scalar::ONE, -Scalar::ONE, Scalar::from(2), -Scalar::from(2)];
     let n = 1 << 21;
     let mut a: Vec<Scalar> = (0..n).map(|_| Scalar::random(&mut r)).collect();
     let mut b: Vec<Scalar> = (0..n).map(|_| Scalar::random(&mut r)).collect();
@@ -158,17 +149,9 @@ fn check_evals(coeffs: &[Scalar], out: &[Scalar], order: Order, shift: Scalar, w
         vec![0, 1, 2, 3, n / 2, n / 2 + 1, n - 2, n - 1, 12345 % n]
     };
     for i in indices {
-        let pos = if order == Order::Natural {
-            i
-        } else {
-            bitrev(i, log_n)
-        };
+        let pos = if order == Order::Natural { i } else { bitrev(i, log_n) };
         let x = shift * omega.pow_vartime([i as u64]);
-        assert_eq!(
-            out[pos],
-            eval(coeffs, x),
-            "{what}: n=2^{log_n}, evaluation {i}"
-        );
+        assert_eq!(out[pos], eval(coeffs, x), "{what}: n=2^{log_n}, evaluation {i}");
     }
 }
 
@@ -190,35 +173,15 @@ fn ntt_forward_inverse_and_cosets() {
             let mut buf = FrBuffer::upload(&gpu, &host_in).unwrap();
             let out_order = ntt.forward(&mut buf, input).unwrap();
             assert_ne!(out_order, input);
-            check_evals(
-                &coeffs,
-                &buf.download(&gpu).unwrap(),
-                out_order,
-                Scalar::ONE,
-                "forward",
-            );
+            check_evals(&coeffs, &buf.download(&gpu).unwrap(), out_order, Scalar::ONE, "forward");
             let back = ntt.inverse(&mut buf, out_order).unwrap();
             assert_eq!(back, input);
-            assert_eq!(
-                buf.download(&gpu).unwrap(),
-                host_in,
-                "inverse(forward(x)) = x, n=2^{log_n}"
-            );
+            assert_eq!(buf.download(&gpu).unwrap(), host_in, "inverse(forward(x)) = x, n=2^{log_n}");
 
             let out_order = ntt.coset_forward(&mut buf, input).unwrap();
-            check_evals(
-                &coeffs,
-                &buf.download(&gpu).unwrap(),
-                out_order,
-                g,
-                "coset forward",
-            );
+            check_evals(&coeffs, &buf.download(&gpu).unwrap(), out_order, g, "coset forward");
             ntt.coset_inverse(&mut buf, out_order).unwrap();
-            assert_eq!(
-                buf.download(&gpu).unwrap(),
-                host_in,
-                "coset round trip, n=2^{log_n}"
-            );
+            assert_eq!(buf.download(&gpu).unwrap(), host_in, "coset round trip, n=2^{log_n}");
         }
         // bit reversal is an involution that matches the index permutation
         let mut buf = FrBuffer::upload(&gpu, &coeffs).unwrap();
@@ -241,11 +204,7 @@ fn quotient_chain_matches_definition() {
         let c: Vec<Scalar> = a.iter().zip(&b).map(|(x, y)| x * y).collect();
         let mut da = FrBuffer::upload(&gpu, &a).unwrap();
         let order = ntt
-            .quotient(
-                &mut da,
-                FrBuffer::upload(&gpu, &b).unwrap(),
-                FrBuffer::upload(&gpu, &c).unwrap(),
-            )
+            .quotient(&mut da, FrBuffer::upload(&gpu, &b).unwrap(), FrBuffer::upload(&gpu, &c).unwrap())
             .unwrap();
         assert_eq!(order, Order::BitReversed);
         let h_rev = da.download(&gpu).unwrap();
@@ -258,24 +217,12 @@ fn quotient_chain_matches_definition() {
             let mut buf = FrBuffer::upload(&gpu, v).unwrap();
             let o = ntt.inverse(&mut buf, Order::Natural).unwrap();
             let w = buf.download(&gpu).unwrap();
-            (0..n)
-                .map(|i| {
-                    if o == Order::Natural {
-                        w[i]
-                    } else {
-                        w[bitrev(i, log_n)]
-                    }
-                })
-                .collect::<Vec<_>>()
+            (0..n).map(|i| if o == Order::Natural { w[i] } else { w[bitrev(i, log_n)] }).collect::<Vec<_>>()
         };
         let (pa, pb, pc) = (coeffs(&a), coeffs(&b), coeffs(&c));
         let x = Scalar::random(&mut rng(log_n as u64));
         let z = x.pow_vartime([n as u64]) - Scalar::ONE;
-        assert_eq!(
-            eval(&pa, x) * eval(&pb, x) - eval(&pc, x),
-            eval(&h, x) * z,
-            "n=2^{log_n}"
-        );
+        assert_eq!(eval(&pa, x) * eval(&pb, x) - eval(&pc, x), eval(&h, x) * z, "n=2^{log_n}");
     }
 }
 

@@ -19,18 +19,11 @@ impl CudaBackend {
     /// Opens device `ordinal`; kernels are cached under `data_dir/kernels`.
     pub fn open(ordinal: usize, data_dir: &Path) -> Result<Self, GpuError> {
         let gpu = Arc::new(Gpu::open(ordinal, &data_dir.join("kernels"))?);
-        Ok(Self {
-            name: format!("cuda:{ordinal}"),
-            ntt: Mutex::new(Ntt::new(gpu)),
-        })
+        Ok(Self { name: format!("cuda:{ordinal}"), ntt: Mutex::new(Ntt::new(gpu)) })
     }
 
     pub fn gpu(&self) -> Arc<Gpu> {
-        self.ntt
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .gpu()
-            .clone()
+        self.ntt.lock().unwrap_or_else(|e| e.into_inner()).gpu().clone()
     }
 
     /// H's coefficients (natural order, n − 1 of them) from a/b/c evaluations.
@@ -58,10 +51,7 @@ impl CudaBackend {
 }
 
 fn backend_error(e: GpuError) -> ProveError {
-    ProveError::Backend {
-        backend: "cuda",
-        message: e.to_string(),
-    }
+    ProveError::Backend { backend: "cuda", message: e.to_string() }
 }
 
 impl Backend for CudaBackend {
@@ -69,21 +59,11 @@ impl Backend for CudaBackend {
         &self.name
     }
 
-    fn prove_start(
-        &self,
-        key: &ProvingKey,
-        witness: Synthesized,
-    ) -> Result<PendingProof, ProveError> {
+    fn prove_start(&self, key: &ProvingKey, witness: Synthesized) -> Result<PendingProof, ProveError> {
         key.check_matches(&witness)?;
-        let log_n = witness
-            .num_constraints()
-            .max(1)
-            .next_power_of_two()
-            .trailing_zeros();
+        let log_n = witness.num_constraints().max(1).next_power_of_two().trailing_zeros();
         if log_n > provd_kernels::ntt::MAX_LOG_N {
-            return Err(ProveError::DomainTooLarge {
-                constraints: witness.num_constraints(),
-            });
+            return Err(ProveError::DomainTooLarge { constraints: witness.num_constraints() });
         }
         let ([a, b, c], assignment, a_aux_density) = split(witness);
         let h = self.quotient(log_n, &a, &b, &c).map_err(backend_error)?;
@@ -120,9 +100,7 @@ mod tests {
             // short vectors: zero-padding must match too
             let len = n - n / 3;
             let v = |rng: &mut rand_chacha::ChaCha8Rng| {
-                (0..len)
-                    .map(|_| blstrs::Scalar::random(&mut *rng))
-                    .collect::<Vec<_>>()
+                (0..len).map(|_| blstrs::Scalar::random(&mut *rng)).collect::<Vec<_>>()
             };
             let (a, b, c) = (v(&mut rng), v(&mut rng), v(&mut rng));
             let want = cpu::quotient(&Domain::new(log_n), a.clone(), b.clone(), c.clone());

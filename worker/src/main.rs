@@ -11,11 +11,7 @@ use provd::circuits::Builtin;
 use provd::{bench, groth16, params};
 
 #[derive(Parser)]
-#[command(
-    name = "provd",
-    version,
-    about = "GPU proving worker: split Groth16 over BLS12-381"
-)]
+#[command(name = "provd", version, about = "GPU proving worker: split Groth16 over BLS12-381")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -88,6 +84,23 @@ enum BenchCommand {
         #[command(flatten)]
         common: Common,
     },
+    /// GPU G1 MSMs with resident bases, beside blst on the CPU.
+    Msm {
+        /// log2 sizes, comma separated.
+        #[arg(long, value_delimiter = ',', default_value = "20,22,24,26")]
+        sizes: Vec<u32>,
+        /// Sizes at which to time blst's CPU Pippenger too (and check equality).
+        #[arg(long, value_delimiter = ',', default_value = "20,22")]
+        cpu_sizes: Vec<u32>,
+        #[arg(long, default_value_t = 7)]
+        runs: usize,
+        #[arg(long, default_value_t = 2)]
+        warmup: usize,
+        #[arg(long, default_value = "bench-results/msm.json")]
+        json: PathBuf,
+        #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = default_data_dir())]
+        data_dir: PathBuf,
+    },
     /// GPU NTTs over Fr (forward, natural order, and the H chain).
     Ntt {
         /// log2 sizes, comma separated.
@@ -115,23 +128,17 @@ fn default_data_dir() -> PathBuf {
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PROVD_LOG")
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("PROVD_LOG").unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match Cli::parse().command {
-        Command::Prove {
-            circuit,
-            seed,
-            common,
-        } => {
+        Command::Prove { circuit, seed, common } => {
             let key = params::load_or_generate(&common.data_dir, circuit)?;
             let backend = provd::backend::select(common.backend, &common.data_dir)?;
             let t = Instant::now();
-            let (proof, public) =
-                groth16::prove(backend.as_ref(), &key, circuit.circuit(Some(seed)))?;
+            let (proof, public) = groth16::prove(backend.as_ref(), &key, circuit.circuit(Some(seed)))?;
             let elapsed = t.elapsed();
             anyhow::ensure!(proof.verify(&key.vk, &public), "the proof does not verify");
             println!(
@@ -141,19 +148,10 @@ fn main() -> anyhow::Result<()> {
                 hex(&proof.to_bytes())
             );
         }
-        Command::Params {
-            command:
-                ParamsCommand::Gen {
-                    circuit,
-                    force,
-                    vs,
-                    data_dir,
-                },
-        } => {
+        Command::Params { command: ParamsCommand::Gen { circuit, force, vs, data_dir } } => {
             let path = params::key_path(&data_dir, circuit);
             if force && path.exists() {
-                std::fs::remove_file(&path)
-                    .with_context(|| format!("removing {}", path.display()))?;
+                std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
             }
             let t = Instant::now();
             let key = params::load_or_generate(&data_dir, circuit)?;
@@ -175,51 +173,34 @@ fn main() -> anyhow::Result<()> {
                 );
             }
         }
-        Command::Bench {
-            command:
-                BenchCommand::Prove {
-                    circuit,
-                    runs,
-                    vs,
-                    json,
-                    common,
-                },
-        } => {
+        Command::Bench { command } => bench(command)?,
+    }
+    Ok(())
+}
+
+fn bench(command: BenchCommand) -> anyhow::Result<()> {
+    let gpu = |data_dir: &std::path::Path, what: &str| -> anyhow::Result<_> {
+        Ok(provd::gpu::CudaBackend::open(0, data_dir)
+            .with_context(|| format!("the {what} benchmark needs a GPU"))?
+            .gpu())
+    };
+    match command {
+        BenchCommand::Prove { circuit, runs, vs, json, common } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");
             let key = params::load_or_generate(&common.data_dir, circuit)?;
             let backend = provd::backend::select(common.backend, &common.data_dir)?;
-            bench::prove::ProveBench {
-                circuit,
-                runs,
-                vs_bellperson: vs.is_some(),
-                json,
-            }
-            .run(backend.as_ref(), &key)?;
+            bench::prove::ProveBench { circuit, runs, vs_bellperson: vs.is_some(), json }
+                .run(backend.as_ref(), &key)
         }
-        Command::Bench {
-            command:
-                BenchCommand::Ntt {
-                    sizes,
-                    runs,
-                    warmup,
-                    json,
-                    data_dir,
-                },
-        } => {
+        BenchCommand::Msm { sizes, cpu_sizes, runs, warmup, json, data_dir } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");
-            let gpu = provd::gpu::CudaBackend::open(0, &data_dir)
-                .context("the NTT benchmark needs a GPU")?
-                .gpu();
-            bench::ntt::NttBench {
-                sizes,
-                runs,
-                warmup,
-                json,
-            }
-            .run(gpu)?;
+            bench::msm::MsmBench { sizes, cpu_sizes, runs, warmup, json }.run(gpu(&data_dir, "MSM")?)
+        }
+        BenchCommand::Ntt { sizes, runs, warmup, json, data_dir } => {
+            anyhow::ensure!(runs > 0, "--runs must be at least 1");
+            bench::ntt::NttBench { sizes, runs, warmup, json }.run(gpu(&data_dir, "NTT")?)
         }
     }
-    Ok(())
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -47,26 +47,17 @@ pub fn load_or_generate(data_dir: &Path, circuit: Builtin) -> Result<ProvingKey,
     if path.exists() {
         let t = Instant::now();
         // Written by this program: the expensive subgroup checks can be skipped.
-        let key = ProvingKey::read_file(&path, PointCheck::Trusted).map_err(|source| {
-            KeyCacheError::Cached {
-                path: path.display().to_string(),
-                source,
-            }
-        })?;
+        let key = ProvingKey::read_file(&path, PointCheck::Trusted)
+            .map_err(|source| KeyCacheError::Cached { path: path.display().to_string(), source })?;
         tracing::info!(%circuit, path = %path.display(), secs = t.elapsed().as_secs_f64(), "loaded cached key");
         return Ok(key);
     }
     let dir = path.parent().expect("key path has a parent");
-    std::fs::create_dir_all(dir).map_err(|source| KeyCacheError::DataDir {
-        path: dir.display().to_string(),
-        source,
-    })?;
+    std::fs::create_dir_all(dir)
+        .map_err(|source| KeyCacheError::DataDir { path: dir.display().to_string(), source })?;
     let key = generate(circuit)?;
     key.write_file(&path)
-        .map_err(|source| KeyCacheError::Write {
-            path: path.display().to_string(),
-            source,
-        })?;
+        .map_err(|source| KeyCacheError::Write { path: path.display().to_string(), source })?;
     Ok(key)
 }
 
@@ -74,12 +65,8 @@ pub fn load_or_generate(data_dir: &Path, circuit: Builtin) -> Result<ProvingKey,
 pub fn generate(circuit: Builtin) -> Result<ProvingKey, KeyCacheError> {
     let t = Instant::now();
     tracing::warn!(%circuit, "generating a TEST-ONLY proving key from random toxic waste (never use it in production)");
-    let key = keygen::generate_test_key(circuit.circuit(None), &mut rand::rngs::OsRng).map_err(
-        |source| KeyCacheError::Generate {
-            circuit: circuit.to_string(),
-            source,
-        },
-    )?;
+    let key = keygen::generate_test_key(circuit.circuit(None), &mut rand::rngs::OsRng)
+        .map_err(|source| KeyCacheError::Generate { circuit: circuit.to_string(), source })?;
     tracing::info!(%circuit, secs = t.elapsed().as_secs_f64(), "key generated");
     Ok(key)
 }

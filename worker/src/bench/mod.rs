@@ -1,6 +1,7 @@
 //! Benchmarks behind `provd bench ...`: each prints a table and writes JSON
 //! with the machine and commit it ran on.
 
+pub mod msm;
 pub mod ntt;
 pub mod prove;
 
@@ -53,12 +54,7 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
         }
     }
     let line = |cells: Vec<&str>| {
-        cells
-            .iter()
-            .zip(&width)
-            .map(|(c, w)| format!("{c:>w$}"))
-            .collect::<Vec<_>>()
-            .join("  ")
+        cells.iter().zip(&width).map(|(c, w)| format!("{c:>w$}")).collect::<Vec<_>>().join("  ")
     };
     println!("{}", line(header.to_vec()));
     for r in rows {

@@ -54,19 +54,18 @@ impl NttBench {
             let b = FrBuffer::upload(&gpu, &random(n, 2))?;
             let c = FrBuffer::upload(&gpu, &random(n, 3))?;
             ntt.prepare(log_n)?;
-            let mut time =
-                |f: &mut dyn FnMut(&mut Ntt) -> anyhow::Result<()>| -> anyhow::Result<f64> {
-                    let mut samples = Vec::new();
-                    for i in 0..self.warmup + self.runs {
-                        timer.start()?;
-                        f(&mut ntt)?;
-                        let ms = timer.stop()?;
-                        if i >= self.warmup {
-                            samples.push(ms);
-                        }
+            let mut time = |f: &mut dyn FnMut(&mut Ntt) -> anyhow::Result<()>| -> anyhow::Result<f64> {
+                let mut samples = Vec::new();
+                for i in 0..self.warmup + self.runs {
+                    timer.start()?;
+                    f(&mut ntt)?;
+                    let ms = timer.stop()?;
+                    if i >= self.warmup {
+                        samples.push(ms);
                     }
-                    Ok(median(samples))
-                };
+                }
+                Ok(median(samples))
+            };
             let dif = time(&mut |ntt| {
                 ntt.forward(&mut a, Order::Natural)?;
                 Ok(())
@@ -89,10 +88,7 @@ impl NttBench {
                 }
             }
             let h = median(h_samples);
-            let sppark = SPPARK_MS
-                .iter()
-                .find(|(k, _)| *k == log_n)
-                .map(|(_, ms)| *ms);
+            let sppark = SPPARK_MS.iter().find(|(k, _)| *k == log_n).map(|(_, ms)| *ms);
             let ratio = sppark.map(|s| natural / s);
             rows.push(vec![
                 format!("2^{log_n}"),
@@ -113,14 +109,7 @@ impl NttBench {
             info.name, info.arch, self.runs, self.warmup
         );
         print_table(
-            &[
-                "size",
-                "fwd→bitrev ms",
-                "fwd natural ms",
-                "H chain ms",
-                "sppark ms",
-                "natural/sppark",
-            ],
+            &["size", "fwd→bitrev ms", "fwd natural ms", "H chain ms", "sppark ms", "natural/sppark"],
             &rows,
         );
         let report = json!({

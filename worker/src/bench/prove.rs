@@ -42,8 +42,7 @@ impl ProveBench {
             let public = w.public_inputs().to_vec();
             let pending = backend.prove_start(key, w)?;
             let t_start = t.elapsed();
-            let proof =
-                backend.prove_finish(key, pending, Blinding::random(&mut rand::rngs::OsRng))?;
+            let proof = backend.prove_finish(key, pending, Blinding::random(&mut rand::rngs::OsRng))?;
             let t_total = t.elapsed();
             anyhow::ensure!(proof.verify(&key.vk, &public), "provd proof did not verify");
             if i > 0 {
@@ -109,17 +108,7 @@ impl ProveBench {
                 self.circuit, self.runs
             );
         }
-        print_table(
-            &[
-                "prover",
-                "synth ms",
-                "start ms",
-                "finish ms",
-                "total ms",
-                "speed vs provd",
-            ],
-            &rows,
-        );
+        print_table(&["prover", "synth ms", "start ms", "finish ms", "total ms", "speed vs provd"], &rows);
         write_json(&self.json, &report)
     }
 }

@@ -28,11 +28,7 @@ pub struct BenchCircuit {
 
 impl BenchCircuit {
     pub fn new(log_size: u32, public_inputs: usize, seed: Option<u64>) -> Self {
-        Self {
-            log_size,
-            public_inputs,
-            seed,
-        }
+        Self { log_size, public_inputs, seed }
     }
 
     /// Constraints the circuit itself enforces (its inputs' constraints come on top).
@@ -42,8 +38,7 @@ impl BenchCircuit {
 }
 
 fn bit_value(v: Option<bool>) -> Result<Scalar, SynthesisError> {
-    v.map(|b| Scalar::from(b as u64))
-        .ok_or(SynthesisError::AssignmentMissing)
+    v.map(|b| Scalar::from(b as u64)).ok_or(SynthesisError::AssignmentMissing)
 }
 
 /// A new bit variable, constrained by b·(1 − b) = 0.
@@ -53,12 +48,7 @@ fn boolean<CS: ConstraintSystem<Scalar>>(
     v: Option<bool>,
 ) -> Result<Variable, SynthesisError> {
     let var = cs.alloc(|| name.to_string(), || bit_value(v))?;
-    cs.enforce(
-        || format!("{name} boolean"),
-        |lc| lc + var,
-        |lc| lc + CS::one() - var,
-        |lc| lc,
-    );
+    cs.enforce(|| format!("{name} boolean"), |lc| lc + var, |lc| lc + CS::one() - var, |lc| lc);
     Ok(var)
 }
 
@@ -86,8 +76,7 @@ impl Circuit<Scalar> for BenchCircuit {
 
         for r in 0..rounds {
             let mut cs = cs.namespace(|| format!("round {r}"));
-            let bits_val: [Option<bool>; 8] =
-                std::array::from_fn(|_| rng.as_mut().map(|r| r.gen()));
+            let bits_val: [Option<bool>; 8] = std::array::from_fn(|_| rng.as_mut().map(|r| r.gen()));
             let mut bits = [one; 8];
             for (i, v) in bits_val.iter().enumerate() {
                 bits[i] = boolean(&mut cs, &format!("u{i}"), *v)?;
@@ -99,44 +88,25 @@ impl Circuit<Scalar> for BenchCircuit {
                 let (u, v) = (bits[2 * k], bits[2 * k + 1]);
                 let w_val = bits_val[2 * k].zip(bits_val[2 * k + 1]).map(|(a, b)| a ^ b);
                 let w = cs.alloc(|| format!("w{k}"), || bit_value(w_val))?;
-                cs.enforce(
-                    || format!("w{k} = xor"),
-                    |lc| lc + u + u,
-                    |lc| lc + v,
-                    |lc| lc + u + v - w,
-                );
+                cs.enforce(|| format!("w{k} = xor"), |lc| lc + u + u, |lc| lc + v, |lc| lc + u + v - w);
                 let coeff = Scalar::from(1u64 << k);
                 pack = pack + (coeff, w);
-                pack_val = pack_val
-                    .zip(w_val)
-                    .map(|(p, w)| p + coeff * Scalar::from(w as u64));
+                pack_val = pack_val.zip(w_val).map(|(p, w)| p + coeff * Scalar::from(w as u64));
             }
             // acc' = 4·acc + Σ 2^k·w_k
             let prev = acc
                 .map(|a| LinearCombination::zero() + (Scalar::from(4), a))
                 .unwrap_or_else(LinearCombination::zero);
             let next = cs.alloc(|| "acc", || value(pack_val))?;
-            cs.enforce(
-                || "pack",
-                |lc| lc + &prev + &pack,
-                |lc| lc + one,
-                |lc| lc + next,
-            );
+            cs.enforce(|| "pack", |lc| lc + &prev + &pack, |lc| lc + one, |lc| lc + next);
             acc = Some(next);
             acc_val = pack_val;
             // x' = (acc' + 1) · x, kept full-width
             let x_next_val = acc_val.zip(x_val).map(|(a, x)| (a + Scalar::ONE) * x);
             let x_next = cs.alloc(|| "x", || value(x_next_val))?;
-            cs.enforce(
-                || "product",
-                |lc| lc + next + one,
-                |lc| lc + x,
-                |lc| lc + x_next,
-            );
+            cs.enforce(|| "product", |lc| lc + next + one, |lc| lc + x, |lc| lc + x_next);
             // t = u0 · x': used nowhere else, so it is absent from A and B.
-            let t_val = bits_val[0]
-                .zip(x_next_val)
-                .map(|(b, x)| if b { x } else { Scalar::ZERO });
+            let t_val = bits_val[0].zip(x_next_val).map(|(b, x)| if b { x } else { Scalar::ZERO });
             let t = cs.alloc(|| "t", || value(t_val))?;
             cs.enforce(|| "t", |lc| lc + bits[0], |lc| lc + x_next, |lc| lc + t);
             x = x_next;
@@ -149,12 +119,7 @@ impl Circuit<Scalar> for BenchCircuit {
             let kk = Scalar::from(k as u64);
             let v = x_val.map(|x| x + kk);
             let input = cs.alloc_input(|| format!("out{k}"), || value(v))?;
-            cs.enforce(
-                || format!("out{k}"),
-                |lc| lc + x + (kk, one),
-                |lc| lc + one,
-                |lc| lc + input,
-            );
+            cs.enforce(|| format!("out{k}"), |lc| lc + x + (kk, one), |lc| lc + one, |lc| lc + input);
             used += 1;
         }
         // Fill the rest of the domain with booleanity constraints on fresh bits.
@@ -178,11 +143,7 @@ mod tests {
     fn has_exactly_two_to_the_k_constraints() {
         for (k, inputs) in [(6, 1), (10, 4), (12, 40)] {
             let s = synthesize(BenchCircuit::new(k, inputs, Some(9))).unwrap();
-            assert_eq!(
-                s.num_constraints(),
-                1 << k,
-                "bench-{k} with {inputs} inputs"
-            );
+            assert_eq!(s.num_constraints(), 1 << k, "bench-{k} with {inputs} inputs");
             assert_eq!(s.public_inputs().len(), inputs);
         }
     }
@@ -190,11 +151,7 @@ mod tests {
     #[test]
     fn witness_is_mostly_bits_with_sparse_columns() {
         let s = synthesize(BenchCircuit::new(12, 2, Some(1))).unwrap();
-        let bits = s
-            .aux_assignment
-            .iter()
-            .filter(|v| **v == Scalar::ZERO || **v == Scalar::ONE)
-            .count();
+        let bits = s.aux_assignment.iter().filter(|v| **v == Scalar::ZERO || **v == Scalar::ONE).count();
         let frac = bits as f64 / s.aux_assignment.len() as f64;
         assert!((0.7..0.95).contains(&frac), "bit fraction {frac}");
         assert!(s.a_aux_density.ones() < s.aux_assignment.len());

@@ -66,10 +66,7 @@ mod tests {
 
     #[test]
     fn parses_names() {
-        assert_eq!(
-            "bench-16".parse::<Builtin>().unwrap(),
-            Builtin::Bench { log_size: 16 }
-        );
+        assert_eq!("bench-16".parse::<Builtin>().unwrap(), Builtin::Bench { log_size: 16 });
         for bad in ["bench-", "bench-3", "bench-28", "sha256", "bench-x"] {
             let err = bad.parse::<Builtin>().unwrap_err();
             assert!(err.to_string().contains("bench-K"), "{bad}: {err}");

@@ -20,11 +20,7 @@ pub trait Backend: Send + Sync {
 
     /// Computes H and the G1 MSMs (A, B in G1, L, H). Consumes the witness's
     /// a/b/c vectors; keeps the assignment for `prove_finish`.
-    fn prove_start(
-        &self,
-        key: &ProvingKey,
-        witness: Synthesized,
-    ) -> Result<PendingProof, ProveError>;
+    fn prove_start(&self, key: &ProvingKey, witness: Synthesized) -> Result<PendingProof, ProveError>;
 
     /// The G2 MSM for B and the assembly with blinding factors `r`, `s`.
     fn prove_finish(
@@ -82,10 +78,7 @@ pub struct Blinding {
 
 impl Blinding {
     pub fn random(rng: &mut impl RngCore) -> Self {
-        Self {
-            r: Scalar::random(&mut *rng),
-            s: Scalar::random(rng),
-        }
+        Self { r: Scalar::random(&mut *rng), s: Scalar::random(rng) }
     }
 }
 
@@ -102,12 +95,8 @@ pub fn split(witness: Synthesized) -> ([Vec<Scalar>; 3], Assignment, Density) {
         b_input_density,
         b_aux_density,
     } = witness;
-    let assignment = Assignment {
-        input: input_assignment,
-        aux: aux_assignment,
-        b_input_density,
-        b_aux_density,
-    };
+    let assignment =
+        Assignment { input: input_assignment, aux: aux_assignment, b_input_density, b_aux_density };
     ([a, b, c], assignment, a_aux_density)
 }
 
@@ -119,12 +108,7 @@ pub fn finish_on_cpu(key: &ProvingKey, pending: PendingProof, blind: Blinding) -
 }
 
 /// Groth16's assembly, as bellperson does it.
-pub fn assemble(
-    key: &ProvingKey,
-    g1: &G1Parts,
-    b_g2: G2Projective,
-    Blinding { r, s }: Blinding,
-) -> Proof {
+pub fn assemble(key: &ProvingKey, g1: &G1Parts, b_g2: G2Projective, Blinding { r, s }: Blinding) -> Proof {
     let vk = &key.vk;
     let a = G1Projective::from(vk.alpha_g1) + g1.a + vk.delta_g1 * r;
     let b = G2Projective::from(vk.beta_g2) + b_g2 + vk.delta_g2 * s;
@@ -132,9 +116,5 @@ pub fn assemble(
     // C = s·A + r·B₁ − r·s·δ + H + L  (A and B₁ already include their blinding).
     let c = a * s + b1 * r - vk.delta_g1 * (r * s) + g1.h + g1.l;
     debug_assert!(!bool::from(a.is_identity()));
-    Proof {
-        a: a.to_affine(),
-        b: b.to_affine(),
-        c: c.to_affine(),
-    }
+    Proof { a: a.to_affine(), b: b.to_affine(), c: c.to_affine() }
 }

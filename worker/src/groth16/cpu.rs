@@ -19,11 +19,7 @@ impl Backend for CpuBackend {
         "cpu"
     }
 
-    fn prove_start(
-        &self,
-        key: &ProvingKey,
-        witness: Synthesized,
-    ) -> Result<PendingProof, ProveError> {
+    fn prove_start(&self, key: &ProvingKey, witness: Synthesized) -> Result<PendingProof, ProveError> {
         key.check_matches(&witness)?;
         let domain = Domain::for_constraints(witness.num_constraints())?;
         let ([a, b, c], assignment, a_aux_density) = split(witness);
@@ -37,12 +33,7 @@ impl Backend for CpuBackend {
 /// by their evaluations on the domain (shorter vectors are zero-padded). The
 /// result has n − 1 entries (deg H ≤ n − 2). a/b/c are consumed: b and c are
 /// freed as soon as the pointwise step is done.
-pub fn quotient(
-    domain: &Domain,
-    mut a: Vec<Scalar>,
-    mut b: Vec<Scalar>,
-    mut c: Vec<Scalar>,
-) -> Vec<Scalar> {
+pub fn quotient(domain: &Domain, mut a: Vec<Scalar>, mut b: Vec<Scalar>, mut c: Vec<Scalar>) -> Vec<Scalar> {
     let n = domain.size();
     for v in [&mut a, &mut b, &mut c] {
         v.resize(n, Scalar::ZERO);

@@ -103,17 +103,11 @@ impl Domain {
 
     /// 1 / Z(g·ω^i), the same for every i: Z(x) = x^n − 1 and (g·ω^i)^n = g^n.
     pub fn z_inv_on_coset(&self) -> Scalar {
-        (self.shift.pow_vartime([self.size() as u64]) - Scalar::ONE)
-            .invert()
-            .unwrap()
+        (self.shift.pow_vartime([self.size() as u64]) - Scalar::ONE).invert().unwrap()
     }
 
     fn check(&self, v: &[Scalar]) {
-        assert_eq!(
-            v.len(),
-            self.size(),
-            "vector length must equal the domain size"
-        );
+        assert_eq!(v.len(), self.size(), "vector length must equal the domain size");
     }
 }
 
@@ -197,11 +191,7 @@ fn transform(v: &mut [Scalar], tw: &[Scalar]) {
 #[inline]
 fn butterflies(lo: &mut [Scalar], hi: &mut [Scalar], tw: &[Scalar], j0: usize, stride: usize) {
     for (j, (x, y)) in lo.iter_mut().zip(hi.iter_mut()).enumerate() {
-        let t = if j0 + j == 0 {
-            *y
-        } else {
-            *y * tw[(j0 + j) * stride]
-        };
+        let t = if j0 + j == 0 { *y } else { *y * tw[(j0 + j) * stride] };
         *y = *x - t;
         *x += t;
     }
@@ -266,11 +256,7 @@ mod tests {
             assert_eq!(v, naive_eval(&coeffs, Scalar::ONE, log_n), "log_n={log_n}");
             let mut w = coeffs.clone();
             d.coset_fft(&mut w);
-            assert_eq!(
-                w,
-                naive_eval(&coeffs, d.coset_shift(), log_n),
-                "coset log_n={log_n}"
-            );
+            assert_eq!(w, naive_eval(&coeffs, d.coset_shift(), log_n), "coset log_n={log_n}");
         }
     }
 

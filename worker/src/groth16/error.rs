@@ -19,10 +19,7 @@ pub enum ProveError {
     DomainTooLarge { constraints: usize },
     /// The backend (a GPU, say) failed.
     #[error("{backend} backend failed: {message}")]
-    Backend {
-        backend: &'static str,
-        message: String,
-    },
+    Backend { backend: &'static str, message: String },
 }
 
 /// Why a parameter (proving key) file could not be read or written.
@@ -40,9 +37,7 @@ pub enum ParamsError {
     InvalidPoint { what: String },
     #[error("parameter file is corrupt: {what} is the point at infinity, which a key never holds")]
     Identity { what: String },
-    #[error(
-        "parameter file is corrupt: {what} claims {len} elements, more than the file can hold"
-    )]
+    #[error("parameter file is corrupt: {what} claims {len} elements, more than the file can hold")]
     ImplausibleLength { what: &'static str, len: u64 },
     #[error("parameter file has {0} unexpected trailing bytes")]
     TrailingBytes(u64),

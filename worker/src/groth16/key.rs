@@ -102,17 +102,11 @@ impl ProvingKey {
             if key == circuit {
                 Ok(())
             } else {
-                Err(ProveError::KeyMismatch(format!(
-                    "the key has {key} {what}, the circuit needs {circuit}"
-                )))
+                Err(ProveError::KeyMismatch(format!("the key has {key} {what}, the circuit needs {circuit}")))
             }
         };
         expect("IC points (public inputs + 1)", self.vk.ic.len(), inputs)?;
-        expect(
-            "L points (aux variables)",
-            self.l.len(),
-            s.aux_assignment.len(),
-        )?;
+        expect("L points (aux variables)", self.l.len(), s.aux_assignment.len())?;
         let domain = s.num_constraints().max(1).next_power_of_two();
         expect("H points (domain size − 1)", self.h.len(), domain - 1)?;
         expect("A points", self.a.len(), inputs + s.a_aux_density.ones())?;
@@ -123,10 +117,8 @@ impl ProvingKey {
 
     /// Reads a key from a file, checking that nothing follows it.
     pub fn read_file(path: &Path, check: PointCheck) -> Result<Self, ParamsError> {
-        let file = File::open(path).map_err(|source| ParamsError::Open {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let file = File::open(path)
+            .map_err(|source| ParamsError::Open { path: path.display().to_string(), source })?;
         let size = file.metadata()?.len();
         let mut reader = KeyReader::new(BufReader::with_capacity(1 << 20, file), check, Some(size));
         let key = reader.key()?;
@@ -145,10 +137,8 @@ impl ProvingKey {
     /// crash never leaves a half-written key under the final name).
     pub fn write_file(&self, path: &Path) -> Result<(), ParamsError> {
         let tmp = path.with_extension("partial");
-        let file = File::create(&tmp).map_err(|source| ParamsError::Open {
-            path: tmp.display().to_string(),
-            source,
-        })?;
+        let file = File::create(&tmp)
+            .map_err(|source| ParamsError::Open { path: tmp.display().to_string(), source })?;
         let mut w = BufWriter::with_capacity(1 << 20, file);
         self.write(&mut w)?;
         w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
@@ -225,13 +215,7 @@ struct KeyReader<R> {
 
 impl<R: Read> KeyReader<R> {
     fn new(inner: R, check: PointCheck, size: Option<u64>) -> Self {
-        Self {
-            inner,
-            check,
-            size,
-            consumed: 0,
-            buf: Vec::new(),
-        }
+        Self { inner, check, size, consumed: 0, buf: Vec::new() }
     }
 
     fn key(&mut self) -> Result<ProvingKey, ParamsError> {
@@ -262,9 +246,7 @@ impl<R: Read> KeyReader<R> {
                 Ok(())
             }
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                Err(ParamsError::Truncated {
-                    what: what.to_string(),
-                })
+                Err(ParamsError::Truncated { what: what.to_string() })
             }
             Err(e) => Err(e.into()),
         }
@@ -272,9 +254,8 @@ impl<R: Read> KeyReader<R> {
 
     fn point<P: Encoded>(&mut self, what: &str) -> Result<P, ParamsError> {
         self.fill(P::BYTES, what)?;
-        let p = P::decode(&self.buf, self.check).ok_or_else(|| ParamsError::InvalidPoint {
-            what: what.to_string(),
-        })?;
+        let p = P::decode(&self.buf, self.check)
+            .ok_or_else(|| ParamsError::InvalidPoint { what: what.to_string() })?;
         Ok(p)
     }
 
@@ -284,31 +265,18 @@ impl<R: Read> KeyReader<R> {
         if let Some(size) = self.size {
             let needed = (len as u64) * P::BYTES as u64;
             if needed > size.saturating_sub(self.consumed) {
-                return Err(ParamsError::ImplausibleLength {
-                    what,
-                    len: len as u64,
-                });
+                return Err(ParamsError::ImplausibleLength { what, len: len as u64 });
             }
         }
         // Without a known size, grow as data arrives rather than trust `len`.
-        let mut out = Vec::with_capacity(if self.size.is_some() {
-            len
-        } else {
-            len.min(READ_BATCH)
-        });
+        let mut out = Vec::with_capacity(if self.size.is_some() { len } else { len.min(READ_BATCH) });
         let mut start = 0;
         while start < len {
             let count = READ_BATCH.min(len - start);
-            self.fill(
-                count * P::BYTES,
-                &format!("{what}[{start}..{}]", start + count),
-            )?;
+            self.fill(count * P::BYTES, &format!("{what}[{start}..{}]", start + count))?;
             let check = self.check;
-            let decoded: Vec<Option<P>> = self
-                .buf
-                .par_chunks_exact(P::BYTES)
-                .map(|bytes| P::decode(bytes, check))
-                .collect();
+            let decoded: Vec<Option<P>> =
+                self.buf.par_chunks_exact(P::BYTES).map(|bytes| P::decode(bytes, check)).collect();
             for (i, p) in decoded.into_iter().enumerate() {
                 let what = || format!("{what}[{}]", start + i);
                 let p = p.ok_or_else(|| ParamsError::InvalidPoint { what: what() })?;

@@ -24,34 +24,24 @@ where
     R: RngCore,
 {
     let mut cs = Shape::default();
-    cs.alloc_input(|| "ONE", || Ok(Scalar::ONE))
-        .map_err(ProveError::Synthesis)?;
+    cs.alloc_input(|| "ONE", || Ok(Scalar::ONE)).map_err(ProveError::Synthesis)?;
     circuit.synthesize(&mut cs).map_err(ProveError::Synthesis)?;
     for i in 0..cs.inputs.len() {
-        cs.enforce(
-            || "",
-            |lc| lc + Variable::new_unchecked(Index::Input(i)),
-            |lc| lc,
-            |lc| lc,
-        );
+        cs.enforce(|| "", |lc| lc + Variable::new_unchecked(Index::Input(i)), |lc| lc, |lc| lc);
     }
     let domain = Domain::for_constraints(cs.constraints)?;
     let n = domain.size();
 
     let [tau, alpha, beta, gamma, delta] = [(); 5].map(|_| nonzero(rng));
-    let (g1, g2) = (
-        G1Projective::random(&mut *rng),
-        G2Projective::random(&mut *rng),
-    );
+    let (g1, g2) = (G1Projective::random(&mut *rng), G2Projective::random(&mut *rng));
     let (gamma_inv, delta_inv) = (gamma.invert().unwrap(), delta.invert().unwrap());
 
     let lagrange = lagrange_at(tau, domain.log_size());
     let eval = |vars: &[Var]| -> Vec<[Scalar; 3]> {
         vars.par_iter()
             .map(|v| {
-                let dot = |terms: &[(usize, Scalar)]| {
-                    terms.iter().map(|(j, c)| lagrange[*j] * c).sum::<Scalar>()
-                };
+                let dot =
+                    |terms: &[(usize, Scalar)]| terms.iter().map(|(j, c)| lagrange[*j] * c).sum::<Scalar>();
                 [dot(&v.a), dot(&v.b), dot(&v.c)]
             })
             .collect()
@@ -60,25 +50,14 @@ where
     let aux = eval(&cs.aux);
 
     // Scalars for each query, then one batched fixed-base multiplication per base.
-    let ic_s: Vec<Scalar> = inputs
-        .iter()
-        .map(|[a, b, c]| (beta * a + alpha * b + c) * gamma_inv)
-        .collect();
-    let l_s: Vec<Scalar> = aux
-        .iter()
-        .map(|[a, b, c]| (beta * a + alpha * b + c) * delta_inv)
-        .collect();
+    let ic_s: Vec<Scalar> = inputs.iter().map(|[a, b, c]| (beta * a + alpha * b + c) * gamma_inv).collect();
+    let l_s: Vec<Scalar> = aux.iter().map(|[a, b, c]| (beta * a + alpha * b + c) * delta_inv).collect();
     // As in bellperson: an aux variable in no constraint would make L sparse.
     if l_s.iter().any(|s| bool::from(s.is_zero())) {
         return Err(ProveError::Synthesis(SynthesisError::UnconstrainedVariable));
     }
     let nonzero_of = |col: usize| -> Vec<Scalar> {
-        inputs
-            .iter()
-            .chain(&aux)
-            .map(|v| v[col])
-            .filter(|s| !bool::from(s.is_zero()))
-            .collect()
+        inputs.iter().chain(&aux).map(|v| v[col]).filter(|s| !bool::from(s.is_zero())).collect()
     };
     let (a_s, b_s) = (nonzero_of(0), nonzero_of(1));
     let z_over_delta = (tau.pow_vartime([n as u64]) - Scalar::ONE) * delta_inv;
@@ -126,10 +105,7 @@ fn lagrange_at(tau: Scalar, log_n: u32) -> Vec<Scalar> {
     denom.par_chunks_mut(1 << 14).for_each(|c| {
         ff::BatchInverter::invert_with_external_scratch(c, &mut vec![Scalar::ZERO; c.len()]);
     });
-    w.par_iter()
-        .zip(denom.par_iter())
-        .map(|(w, d)| zn * w * d)
-        .collect()
+    w.par_iter().zip(denom.par_iter()).map(|(w, d)| zn * w * d).collect()
 }
 
 /// Fixed-base multiplication: table[k][d] = d·2^(W·k)·G, so k·G costs one
@@ -194,12 +170,10 @@ where
 
     fn mul_all(&self, scalars: &[Scalar]) -> Vec<G::AffineRepr> {
         let mut out = vec![G::AffineRepr::default(); scalars.len()];
-        out.par_chunks_mut(1 << 12)
-            .zip(scalars.par_chunks(1 << 12))
-            .for_each(|(out, s)| {
-                let proj: Vec<G> = s.iter().map(|s| self.mul(s)).collect();
-                G::batch_normalize(&proj, out);
-            });
+        out.par_chunks_mut(1 << 12).zip(scalars.par_chunks(1 << 12)).for_each(|(out, s)| {
+            let proj: Vec<G> = s.iter().map(|s| self.mul(s)).collect();
+            G::batch_normalize(&proj, out);
+        });
         out
     }
 }
@@ -299,12 +273,7 @@ mod tests {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
         let g = G1Projective::random(&mut rng);
         let t = FixedBase::<G1Projective>::new(g);
-        let scalars = [
-            Scalar::ZERO,
-            Scalar::ONE,
-            -Scalar::ONE,
-            Scalar::random(&mut rng),
-        ];
+        let scalars = [Scalar::ZERO, Scalar::ONE, -Scalar::ONE, Scalar::random(&mut rng)];
         let got = t.mul_all(&scalars);
         for (s, p) in scalars.iter().zip(got) {
             assert_eq!(p, (g * s).to_affine());

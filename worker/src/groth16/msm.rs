@@ -14,9 +14,7 @@ use super::key::ProvingKey;
 use super::synthesis::Density;
 
 /// A group with a Pippenger MSM over its affine points.
-pub trait MsmGroup:
-    Group<Scalar = Scalar> + Send + Sync + std::ops::AddAssign<Self::Affine>
-{
+pub trait MsmGroup: Group<Scalar = Scalar> + Send + Sync + std::ops::AddAssign<Self::Affine> {
     type Affine: Copy + Send + Sync;
     fn pippenger(bases: &[Self::Affine], scalars: &[Scalar]) -> Self;
 }
@@ -24,10 +22,8 @@ pub trait MsmGroup:
 // blstrs's point types are `#[repr(transparent)]` wrappers of blst's, so key
 // points go to blst's Pippenger without a copy. (blstrs's own `multi_exp` takes
 // projective points and normalises them on every call.)
-const _: () =
-    assert!(std::mem::size_of::<G1Affine>() == std::mem::size_of::<blst::blst_p1_affine>());
-const _: () =
-    assert!(std::mem::size_of::<G2Affine>() == std::mem::size_of::<blst::blst_p2_affine>());
+const _: () = assert!(std::mem::size_of::<G1Affine>() == std::mem::size_of::<blst::blst_p1_affine>());
+const _: () = assert!(std::mem::size_of::<G2Affine>() == std::mem::size_of::<blst::blst_p2_affine>());
 const _: () = assert!(std::mem::size_of::<G1Projective>() == std::mem::size_of::<blst::blst_p1>());
 const _: () = assert!(std::mem::size_of::<G2Projective>() == std::mem::size_of::<blst::blst_p2>());
 
@@ -36,9 +32,8 @@ impl MsmGroup for G1Projective {
     fn pippenger(bases: &[G1Affine], scalars: &[Scalar]) -> Self {
         use blst::MultiPoint;
         // SAFETY: repr(transparent) over blst_p1_affine / blst_p1 (asserted above).
-        let raw = unsafe {
-            std::slice::from_raw_parts(bases.as_ptr().cast::<blst::blst_p1_affine>(), bases.len())
-        };
+        let raw =
+            unsafe { std::slice::from_raw_parts(bases.as_ptr().cast::<blst::blst_p1_affine>(), bases.len()) };
         let p = raw.mult(&scalar_bytes(scalars), 255);
         unsafe { std::mem::transmute::<blst::blst_p1, G1Projective>(p) }
     }
@@ -49,9 +44,8 @@ impl MsmGroup for G2Projective {
     fn pippenger(bases: &[G2Affine], scalars: &[Scalar]) -> Self {
         use blst::MultiPoint;
         // SAFETY: repr(transparent) over blst_p2_affine / blst_p2 (asserted above).
-        let raw = unsafe {
-            std::slice::from_raw_parts(bases.as_ptr().cast::<blst::blst_p2_affine>(), bases.len())
-        };
+        let raw =
+            unsafe { std::slice::from_raw_parts(bases.as_ptr().cast::<blst::blst_p2_affine>(), bases.len()) };
         let p = raw.mult(&scalar_bytes(scalars), 255);
         unsafe { std::mem::transmute::<blst::blst_p2, G2Projective>(p) }
     }
@@ -60,13 +54,11 @@ impl MsmGroup for G2Projective {
 /// Canonical little-endian scalar bytes, as blst's Pippenger reads them.
 fn scalar_bytes(scalars: &[Scalar]) -> Vec<u8> {
     let mut out = vec![0u8; scalars.len() * 32];
-    out.par_chunks_mut(32 * 1024)
-        .zip(scalars.par_chunks(1024))
-        .for_each(|(o, s)| {
-            for (o, s) in o.chunks_exact_mut(32).zip(s) {
-                o.copy_from_slice(&s.to_bytes_le());
-            }
-        });
+    out.par_chunks_mut(32 * 1024).zip(scalars.par_chunks(1024)).for_each(|(o, s)| {
+        for (o, s) in o.chunks_exact_mut(32).zip(s) {
+            o.copy_from_slice(&s.to_bytes_le());
+        }
+    });
     out
 }
 
@@ -115,12 +107,7 @@ pub fn filter(scalars: &[Scalar], density: &Density) -> Vec<Scalar> {
 }
 
 /// The four G1 MSMs of a proof, given H's coefficients.
-pub fn g1_parts(
-    key: &ProvingKey,
-    h_coeffs: &[Scalar],
-    asg: &Assignment,
-    a_aux_density: &Density,
-) -> G1Parts {
+pub fn g1_parts(key: &ProvingKey, h_coeffs: &[Scalar], asg: &Assignment, a_aux_density: &Density) -> G1Parts {
     let n_in = asg.input.len();
     let h = msm::<G1Projective>(&key.h, h_coeffs);
     let l = msm::<G1Projective>(&key.l, &asg.aux);
@@ -148,9 +135,7 @@ mod tests {
     fn msm_matches_naive_with_zeros_and_ones() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
         for n in [0usize, 1, 7, 100, 5_000] {
-            let bases: Vec<G1Affine> = (0..n)
-                .map(|_| G1Projective::random(&mut rng).into())
-                .collect();
+            let bases: Vec<G1Affine> = (0..n).map(|_| G1Projective::random(&mut rng).into()).collect();
             let scalars: Vec<Scalar> = (0..n)
                 .map(|i| match i % 4 {
                     0 => Scalar::ZERO,
@@ -159,10 +144,7 @@ mod tests {
                     _ => Scalar::random(&mut rng),
                 })
                 .collect();
-            let naive = bases
-                .iter()
-                .zip(&scalars)
-                .fold(G1Projective::identity(), |acc, (p, s)| acc + *p * s);
+            let naive = bases.iter().zip(&scalars).fold(G1Projective::identity(), |acc, (p, s)| acc + *p * s);
             assert_eq!(msm::<G1Projective>(&bases, &scalars), naive, "n={n}");
         }
     }

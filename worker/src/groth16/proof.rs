@@ -35,10 +35,7 @@ impl Proof {
 
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, ProofDecodeError> {
         if bytes.len() != Self::BYTES {
-            return Err(ProofDecodeError::Length {
-                expected: Self::BYTES,
-                got: bytes.len(),
-            });
+            return Err(ProofDecodeError::Length { expected: Self::BYTES, got: bytes.len() });
         }
         let a = G1Affine::from_compressed(bytes[..48].try_into().unwrap());
         let b = G2Affine::from_compressed(bytes[48..144].try_into().unwrap());
@@ -51,19 +48,12 @@ impl Proof {
     }
 
     pub fn to_bellperson(&self) -> bellperson::groth16::Proof<Bls12> {
-        bellperson::groth16::Proof {
-            a: self.a,
-            b: self.b,
-            c: self.c,
-        }
+        bellperson::groth16::Proof { a: self.a, b: self.b, c: self.c }
     }
 
     /// Verifies with bellperson's verifier (the reference, not our code).
     pub fn verify(&self, vk: &VerifyingKey, public_inputs: &[Scalar]) -> bool {
         let pvk = bellperson::groth16::prepare_verifying_key(&vk.to_bellperson());
-        matches!(
-            bellperson::groth16::verify_proof(&pvk, &self.to_bellperson(), public_inputs),
-            Ok(true)
-        )
+        matches!(bellperson::groth16::verify_proof(&pvk, &self.to_bellperson(), public_inputs), Ok(true))
     }
 }

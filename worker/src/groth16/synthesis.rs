@@ -24,11 +24,7 @@ pub struct Density {
 impl Density {
     /// A bitmap of `len` variables, all absent.
     pub fn new(len: usize) -> Self {
-        Self {
-            words: vec![0; len.div_ceil(64)],
-            len,
-            ones: 0,
-        }
+        Self { words: vec![0; len.div_ceil(64)], len, ones: 0 }
     }
 
     /// A bitmap with every variable present.
@@ -121,11 +117,7 @@ impl Synthesized {
 
     /// Drops the a/b/c vectors (after the NTT stage) and returns their bytes.
     pub fn take_abc(&mut self) -> (Vec<Scalar>, Vec<Scalar>, Vec<Scalar>) {
-        (
-            std::mem::take(&mut self.a),
-            std::mem::take(&mut self.b),
-            std::mem::take(&mut self.c),
-        )
+        (std::mem::take(&mut self.a), std::mem::take(&mut self.b), std::mem::take(&mut self.c))
     }
 }
 
@@ -138,8 +130,7 @@ where
     C: bellperson::Circuit<Scalar>,
 {
     let mut cs = Recorder::default();
-    cs.alloc_input(|| "ONE", || Ok(Scalar::ONE))
-        .map_err(ProveError::Synthesis)?;
+    cs.alloc_input(|| "ONE", || Ok(Scalar::ONE)).map_err(ProveError::Synthesis)?;
     let result = circuit.synthesize(&mut cs);
     if let Some(err) = cs.unsatisfied.take() {
         return Err(err);
@@ -148,12 +139,7 @@ where
     // `input · 0 = 0` for every input keeps the IC query fully dense; the key
     // generator appends the same constraints, so the QAPs agree.
     for i in 0..cs.out.input_assignment.len() {
-        cs.enforce(
-            || "",
-            |lc| lc + Variable::new_unchecked(Index::Input(i)),
-            |lc| lc,
-            |lc| lc,
-        );
+        cs.enforce(|| "", |lc| lc + Variable::new_unchecked(Index::Input(i)), |lc| lc, |lc| lc);
     }
     Ok(cs.out)
 }
@@ -236,9 +222,7 @@ impl ConstraintSystem<Scalar> for Recorder {
         self.out.aux_assignment.push(f()?);
         self.out.a_aux_density.push();
         self.out.b_aux_density.push();
-        Ok(Variable::new_unchecked(Index::Aux(
-            self.out.aux_assignment.len() - 1,
-        )))
+        Ok(Variable::new_unchecked(Index::Aux(self.out.aux_assignment.len() - 1)))
     }
 
     fn alloc_input<F, A, AR>(&mut self, _: A, f: F) -> Result<Variable, SynthesisError>
@@ -249,9 +233,7 @@ impl ConstraintSystem<Scalar> for Recorder {
     {
         self.out.input_assignment.push(f()?);
         self.out.b_input_density.push();
-        Ok(Variable::new_unchecked(Index::Input(
-            self.out.input_assignment.len() - 1,
-        )))
+        Ok(Variable::new_unchecked(Index::Input(self.out.input_assignment.len() - 1)))
     }
 
     fn enforce<A, AR, LA, LB, LC>(&mut self, annotation: A, a: LA, b: LB, c: LC)
@@ -262,21 +244,12 @@ impl ConstraintSystem<Scalar> for Recorder {
         LB: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
         LC: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
     {
-        let (a, b, c) = (
-            a(LinearCombination::zero()),
-            b(LinearCombination::zero()),
-            c(LinearCombination::zero()),
-        );
+        let (a, b, c) =
+            (a(LinearCombination::zero()), b(LinearCombination::zero()), c(LinearCombination::zero()));
         let out = &mut self.out;
         let (inputs, aux) = (&out.input_assignment, &out.aux_assignment);
         let a = eval(&a, inputs, aux, None, Some(&mut out.a_aux_density));
-        let b = eval(
-            &b,
-            inputs,
-            aux,
-            Some(&mut out.b_input_density),
-            Some(&mut out.b_aux_density),
-        );
+        let b = eval(&b, inputs, aux, Some(&mut out.b_input_density), Some(&mut out.b_aux_density));
         let c = eval(&c, inputs, aux, None, None);
         if self.unsatisfied.is_none() && a * b != c {
             let mut name = self.namespace.join("/");
@@ -287,10 +260,7 @@ impl ConstraintSystem<Scalar> for Recorder {
                 }
                 name.push_str(&own);
             }
-            self.unsatisfied = Some(ProveError::Unsatisfied {
-                index: out.a.len(),
-                name,
-            });
+            self.unsatisfied = Some(ProveError::Unsatisfied { index: out.a.len(), name });
         }
         out.a.push(a);
         out.b.push(b);
@@ -324,10 +294,7 @@ mod tests {
     }
 
     impl bellperson::Circuit<Scalar> for Square {
-        fn synthesize<CS: ConstraintSystem<Scalar>>(
-            self,
-            cs: &mut CS,
-        ) -> Result<(), SynthesisError> {
+        fn synthesize<CS: ConstraintSystem<Scalar>>(self, cs: &mut CS) -> Result<(), SynthesisError> {
             let x = cs.alloc(|| "x", || Ok(Scalar::from(self.x)))?;
             let y = cs.alloc_input(|| "y", || Ok(Scalar::from(self.claimed)))?;
             let mut ns = cs.namespace(|| "square");

@@ -30,21 +30,10 @@ struct Square(Option<u64>);
 
 impl Circuit<Scalar> for Square {
     fn synthesize<CS: ConstraintSystem<Scalar>>(self, cs: &mut CS) -> Result<(), SynthesisError> {
-        let x = cs.alloc(
-            || "x",
-            || {
-                self.0
-                    .map(Scalar::from)
-                    .ok_or(SynthesisError::AssignmentMissing)
-            },
-        )?;
+        let x = cs.alloc(|| "x", || self.0.map(Scalar::from).ok_or(SynthesisError::AssignmentMissing))?;
         let y = cs.alloc_input(
             || "y",
-            || {
-                self.0
-                    .map(|v| Scalar::from(v * v))
-                    .ok_or(SynthesisError::AssignmentMissing)
-            },
+            || self.0.map(|v| Scalar::from(v * v)).ok_or(SynthesisError::AssignmentMissing),
         )?;
         cs.enforce(|| "square", |lc| lc + x, |lc| lc + x, |lc| lc + y);
         Ok(())
@@ -58,11 +47,7 @@ struct Linear(Option<u64>);
 
 impl Circuit<Scalar> for Linear {
     fn synthesize<CS: ConstraintSystem<Scalar>>(self, cs: &mut CS) -> Result<(), SynthesisError> {
-        let v = |k: u64| {
-            self.0
-                .map(|s| Scalar::from(s + k))
-                .ok_or(SynthesisError::AssignmentMissing)
-        };
+        let v = |k: u64| self.0.map(|s| Scalar::from(s + k)).ok_or(SynthesisError::AssignmentMissing);
         let mut prev = cs.alloc(|| "x0", || v(0))?;
         cs.enforce(|| "x0", |lc| lc + prev, |lc| lc + CS::one(), |lc| lc + prev);
         for k in 1..50u64 {
@@ -102,11 +87,7 @@ fn empty_density_columns() {
     assert_eq!(s.b_aux_density.ones(), 0, "no aux variable in B");
     assert_eq!(key.b_g1.len(), s.b_input_density.ones());
     let (_, _, _) = prove_and_verify(Square(Some(7)));
-    assert_eq!(
-        synthesize(Square(Some(7))).unwrap().b_input_density.ones(),
-        0,
-        "no input in B"
-    );
+    assert_eq!(synthesize(Square(Some(7))).unwrap().b_input_density.ones(), 0, "no input in B");
 }
 
 #[test]
@@ -121,10 +102,7 @@ fn wrong_input_or_tampered_proof_fails() {
     let mut wrong = public.clone();
     wrong[1] += Scalar::ONE;
     assert!(!proof.verify(&key.vk, &wrong));
-    let tampered = Proof {
-        a: proof.c,
-        ..proof
-    };
+    let tampered = Proof { a: proof.c, ..proof };
     assert!(!tampered.verify(&key.vk, &public));
     // A byte flipped in the encoding either fails to decode or fails to verify.
     let mut bytes = proof.to_bytes();
@@ -185,10 +163,7 @@ fn bad_key_files_are_clear_errors() {
         std::fs::write(&path, &bytes[..cut]).unwrap();
         let err = ProvingKey::read_file(&path, PointCheck::Full).unwrap_err();
         assert!(
-            matches!(
-                err,
-                ParamsError::Truncated { .. } | ParamsError::ImplausibleLength { .. }
-            ),
+            matches!(err, ParamsError::Truncated { .. } | ParamsError::ImplausibleLength { .. }),
             "cut {cut}: {err}"
         );
     }
@@ -203,20 +178,14 @@ fn bad_key_files_are_clear_errors() {
     let mut long = bytes.clone();
     long.extend_from_slice(b"junk");
     std::fs::write(&path, &long).unwrap();
-    assert!(matches!(
-        ProvingKey::read_file(&path, PointCheck::Full),
-        Err(ParamsError::TrailingBytes(4))
-    ));
+    assert!(matches!(ProvingKey::read_file(&path, PointCheck::Full), Err(ParamsError::TrailingBytes(4))));
     // A huge claimed length.
     let mut huge = bytes.clone();
     let h_len_at = 96 * 2 + 192 * 2 + 96 + 192 + 4 + 96 * key.vk.ic.len();
     huge[h_len_at..h_len_at + 4].copy_from_slice(&u32::MAX.to_be_bytes());
     std::fs::write(&path, &huge).unwrap();
     let err = ProvingKey::read_file(&path, PointCheck::Full).unwrap_err();
-    assert!(
-        matches!(err, ParamsError::ImplausibleLength { what: "h", .. }),
-        "{err}"
-    );
+    assert!(matches!(err, ParamsError::ImplausibleLength { what: "h", .. }), "{err}");
     // A missing file names the path.
     let err = ProvingKey::read_file(&dir.path().join("nope"), PointCheck::Full).unwrap_err();
     assert!(err.to_string().contains("nope"));
@@ -236,26 +205,15 @@ fn unsatisfied_witness_names_the_constraint() {
     #[derive(Clone)]
     struct Lie;
     impl Circuit<Scalar> for Lie {
-        fn synthesize<CS: ConstraintSystem<Scalar>>(
-            self,
-            cs: &mut CS,
-        ) -> Result<(), SynthesisError> {
+        fn synthesize<CS: ConstraintSystem<Scalar>>(self, cs: &mut CS) -> Result<(), SynthesisError> {
             Square(Some(3)).synthesize(cs)?;
             let mut ns = cs.namespace(|| "gadget");
             let b = ns.alloc(|| "b", || Ok(Scalar::from(2)))?;
-            ns.enforce(
-                || "b is a bit",
-                |lc| lc + b,
-                |lc| lc + CS::one() - b,
-                |lc| lc,
-            );
+            ns.enforce(|| "b is a bit", |lc| lc + b, |lc| lc + CS::one() - b, |lc| lc);
             Ok(())
         }
     }
     let key = key_for(Square(None));
     let err = prove(&CpuBackend, &key, Lie).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "witness does not satisfy constraint #1 'gadget/b is a bit'"
-    );
+    assert_eq!(err.to_string(), "witness does not satisfy constraint #1 'gadget/b is a bit'");
 }

@@ -1,0 +1,254 @@
+//! Multi-scalar multiplication over G1 on the device (Pippenger, signed
+//! digits, counting sort by bucket, equal work per thread; see `cuda/msm.cu`).
+
+use std::sync::Arc;
+
+use blst::{blst_fp, blst_p1, blst_p1_affine};
+use blstrs::{G1Affine, G1Projective, Scalar};
+use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
+use group::Group;
+
+use crate::device::Gpu;
+use crate::error::{During, GpuError};
+use crate::field::{as_raw, FpRaw, FrRaw};
+
+/// An affine G1 point as the kernels read it (blst's layout; infinity is zeros).
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct G1AffineRaw {
+    pub x: FpRaw,
+    pub y: FpRaw,
+}
+
+/// An XYZZ accumulator as the kernels write it.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct G1XyzzRaw {
+    pub x: FpRaw,
+    pub y: FpRaw,
+    pub zz: FpRaw,
+    pub zzz: FpRaw,
+}
+
+// SAFETY: plain integers in the kernels' layout; any bit pattern is valid.
+unsafe impl DeviceRepr for G1AffineRaw {}
+unsafe impl ValidAsZeroBits for G1AffineRaw {}
+unsafe impl DeviceRepr for G1XyzzRaw {}
+unsafe impl ValidAsZeroBits for G1XyzzRaw {}
+
+const _: () = assert!(std::mem::size_of::<G1Affine>() == std::mem::size_of::<G1AffineRaw>());
+const _: () = assert!(std::mem::size_of::<G1Affine>() == std::mem::size_of::<blst_p1_affine>());
+const _: () = assert!(std::mem::size_of::<G1Projective>() == std::mem::size_of::<blst_p1>());
+
+/// Reinterprets blstrs affine points (repr(transparent) over blst's) in the
+/// kernels' layout, without a copy.
+pub fn points_as_raw(points: &[G1Affine]) -> &[G1AffineRaw] {
+    // SAFETY: same size; G1Affine is blst_p1_affine {x, y: blst_fp} = 2 × [u64; 6].
+    unsafe { std::slice::from_raw_parts(points.as_ptr().cast(), points.len()) }
+}
+
+/// Bases resident on the device, reusable across MSMs (a proving key's
+/// queries are fixed, so they are uploaded once).
+pub struct G1Bases {
+    points: CudaSlice<G1AffineRaw>,
+}
+
+impl G1Bases {
+    pub fn upload(gpu: &Gpu, points: &[G1Affine]) -> Result<Self, GpuError> {
+        let points = gpu.stream().clone_htod(points_as_raw(points)).during("copying bases to the device")?;
+        Ok(Self { points })
+    }
+
+    pub fn len(&self) -> usize {
+        self.points.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.points.is_empty()
+    }
+
+    /// Device bytes held.
+    pub fn bytes(&self) -> usize {
+        self.points.len() * std::mem::size_of::<G1AffineRaw>()
+    }
+}
+
+/// Chunks per window in the bucket reduction (a power of two: tree sum).
+const CHUNKS: u32 = 128;
+
+/// The G1 MSM engine of one device.
+pub struct Msm {
+    gpu: Arc<Gpu>,
+}
+
+/// Window width for n points: wide enough that buckets are few against the
+/// points, narrow enough that the bucket sums stay cheap.
+pub fn window_bits(n: usize) -> u32 {
+    let log = usize::BITS - n.max(1).leading_zeros();
+    log.saturating_sub(3).clamp(4, 16)
+}
+
+impl Msm {
+    pub fn new(gpu: Arc<Gpu>) -> Self {
+        Self { gpu }
+    }
+
+    /// Σ scalars[i]·bases[i] over the first `scalars.len()` bases.
+    pub fn run(&self, bases: &G1Bases, scalars: &[Scalar]) -> Result<G1Projective, GpuError> {
+        let gpu = &*self.gpu;
+        let n = scalars.len();
+        if n > bases.len() {
+            return Err(GpuError::Invalid(format!("{n} scalars for {} bases", bases.len())));
+        }
+        if n == 0 {
+            return Ok(G1Projective::identity());
+        }
+        let scalars: CudaSlice<FrRaw> = gpu.stream().clone_htod(as_raw(scalars)).during("copying scalars")?;
+        self.run_device(bases, &scalars, n)
+    }
+
+    /// As [`Msm::run`], with the scalars already on the device.
+    pub fn run_device(
+        &self,
+        bases: &G1Bases,
+        scalars: &CudaSlice<FrRaw>,
+        n: usize,
+    ) -> Result<G1Projective, GpuError> {
+        let gpu = &*self.gpu;
+        let stream = gpu.stream();
+        if n >= 1 << 31 {
+            return Err(GpuError::Invalid("an MSM takes fewer than 2^31 points".into()));
+        }
+        let c = window_bits(n);
+        let windows = 256u32.div_ceil(c);
+        let buckets_per_window = 1u32 << (c - 1);
+        let nbuckets = (windows * buckets_per_window) as usize;
+        let n32 = n as u32;
+        macro_rules! launch {
+            ($name:literal, $cfg:expr, $($arg:expr),+) => {{
+                let f = gpu.function($name)?;
+                let mut b = stream.launch_builder(&f);
+                $(b.arg($arg);)+
+                // SAFETY: argument types and order match the kernel's signature.
+                unsafe { b.launch($cfg) }.map(drop).during(concat!("launching ", $name))
+            }};
+        }
+
+        // 1. digits and bucket sizes
+        let count = windows as u64 * n as u64;
+        let mut keys = unsafe { stream.alloc::<u32>(count as usize) }.during("allocating digit keys")?;
+        let mut counts = gpu.zeros::<u32>(nbuckets)?;
+        launch!(
+            "msm_digits",
+            LaunchConfig::for_num_elems(n32),
+            scalars,
+            &n32,
+            &c,
+            &windows,
+            &mut keys,
+            &mut counts
+        )?;
+        // 2. counting sort by bucket
+        let mut offsets = gpu.zeros::<u32>(nbuckets + 1)?;
+        let nb32 = nbuckets as u32;
+        let one_block = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
+        launch!("scan_exclusive", one_block, &counts, &mut offsets, &nb32)?;
+        let mut cursor = stream.clone_dtod(&offsets).during("copying offsets")?;
+        let mut sorted_idx =
+            unsafe { stream.alloc::<u32>(count as usize) }.during("allocating the sorted list")?;
+        let mut sorted_key =
+            unsafe { stream.alloc::<u32>(count as usize) }.during("allocating the sorted keys")?;
+        let scatter_cfg = LaunchConfig {
+            grid_dim: (count.div_ceil(256) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        launch!(
+            "msm_scatter",
+            scatter_cfg,
+            &keys,
+            &count,
+            &mut cursor,
+            &mut sorted_idx,
+            &mut sorted_key,
+            &n32
+        )?;
+        drop((keys, cursor, counts));
+        // 3. bucket sums, equal segments per thread
+        let threads = (gpu.info().multiprocessors * 256).max(1);
+        let mut buckets = gpu.zeros::<G1XyzzRaw>(nbuckets)?;
+        let mut part_key = gpu.zeros::<u32>(2 * threads as usize)?;
+        let mut part_val = gpu.zeros::<G1XyzzRaw>(2 * threads as usize)?;
+        let total = offsets.slice(nbuckets..);
+        let acc_cfg = LaunchConfig {
+            grid_dim: (threads.div_ceil(128), 1, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        launch!(
+            "msm_accumulate",
+            acc_cfg,
+            &bases.points,
+            &sorted_idx,
+            &sorted_key,
+            &total,
+            &threads,
+            &mut buckets,
+            &mut part_key,
+            &mut part_val
+        )?;
+        let slots = 2 * threads;
+        launch!("msm_fixup", LaunchConfig::for_num_elems(slots), &part_key, &part_val, &slots, &mut buckets)?;
+        drop((sorted_idx, sorted_key, part_key, part_val));
+        // 4–5. per-window sums
+        let mut chunk_out = gpu.zeros::<G1XyzzRaw>((windows * CHUNKS) as usize)?;
+        let chunks = CHUNKS;
+        launch!(
+            "msm_bucket_reduce",
+            LaunchConfig::for_num_elems(windows * CHUNKS),
+            &buckets,
+            &c,
+            &windows,
+            &chunks,
+            &mut chunk_out
+        )?;
+        let mut window_out = gpu.zeros::<G1XyzzRaw>(windows as usize)?;
+        let sum_cfg = LaunchConfig {
+            grid_dim: (windows, 1, 1),
+            block_dim: (CHUNKS, 1, 1),
+            shared_mem_bytes: CHUNKS * std::mem::size_of::<G1XyzzRaw>() as u32,
+        };
+        launch!("msm_window_sum", sum_cfg, &chunk_out, &chunks, &mut window_out)?;
+        let sums = stream.clone_dtoh(&window_out).during("copying window sums")?;
+        gpu.synchronize()?;
+        // Σ_w 2^(c·w)·W_w by Horner's rule.
+        let mut acc = G1Projective::identity();
+        for w in sums.iter().rev() {
+            for _ in 0..c {
+                acc = acc.double();
+            }
+            acc += xyzz_to_projective(w);
+        }
+        Ok(acc)
+    }
+}
+
+/// (X, Y, ZZ, ZZZ) → the point (X/ZZ, Y/ZZZ).
+pub fn xyzz_to_projective(p: &G1XyzzRaw) -> G1Projective {
+    if p.zz.0.iter().all(|l| *l == 0) {
+        return G1Projective::identity();
+    }
+    let fp = |r: &FpRaw| blst_fp { l: r.0 };
+    let (mut zz_inv, mut zzz_inv) = (blst_fp::default(), blst_fp::default());
+    let mut aff = blst_p1_affine::default();
+    let mut out = blst_p1::default();
+    // SAFETY: blst field and point functions on valid, owned values.
+    unsafe {
+        blst::blst_fp_inverse(&mut zz_inv, &fp(&p.zz));
+        blst::blst_fp_inverse(&mut zzz_inv, &fp(&p.zzz));
+        blst::blst_fp_mul(&mut aff.x, &fp(&p.x), &zz_inv);
+        blst::blst_fp_mul(&mut aff.y, &fp(&p.y), &zzz_inv);
+        blst::blst_p1_from_affine(&mut out, &aff);
+        std::mem::transmute::<blst_p1, G1Projective>(out)
+    }
+}

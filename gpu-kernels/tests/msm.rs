@@ -1,0 +1,120 @@
+//! GPU MSM against blstrs's multi_exp: sizes, edge cases, skewed digits.
+
+use blstrs::{G1Affine, G1Projective, Scalar};
+use ff::Field;
+use group::{Curve, Group};
+
+use provd_kernels::{gpu_for_tests, G1Bases, Msm};
+use rand::SeedableRng;
+use rayon::prelude::*;
+
+/// n distinct points quickly: per chunk, a random start and a running sum.
+fn random_points(n: usize, seed: u64) -> Vec<G1Projective> {
+    let chunks: Vec<usize> = (0..n.div_ceil(4096)).collect();
+    chunks
+        .par_iter()
+        .flat_map_iter(|&k| {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ (k as u64) << 32);
+            let (mut p, step) = (G1Projective::random(&mut rng), G1Projective::random(&mut rng));
+            let len = 4096.min(n - k * 4096);
+            (0..len).map(move |_| {
+                p += step;
+                p
+            })
+        })
+        .collect()
+}
+
+fn affine(points: &[G1Projective]) -> Vec<G1Affine> {
+    let mut out = vec![G1Affine::default(); points.len()];
+    G1Projective::batch_normalize(points, &mut out);
+    out
+}
+
+fn random_scalars(n: usize, seed: u64) -> Vec<Scalar> {
+    (0..n)
+        .into_par_iter()
+        .chunks(4096)
+        .flat_map_iter(|c| {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ (c[0] as u64) << 32);
+            c.into_iter().map(move |_| Scalar::random(&mut rng))
+        })
+        .collect()
+}
+
+fn check(msm: &Msm, gpu: &provd_kernels::Gpu, points: &[G1Projective], scalars: &[Scalar], what: &str) {
+    let bases = G1Bases::upload(gpu, &affine(points)).unwrap();
+    let got = msm.run(&bases, scalars).unwrap();
+    let want = G1Projective::multi_exp(points, scalars);
+    assert_eq!(got, want, "{what}: n={}", scalars.len());
+}
+
+#[test]
+fn msm_matches_blst_at_many_sizes() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    let msm = Msm::new(gpu.clone());
+    for (i, n) in [1usize, 2, 7, 1000, 1 << 16, 1 << 20, 3 << 20].into_iter().enumerate() {
+        let points = random_points(n, i as u64);
+        check(&msm, &gpu, &points, &random_scalars(n, 100 + i as u64), "random");
+    }
+}
+
+#[test]
+fn msm_edge_cases() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    let msm = Msm::new(gpu.clone());
+    let n = 5000;
+    let mut points = random_points(n, 7);
+    let mut scalars = random_scalars(n, 8);
+    // zero scalars, r − 1, one, small values
+    for (i, s) in scalars.iter_mut().take(200).enumerate() {
+        *s = match i % 4 {
+            0 => Scalar::ZERO,
+            1 => -Scalar::ONE,
+            2 => Scalar::ONE,
+            _ => Scalar::from(i as u64),
+        };
+    }
+    // the identity and repeated bases among the points
+    points[300] = G1Projective::identity();
+    points[301] = G1Projective::identity();
+    let p399 = points[399];
+    points[400..500].fill(p399);
+    // a repeated base with equal scalars forces the doubling branch
+    let s399 = scalars[399];
+    scalars[400..500].fill(s399);
+    check(&msm, &gpu, &points, &scalars, "edge values");
+    check(&msm, &gpu, &points, &vec![Scalar::ZERO; n], "all zero");
+    check(&msm, &gpu, &points, &vec![-Scalar::ONE; n], "all r−1");
+    let big = 1 << 16;
+    check(
+        &msm,
+        &gpu,
+        &random_points(big, 9),
+        &vec![Scalar::from(12345); big],
+        "all equal (one bucket per window)",
+    );
+}
+
+#[test]
+fn msm_with_mostly_bit_scalars() {
+    // Witnesses are mostly 0/1: nearly every digit lands in one bucket, which
+    // the equal-segment accumulation and the partial-sum fixup must handle.
+    let Some(gpu) = gpu_for_tests() else { return };
+    let msm = Msm::new(gpu.clone());
+    let n = 1 << 18;
+    let mut scalars = random_scalars(n, 11);
+    for (i, s) in scalars.iter_mut().enumerate() {
+        if i % 5 != 0 {
+            *s = Scalar::from((i % 2) as u64);
+        }
+    }
+    check(&msm, &gpu, &random_points(n, 12), &scalars, "bits");
+    // fewer scalars than bases
+    let points = random_points(1000, 13);
+    let bases = G1Bases::upload(&gpu, &affine(&points)).unwrap();
+    let s = random_scalars(600, 14);
+    assert_eq!(msm.run(&bases, &s).unwrap(), G1Projective::multi_exp(&points[..600], &s));
+    assert!(msm.run(&bases, &random_scalars(1001, 1)).is_err());
+    assert_eq!(msm.run(&bases, &[]).unwrap(), G1Projective::identity());
+}

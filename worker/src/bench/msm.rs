@@ -1,0 +1,140 @@
+//! `provd bench msm`: the GPU G1 MSM with bases resident on the device (CUDA
+//! events, median after warm-up), beside blst's CPU Pippenger on this host.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use blstrs::{G1Affine, G1Projective, Scalar};
+use ff::Field;
+use group::{Curve, Group};
+use provd_kernels::{G1Bases, Gpu, Msm};
+use rand::SeedableRng;
+use rayon::prelude::*;
+use serde_json::json;
+
+use super::{environment, print_table, write_json};
+use crate::groth16::msm::MsmGroup;
+
+/// sppark's G1 MSM on the same H200 (255-bit random scalars, bases and
+/// scalars on the device, median), ms: the goal figures.
+const SPPARK_MS: &[(u32, f64)] = &[(20, 20.3), (22, 52.2), (24, 154.0), (26, 555.0)];
+/// Distinct bases generated; larger sizes repeat them (timing does not depend
+/// on the bases being distinct).
+const DISTINCT_LOG: u32 = 20;
+
+pub struct MsmBench {
+    pub sizes: Vec<u32>,
+    pub cpu_sizes: Vec<u32>,
+    pub runs: usize,
+    pub warmup: usize,
+    pub json: PathBuf,
+}
+
+fn random_scalars(n: usize, seed: u64) -> Vec<Scalar> {
+    let mut v = vec![Scalar::ZERO; n];
+    v.par_chunks_mut(1 << 16).enumerate().for_each(|(i, c)| {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ (i as u64) << 20);
+        c.iter_mut().for_each(|x| *x = Scalar::random(&mut rng));
+    });
+    v
+}
+
+fn random_bases(n: usize) -> Vec<G1Affine> {
+    let distinct = n.min(1 << DISTINCT_LOG);
+    let mut pts: Vec<G1Affine> = (0..distinct.div_ceil(4096))
+        .into_par_iter()
+        .flat_map_iter(|k| {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(k as u64);
+            let (mut p, step) = (G1Projective::random(&mut rng), G1Projective::random(&mut rng));
+            let proj: Vec<G1Projective> = (0..4096)
+                .map(|_| {
+                    p += step;
+                    p
+                })
+                .collect();
+            let mut aff = vec![G1Affine::default(); proj.len()];
+            G1Projective::batch_normalize(&proj, &mut aff);
+            aff
+        })
+        .collect();
+    pts.truncate(distinct);
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let take = (n - out.len()).min(pts.len());
+        out.extend_from_slice(&pts[..take]);
+    }
+    pts.clear();
+    out
+}
+
+impl MsmBench {
+    pub fn run(&self, gpu: Arc<Gpu>) -> anyhow::Result<()> {
+        let msm = Msm::new(gpu.clone());
+        let timer = gpu.timer()?;
+        let max = self.sizes.iter().chain(&self.cpu_sizes).copied().max().unwrap_or(0);
+        anyhow::ensure!(max <= 28, "sizes above 2^28 are not supported");
+        let all_bases = random_bases(1 << max);
+        let mut rows = Vec::new();
+        let mut results = Vec::new();
+        for &log_n in &self.sizes {
+            let n = 1usize << log_n;
+            let scalars = random_scalars(n, log_n as u64);
+            let bases = G1Bases::upload(&gpu, &all_bases[..n])?;
+            let d_scalars = gpu.upload(&scalars)?;
+            // correctness spot check at the smallest size against the CPU
+            let mut samples = Vec::new();
+            let mut last = G1Projective::identity();
+            for i in 0..self.warmup + self.runs {
+                timer.start()?;
+                last = msm.run_device(&bases, &d_scalars, n)?;
+                let ms = timer.stop()?;
+                if i >= self.warmup {
+                    samples.push(ms as f64);
+                }
+            }
+            samples.sort_by(|a, b| a.total_cmp(b));
+            let gpu_ms = samples[samples.len() / 2];
+            let cpu_ms = if self.cpu_sizes.contains(&log_n) {
+                let mut t = Vec::new();
+                let mut want = G1Projective::identity();
+                for _ in 0..3 {
+                    let start = Instant::now();
+                    want = G1Projective::pippenger(&all_bases[..n], &scalars);
+                    t.push(start.elapsed().as_secs_f64() * 1e3);
+                }
+                anyhow::ensure!(want == last, "GPU and CPU MSMs differ at 2^{log_n}");
+                t.sort_by(|a, b| a.total_cmp(b));
+                Some(t[1])
+            } else {
+                None
+            };
+            let sppark = SPPARK_MS.iter().find(|(k, _)| *k == log_n).map(|(_, ms)| *ms);
+            rows.push(vec![
+                format!("2^{log_n}"),
+                format!("{gpu_ms:.2}"),
+                sppark.map(|s| format!("{s:.1}")).unwrap_or_default(),
+                sppark.map(|s| format!("{:.2}", gpu_ms / s)).unwrap_or_default(),
+                cpu_ms.map(|c| format!("{c:.1}")).unwrap_or_default(),
+                cpu_ms.map(|c| format!("{:.1}", c / gpu_ms)).unwrap_or_default(),
+            ]);
+            results.push(json!({
+                "log_n": log_n, "gpu_resident_ms": gpu_ms, "sppark_ms": sppark,
+                "ratio_vs_sppark": sppark.map(|s| gpu_ms / s), "cpu_blst_ms": cpu_ms,
+                "cpu_threads": rayon::current_num_threads(),
+            }));
+            let _ = last.to_affine();
+        }
+        let info = gpu.info();
+        println!(
+            "G1 MSM on {} ({}), bases and scalars resident, 255-bit random scalars, CUDA events, median of {} after {} warm-up; CPU: blst Pippenger on {} threads, median of 3",
+            info.name, info.arch, self.runs, self.warmup, rayon::current_num_threads()
+        );
+        print_table(&["size", "gpu ms", "sppark ms", "gpu/sppark", "cpu ms", "cpu/gpu"], &rows);
+        let report = json!({
+            "bench": "msm", "env": environment(), "device": info.name, "arch": info.arch,
+            "runs": self.runs, "warmup": self.warmup, "results": results,
+        });
+        write_json(&self.json, &report)
+    }
+}
