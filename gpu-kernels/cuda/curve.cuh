@@ -36,8 +36,9 @@ struct g1_xyzz {
         return r;
     }
 
-    // dbl-2008-s-1 (a = 0)
-    DEVICE g1_xyzz dbl() const {
+    // dbl-2008-s-1 (a = 0). Not inlined: it is off the hot path, and inlining
+    // every use multiplies NVRTC's compile time.
+    __device__ __noinline__ g1_xyzz dbl() const {
         if (is_inf()) return *this;
         fp_t U = Y.dbl();
         fp_t V = U.sqr();
@@ -78,8 +79,8 @@ struct g1_xyzz {
         ZZZ = ZZZ * PPP;
     }
 
-    // add-2008-s: this += q
-    DEVICE void add(const g1_xyzz& q) {
+    // add-2008-s: this += q (bucket reduction; not inlined, as dbl)
+    __device__ __noinline__ void add(const g1_xyzz& q) {
         if (q.is_inf()) return;
         if (is_inf()) {
             *this = q;

@@ -95,7 +95,7 @@ extern "C" __global__ void msm_scatter(const u32* __restrict__ keys, u64 count, 
     sorted_key[pos] = bucket;
 }
 
-extern "C" __global__ void msm_accumulate(const g1_affine* __restrict__ bases, const u32* __restrict__ sorted_idx,
+extern "C" __global__ void __launch_bounds__(128) msm_accumulate(const g1_affine* __restrict__ bases, const u32* __restrict__ sorted_idx,
                                           const u32* __restrict__ sorted_key, const u32* __restrict__ total_ptr,
                                           u32 threads, g1_xyzz* __restrict__ buckets, u32* __restrict__ part_key,
                                           g1_xyzz* __restrict__ part_val) {
@@ -136,7 +136,7 @@ extern "C" __global__ void msm_accumulate(const g1_affine* __restrict__ bases, c
 
 // The first partial of each crossing bucket walks forward over the partials of
 // the same bucket (slots left empty by segments inside the run are skipped).
-extern "C" __global__ void msm_fixup(const u32* __restrict__ part_key, const g1_xyzz* __restrict__ part_val,
+extern "C" __global__ void __launch_bounds__(128) msm_fixup(const u32* __restrict__ part_key, const g1_xyzz* __restrict__ part_val,
                                      u32 slots, g1_xyzz* __restrict__ buckets) {
     const u32 j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= slots) return;
@@ -154,7 +154,7 @@ extern "C" __global__ void msm_fixup(const u32* __restrict__ part_key, const g1_
 }
 
 // chunk_out[w·K + k] = Σ_{b in chunk k of window w} (b+1)·B_b.
-extern "C" __global__ void msm_bucket_reduce(const g1_xyzz* __restrict__ buckets, u32 c, u32 windows, u32 chunks,
+extern "C" __global__ void __launch_bounds__(128) msm_bucket_reduce(const g1_xyzz* __restrict__ buckets, u32 c, u32 windows, u32 chunks,
                                              g1_xyzz* __restrict__ chunk_out) {
     const u32 j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= windows * chunks) return;
@@ -178,7 +178,7 @@ extern "C" __global__ void msm_bucket_reduce(const g1_xyzz* __restrict__ buckets
 }
 
 // One block of `chunks` threads per window: a tree sum of its chunks.
-extern "C" __global__ void msm_window_sum(const g1_xyzz* __restrict__ chunk_out, u32 chunks,
+extern "C" __global__ void __launch_bounds__(128) msm_window_sum(const g1_xyzz* __restrict__ chunk_out, u32 chunks,
                                           g1_xyzz* __restrict__ window_out) {
     extern __shared__ g1_xyzz acc[];
     const u32 w = blockIdx.x, t = threadIdx.x;

@@ -81,6 +81,18 @@ pub struct Msm {
     gpu: Arc<Gpu>,
 }
 
+/// Threads per block for kernels doing curve arithmetic: they use up to 255
+/// registers per thread, and a block may hold 65536.
+const HEAVY_BLOCK: u32 = 128;
+
+fn heavy(threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (threads.div_ceil(HEAVY_BLOCK), 1, 1),
+        block_dim: (HEAVY_BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// Window width for n points: wide enough that buckets are few against the
 /// points, narrow enough that the bucket sums stay cheap.
 pub fn window_bits(n: usize) -> u32 {
@@ -180,14 +192,9 @@ impl Msm {
         let mut part_key = gpu.zeros::<u32>(2 * threads as usize)?;
         let mut part_val = gpu.zeros::<G1XyzzRaw>(2 * threads as usize)?;
         let total = offsets.slice(nbuckets..);
-        let acc_cfg = LaunchConfig {
-            grid_dim: (threads.div_ceil(128), 1, 1),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: 0,
-        };
         launch!(
             "msm_accumulate",
-            acc_cfg,
+            heavy(threads),
             &bases.points,
             &sorted_idx,
             &sorted_key,
@@ -198,14 +205,14 @@ impl Msm {
             &mut part_val
         )?;
         let slots = 2 * threads;
-        launch!("msm_fixup", LaunchConfig::for_num_elems(slots), &part_key, &part_val, &slots, &mut buckets)?;
+        launch!("msm_fixup", heavy(slots), &part_key, &part_val, &slots, &mut buckets)?;
         drop((sorted_idx, sorted_key, part_key, part_val));
         // 4–5. per-window sums
         let mut chunk_out = gpu.zeros::<G1XyzzRaw>((windows * CHUNKS) as usize)?;
         let chunks = CHUNKS;
         launch!(
             "msm_bucket_reduce",
-            LaunchConfig::for_num_elems(windows * CHUNKS),
+            heavy(windows * CHUNKS),
             &buckets,
             &c,
             &windows,

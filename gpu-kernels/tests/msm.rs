@@ -53,7 +53,7 @@ fn check(msm: &Msm, gpu: &provd_kernels::Gpu, points: &[G1Projective], scalars: 
 fn msm_matches_blst_at_many_sizes() {
     let Some(gpu) = gpu_for_tests() else { return };
     let msm = Msm::new(gpu.clone());
-    for (i, n) in [1usize, 2, 7, 1000, 1 << 16, 1 << 20, 3 << 20].into_iter().enumerate() {
+    for (i, n) in [1usize, 2, 7, 1000, 1 << 16, 1 << 20, 1 << 22].into_iter().enumerate() {
         let points = random_points(n, i as u64);
         check(&msm, &gpu, &points, &random_scalars(n, 100 + i as u64), "random");
     }
