@@ -23,8 +23,10 @@ for step in "${@:-tests}"; do
     bench-msm)
       "$bundle/provd" bench msm --sizes "${MSM_SIZES:-20,22,24,26}" --json "$OUT/msm.json" 2>&1 | tee "$OUT/bench-msm.log" || status=1 ;;
     bench-prove)
-      "$bundle/provd" bench prove --circuit "${PROVE_CIRCUIT:-bench-20}" --runs "${PROVE_RUNS:-3}" --backend cuda \
-        --vs bellperson --json "$OUT/prove.json" 2>&1 | tee "$OUT/bench-prove.log" || status=1 ;;
+      for backend in ${PROVE_BACKENDS:-cuda cpu}; do
+        "$bundle/provd" bench prove --circuit "${PROVE_CIRCUIT:-bench-20}" --runs "${PROVE_RUNS:-3}" --backend "$backend" \
+          --vs bellperson --json "$OUT/prove-$backend.json" 2>&1 | tee -a "$OUT/bench-prove.log" || status=1
+      done ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
 done

@@ -94,6 +94,26 @@ impl ProvingKey {
             + self.b_g2.len() * g2
     }
 
+    /// Identifies the key cheaply (the verifying key and the query shapes), so
+    /// that a device can keep a key's bases resident across proofs.
+    pub fn fingerprint(&self) -> [u8; 32] {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        let mut vk = Vec::new();
+        VerifyingKeyWriter(&self.vk).write(&mut vk).expect("writing to a Vec");
+        h.update(&vk);
+        for len in [self.h.len(), self.l.len(), self.a.len(), self.b_g1.len(), self.b_g2.len()] {
+            h.update((len as u64).to_le_bytes());
+        }
+        for v in [&self.h, &self.l, &self.a, &self.b_g1] {
+            if let (Some(first), Some(last)) = (v.first(), v.last()) {
+                h.update(first.to_compressed());
+                h.update(last.to_compressed());
+            }
+        }
+        h.finalize().into()
+    }
+
     /// Checks that a synthesized witness belongs to the circuit this key was
     /// made for, so that a mismatch is an error rather than a bad proof.
     pub fn check_matches(&self, s: &Synthesized) -> Result<(), ProveError> {
@@ -148,16 +168,7 @@ impl ProvingKey {
 
     /// Writes the key in bellperson's format.
     pub fn write<W: Write>(&self, w: &mut W) -> std::io::Result<()> {
-        let vk = &self.vk;
-        for p in [vk.alpha_g1, vk.beta_g1] {
-            w.write_all(&p.to_uncompressed())?;
-        }
-        for p in [vk.beta_g2, vk.gamma_g2] {
-            w.write_all(&p.to_uncompressed())?;
-        }
-        w.write_all(&vk.delta_g1.to_uncompressed())?;
-        w.write_all(&vk.delta_g2.to_uncompressed())?;
-        write_g1s(w, &vk.ic)?;
+        VerifyingKeyWriter(&self.vk).write(w)?;
         for v in [&self.h, &self.l, &self.a, &self.b_g1] {
             write_g1s(w, v)?;
         }
@@ -166,6 +177,24 @@ impl ProvingKey {
             w.write_all(&p.to_uncompressed())?;
         }
         Ok(())
+    }
+}
+
+/// The verifying key's part of the format.
+struct VerifyingKeyWriter<'a>(&'a VerifyingKey);
+
+impl VerifyingKeyWriter<'_> {
+    fn write<W: Write>(&self, w: &mut W) -> std::io::Result<()> {
+        let vk = self.0;
+        for p in [vk.alpha_g1, vk.beta_g1] {
+            w.write_all(&p.to_uncompressed())?;
+        }
+        for p in [vk.beta_g2, vk.gamma_g2] {
+            w.write_all(&p.to_uncompressed())?;
+        }
+        w.write_all(&vk.delta_g1.to_uncompressed())?;
+        w.write_all(&vk.delta_g2.to_uncompressed())?;
+        write_g1s(w, &vk.ic)
     }
 }
 
