@@ -134,23 +134,34 @@ extern "C" __global__ void __launch_bounds__(128) msm_accumulate(const g1_affine
     }
 }
 
-// The first partial of each crossing bucket walks forward over the partials of
-// the same bucket (slots left empty by segments inside the run are skipped).
-extern "C" __global__ void __launch_bounds__(128) msm_fixup(const u32* __restrict__ part_key, const g1_xyzz* __restrict__ part_val,
-                                     u32 slots, g1_xyzz* __restrict__ buckets) {
-    const u32 j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= slots) return;
+// One block per partial slot; blocks whose slot does not start a crossing
+// bucket exit at once. The others sum the bucket's partials (which follow
+// their slot contiguously, with empty slots interspersed) with all threads of
+// the block, then as a tree, so a bucket holding most of the digits (as with
+// mostly-0/1 witnesses) costs a few hundred additions per thread, not one
+// thread's walk over every partial.
+extern "C" __global__ void __launch_bounds__(128) msm_fixup(const u32* __restrict__ part_key,
+                                                            const g1_xyzz* __restrict__ part_val, u32 slots,
+                                                            g1_xyzz* __restrict__ buckets) {
+    extern __shared__ g1_xyzz red[];
+    const u32 j = blockIdx.x, t = threadIdx.x;
     const u32 k = part_key[j];
     if (k == KEY_NONE || !(k & PART_START)) return;
     const u32 bucket = k & ~PART_START;
-    g1_xyzz acc = part_val[j];
-    for (u32 i = j + 1; i < slots; i++) {
+    g1_xyzz acc = t == 0 ? part_val[j] : g1_xyzz::inf();
+    for (u32 i = j + 1 + t; i < slots; i += blockDim.x) {
         const u32 ki = part_key[i];
         if (ki == KEY_NONE) continue;
-        if (ki != bucket) break;  // a later bucket, or the next run's start flag
+        if (ki != bucket) break;  // past the run: a later bucket, or the next start flag
         acc.add(part_val[i]);
     }
-    buckets[bucket] = acc;
+    red[t] = acc;
+    __syncthreads();
+    for (u32 half = blockDim.x / 2; half > 0; half /= 2) {
+        if (t < half) red[t].add(red[t + half]);
+        __syncthreads();
+    }
+    if (t == 0) buckets[bucket] = red[0];
 }
 
 // chunk_out[w·K + k] = Σ_{b in chunk k of window w} (b+1)·B_b.

@@ -205,7 +205,12 @@ impl Msm {
             &mut part_val
         )?;
         let slots = 2 * threads;
-        launch!("msm_fixup", heavy(slots), &part_key, &part_val, &slots, &mut buckets)?;
+        let fixup_cfg = LaunchConfig {
+            grid_dim: (slots, 1, 1),
+            block_dim: (HEAVY_BLOCK, 1, 1),
+            shared_mem_bytes: HEAVY_BLOCK * std::mem::size_of::<G1XyzzRaw>() as u32,
+        };
+        launch!("msm_fixup", fixup_cfg, &part_key, &part_val, &slots, &mut buckets)?;
         drop((sorted_idx, sorted_key, part_key, part_val));
         // 4–5. per-window sums
         let mut chunk_out = gpu.zeros::<G1XyzzRaw>((windows * CHUNKS) as usize)?;
