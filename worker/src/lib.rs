@@ -8,4 +8,6 @@ pub mod bench;
 pub mod circuits;
 pub mod gpu;
 pub mod groth16;
+pub mod metrics;
 pub mod params;
+pub mod pipeline;

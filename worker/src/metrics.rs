@@ -1,0 +1,167 @@
+//! Prometheus metrics: one registry per engine (so tests can run several),
+//! named `provd_*` in base units, with the process collector for RSS.
+
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
+
+use crate::pipeline::buffers::BufferClass;
+
+/// Every metric provd exports.
+pub struct Metrics {
+    pub registry: Registry,
+    pub buffers_in_flight: IntGaugeVec,
+    pub buffer_bytes: IntGaugeVec,
+    pub memory_reserved_bytes: IntGauge,
+    pub memory_budget_bytes: IntGauge,
+    pub gpu_queue_depth: IntGauge,
+    pub gpu_queue_capacity: IntGauge,
+    pub partitions_waiting: IntGauge,
+    pub stage_duration: HistogramVec,
+    pub job_duration: Histogram,
+    pub jobs: IntCounterVec,
+    pub partitions: IntCounterVec,
+    pub gpu_busy_seconds: prometheus::CounterVec,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let r = &registry;
+        fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
+            r.register(Box::new(c.clone())).expect("metric names are unique");
+            c
+        }
+        let class = &["class"];
+        let m = Self {
+            buffers_in_flight: reg(
+                r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "provd_buffers_in_flight",
+                        "Large buffers alive, by class (synth, abc, aux, density, pending).",
+                    ),
+                    class,
+                )
+                .unwrap(),
+            ),
+            buffer_bytes: reg(
+                r,
+                IntGaugeVec::new(
+                    Opts::new("provd_buffer_bytes", "Bytes held by live large buffers, by class."),
+                    class,
+                )
+                .unwrap(),
+            ),
+            memory_reserved_bytes: reg(
+                r,
+                IntGauge::new(
+                    "provd_memory_reserved_bytes",
+                    "Bytes reserved against the memory budget (estimates).",
+                )
+                .unwrap(),
+            ),
+            memory_budget_bytes: reg(
+                r,
+                IntGauge::new(
+                    "provd_memory_budget_bytes",
+                    "The memory budget partitions are admitted against.",
+                )
+                .unwrap(),
+            ),
+            gpu_queue_depth: reg(
+                r,
+                IntGauge::new("provd_gpu_queue_depth", "Synthesized partitions waiting for a GPU worker.")
+                    .unwrap(),
+            ),
+            gpu_queue_capacity: reg(
+                r,
+                IntGauge::new(
+                    "provd_gpu_queue_capacity",
+                    "Capacity of the queue between synthesis and the GPU.",
+                )
+                .unwrap(),
+            ),
+            partitions_waiting: reg(
+                r,
+                IntGauge::new(
+                    "provd_partitions_waiting",
+                    "Accepted partitions not yet admitted to synthesis.",
+                )
+                .unwrap(),
+            ),
+            stage_duration: reg(
+                r,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "provd_stage_duration_seconds",
+                        "Time a partition spends in each stage.",
+                    )
+                    .buckets(prometheus::exponential_buckets(0.001, 2.0, 18).unwrap()),
+                    &["stage"],
+                )
+                .unwrap(),
+            ),
+            job_duration: reg(
+                r,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "provd_job_duration_seconds",
+                        "Time from acceptance to the end of a job.",
+                    )
+                    .buckets(prometheus::exponential_buckets(0.01, 2.0, 18).unwrap()),
+                )
+                .unwrap(),
+            ),
+            jobs: reg(
+                r,
+                IntCounterVec::new(Opts::new("provd_jobs_total", "Jobs ended, by outcome."), &["outcome"])
+                    .unwrap(),
+            ),
+            partitions: reg(
+                r,
+                IntCounterVec::new(
+                    Opts::new("provd_partitions_total", "Partitions ended, by outcome."),
+                    &["outcome"],
+                )
+                .unwrap(),
+            ),
+            gpu_busy_seconds: reg(
+                r,
+                prometheus::CounterVec::new(
+                    Opts::new("provd_gpu_busy_seconds_total", "Time each GPU worker spent in prove_start."),
+                    &["device"],
+                )
+                .unwrap(),
+            ),
+            registry,
+        };
+        for c in BufferClass::ALL {
+            m.buffers_in_flight.with_label_values(&[c.name()]).set(0);
+            m.buffer_bytes.with_label_values(&[c.name()]).set(0);
+        }
+        for o in ["succeeded", "failed", "cancelled"] {
+            m.jobs.with_label_values(&[o]);
+            m.partitions.with_label_values(&[o]);
+        }
+        #[cfg(target_os = "linux")]
+        m.registry
+            .register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))
+            .expect("process collector registers once");
+        m
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        use prometheus::Encoder;
+        prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut out).expect("text encoding");
+        String::from_utf8(out).expect("exposition is UTF-8")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

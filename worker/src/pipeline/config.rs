@@ -1,0 +1,145 @@
+//! Pipeline knobs, read from the `[pipeline]` table of provd.toml. Every field
+//! has a default; `provd.example.toml` lists them all.
+
+use serde::Deserialize;
+
+use super::memory::available_memory;
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PipelineConfig {
+    /// Partitions admitted to synthesis at once. A permit is held from before
+    /// synthesis until the GPU queue accepts the partition.
+    pub partition_permits: usize,
+    /// Synthesized partitions that may wait for a GPU worker.
+    pub gpu_queue_capacity: usize,
+    /// Threads of the synthesis pool (0: one per core).
+    pub synthesis_threads: usize,
+    /// Threads running prove_finish (the G2 MSM and assembly).
+    pub finalize_threads: usize,
+    /// Memory partitions are admitted against: "80%" of the machine's (or
+    /// cgroup's) memory, or a size such as "64GiB" or a number of bytes.
+    pub memory_budget: MemoryBudget,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        Self {
+            partition_permits: 4,
+            gpu_queue_capacity: 2,
+            synthesis_threads: 0,
+            finalize_threads: 2,
+            memory_budget: MemoryBudget::Fraction(0.8),
+        }
+    }
+}
+
+impl PipelineConfig {
+    /// Rejects values the engine cannot run with.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.partition_permits == 0 {
+            return Err("pipeline.partition_permits must be at least 1".into());
+        }
+        if self.gpu_queue_capacity == 0 {
+            return Err("pipeline.gpu_queue_capacity must be at least 1".into());
+        }
+        if self.finalize_threads == 0 {
+            return Err("pipeline.finalize_threads must be at least 1".into());
+        }
+        if self.memory_budget.bytes() == 0 {
+            return Err("pipeline.memory_budget must be more than zero".into());
+        }
+        Ok(())
+    }
+
+    pub fn synthesis_threads(&self) -> usize {
+        if self.synthesis_threads == 0 {
+            std::thread::available_parallelism().map_or(2, |n| n.get())
+        } else {
+            self.synthesis_threads
+        }
+    }
+}
+
+/// A memory budget: a fraction of available memory, or an absolute size.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MemoryBudget {
+    Fraction(f64),
+    Bytes(u64),
+}
+
+impl MemoryBudget {
+    pub fn bytes(&self) -> u64 {
+        match *self {
+            MemoryBudget::Fraction(f) => (available_memory() as f64 * f) as u64,
+            MemoryBudget::Bytes(b) => b,
+        }
+    }
+}
+
+impl std::str::FromStr for MemoryBudget {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if let Some(p) = s.strip_suffix('%') {
+            let f: f64 = p.trim().parse().map_err(|_| format!("bad percentage '{s}'"))?;
+            if !(0.0..=100.0).contains(&f) || f == 0.0 {
+                return Err(format!("memory budget '{s}' must be between 0% and 100%"));
+            }
+            return Ok(MemoryBudget::Fraction(f / 100.0));
+        }
+        let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+        let (num, unit) = s.split_at(split);
+        let num: f64 =
+            num.parse().map_err(|_| format!("bad memory size '{s}' (try \"64GiB\" or \"80%\")"))?;
+        let mult: u64 = match unit.trim() {
+            "" | "B" => 1,
+            "KiB" => 1 << 10,
+            "MiB" => 1 << 20,
+            "GiB" => 1 << 30,
+            "TiB" => 1 << 40,
+            "KB" => 1_000,
+            "MB" => 1_000_000,
+            "GB" => 1_000_000_000,
+            other => return Err(format!("unknown unit '{other}' in memory size '{s}'")),
+        };
+        Ok(MemoryBudget::Bytes((num * mult as f64) as u64))
+    }
+}
+
+impl<'de> Deserialize<'de> for MemoryBudget {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bytes(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Bytes(b) => Ok(MemoryBudget::Bytes(b)),
+            Raw::Text(t) => t.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_budgets_and_rejects_nonsense() {
+        assert_eq!("80%".parse::<MemoryBudget>().unwrap(), MemoryBudget::Fraction(0.8));
+        assert_eq!("64GiB".parse::<MemoryBudget>().unwrap(), MemoryBudget::Bytes(64 << 30));
+        assert_eq!("1.5 GiB".parse::<MemoryBudget>().unwrap(), MemoryBudget::Bytes(3 << 29));
+        for bad in ["", "0%", "120%", "12 parsecs", "lots"] {
+            assert!(bad.parse::<MemoryBudget>().is_err(), "{bad}");
+        }
+        let c: PipelineConfig = toml::from_str("partition_permits = 2\nmemory_budget = \"8GiB\"").unwrap();
+        assert_eq!((c.partition_permits, c.memory_budget), (2, MemoryBudget::Bytes(8 << 30)));
+        assert_eq!(c.gpu_queue_capacity, PipelineConfig::default().gpu_queue_capacity);
+        let c: PipelineConfig = toml::from_str("memory_budget = 1000").unwrap();
+        assert_eq!(c.memory_budget, MemoryBudget::Bytes(1000));
+        assert!(toml::from_str::<PipelineConfig>("partition_permit = 2").is_err(), "typos are errors");
+        assert!(PipelineConfig { partition_permits: 0, ..Default::default() }.validate().is_err());
+    }
+}

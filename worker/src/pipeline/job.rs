@@ -1,0 +1,269 @@
+//! Jobs and partitions as the engine tracks them: per-partition stage and
+//! timings, proofs, and the outcome. Every partition ends exactly once,
+//! through its [`Ticket`], which reports "cancelled" if dropped unfinished.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use blstrs::Scalar;
+use serde::Serialize;
+
+use crate::groth16::{Proof, ProveError};
+use crate::groth16::{ProvingKey, Synthesized};
+use crate::metrics::Metrics;
+
+pub type JobId = u64;
+
+/// Produces one partition's witness (runs on the synthesis pool).
+pub type SynthesisFn = Box<dyn FnOnce() -> Result<Synthesized, ProveError> + Send>;
+
+/// A job to run: one circuit (its key) and one synthesis per partition.
+pub struct JobSpec {
+    pub circuit: String,
+    pub key: Arc<ProvingKey>,
+    pub partitions: Vec<SynthesisFn>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    Queued,
+    Synthesis,
+    GpuQueue,
+    ProveStart,
+    ProveFinish,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl Outcome {
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Failed => "failed",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Seconds spent in each stage by one partition.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StageTimes {
+    pub synthesis: Option<f64>,
+    pub gpu_queue: Option<f64>,
+    pub prove_start: Option<f64>,
+    pub prove_finish: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PartitionStatus {
+    pub stage: Stage,
+    pub times: StageTimes,
+    #[serde(skip)]
+    pub proof: Option<Proof>,
+    #[serde(skip)]
+    pub public_inputs: Vec<Scalar>,
+    pub error: Option<String>,
+}
+
+/// A consistent copy of a job's state.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobStatus {
+    pub id: JobId,
+    pub circuit: String,
+    pub outcome: Option<Outcome>,
+    pub error: Option<String>,
+    pub partitions: Vec<PartitionStatus>,
+    pub elapsed_seconds: f64,
+}
+
+pub(crate) struct Job {
+    pub id: JobId,
+    pub circuit: String,
+    pub key: Arc<ProvingKey>,
+    pub cancelled: AtomicBool,
+    created: Instant,
+    state: Mutex<JobState>,
+    ended: Condvar,
+    metrics: Arc<Metrics>,
+}
+
+struct JobState {
+    partitions: Vec<PartitionStatus>,
+    remaining: usize,
+    outcome: Option<Outcome>,
+    error: Option<String>,
+    elapsed: Option<Duration>,
+}
+
+impl Job {
+    pub fn new(
+        id: JobId,
+        spec_circuit: String,
+        key: Arc<ProvingKey>,
+        n: usize,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        let partitions = (0..n)
+            .map(|_| PartitionStatus {
+                stage: Stage::Queued,
+                times: StageTimes::default(),
+                proof: None,
+                public_inputs: Vec::new(),
+                error: None,
+            })
+            .collect();
+        Arc::new(Self {
+            id,
+            circuit: spec_circuit,
+            key,
+            cancelled: AtomicBool::new(false),
+            created: Instant::now(),
+            state: Mutex::new(JobState {
+                partitions,
+                remaining: n,
+                outcome: None,
+                error: None,
+                elapsed: None,
+            }),
+            ended: Condvar::new(),
+            metrics,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, JobState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Release);
+    }
+
+    pub fn set_stage(&self, index: usize, stage: Stage) {
+        self.lock().partitions[index].stage = stage;
+    }
+
+    pub fn record(&self, index: usize, f: impl FnOnce(&mut StageTimes)) {
+        f(&mut self.lock().partitions[index].times);
+    }
+
+    pub fn status(&self) -> JobStatus {
+        let s = self.lock();
+        JobStatus {
+            id: self.id,
+            circuit: self.circuit.clone(),
+            outcome: s.outcome,
+            error: s.error.clone(),
+            partitions: s.partitions.clone(),
+            elapsed_seconds: s.elapsed.unwrap_or_else(|| self.created.elapsed()).as_secs_f64(),
+        }
+    }
+
+    /// Blocks until the job has ended (or `timeout` passes).
+    pub fn wait(&self, timeout: Option<Duration>) -> JobStatus {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut s = self.lock();
+        while s.outcome.is_none() {
+            let wait = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if wait == Some(Duration::ZERO) {
+                break;
+            }
+            s = match wait {
+                Some(w) => self.ended.wait_timeout(s, w).unwrap_or_else(|e| e.into_inner()).0,
+                None => self.ended.wait(s).unwrap_or_else(|e| e.into_inner()),
+            };
+        }
+        drop(s);
+        self.status()
+    }
+
+    fn end_partition(
+        &self,
+        index: usize,
+        stage: Stage,
+        result: Option<(Proof, Vec<Scalar>)>,
+        error: Option<String>,
+    ) {
+        let mut s = self.lock();
+        let p = &mut s.partitions[index];
+        p.stage = stage;
+        if let Some((proof, public)) = result {
+            p.proof = Some(proof);
+            p.public_inputs = public;
+        }
+        p.error = error.clone();
+        let outcome = match stage {
+            Stage::Done => Outcome::Succeeded,
+            Stage::Failed => Outcome::Failed,
+            _ => Outcome::Cancelled,
+        };
+        self.metrics.partitions.with_label_values(&[outcome.name()]).inc();
+        if let (Some(e), None) = (error, &s.error) {
+            // The first failure fails the job and stops its other partitions.
+            s.error = Some(format!("partition {index}: {e}"));
+            self.cancelled.store(true, Ordering::Release);
+        }
+        s.remaining -= 1;
+        if s.remaining == 0 {
+            let outcome = if s.error.is_some() {
+                Outcome::Failed
+            } else if s.partitions.iter().all(|p| p.stage == Stage::Done) {
+                Outcome::Succeeded
+            } else {
+                Outcome::Cancelled
+            };
+            s.outcome = Some(outcome);
+            let elapsed = self.created.elapsed();
+            s.elapsed = Some(elapsed);
+            self.metrics.jobs.with_label_values(&[outcome.name()]).inc();
+            self.metrics.job_duration.observe(elapsed.as_secs_f64());
+            tracing::info!(job = self.id, circuit = %self.circuit, outcome = outcome.name(), secs = elapsed.as_secs_f64(), "job ended");
+            self.ended.notify_all();
+        }
+    }
+}
+
+/// One partition's obligation to end exactly once.
+pub(crate) struct Ticket {
+    pub job: Arc<Job>,
+    pub index: usize,
+    ended: bool,
+}
+
+impl Ticket {
+    pub fn new(job: Arc<Job>, index: usize) -> Self {
+        Self { job, index, ended: false }
+    }
+
+    pub fn succeed(mut self, proof: Proof, public: Vec<Scalar>) {
+        self.ended = true;
+        self.job.end_partition(self.index, Stage::Done, Some((proof, public)), None);
+    }
+
+    pub fn fail(mut self, error: String) {
+        self.ended = true;
+        self.job.end_partition(self.index, Stage::Failed, None, Some(error));
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.job.end_partition(self.index, Stage::Cancelled, None, None);
+        }
+    }
+}

@@ -1,0 +1,455 @@
+//! The engine: jobs of N partitions flowing through
+//! admission → synthesis → GPU queue → prove_start → prove_finish → done,
+//! with memory admitted by bytes and every large buffer counted by a guard.
+//!
+//! Threads: one dispatcher admits queued partitions (a partition permit, then
+//! a memory reservation) onto the synthesis pool; synthesized partitions go
+//! into a bounded queue that one worker per backend (GPU) drains; finished
+//! G1 work goes to the finalize pool. Two rules from DESIGN.md:
+//! 1. a partition's permit is released only once the GPU queue has accepted
+//!    its buffers (see `synthesize_partition`);
+//! 2. gauges follow ownership: guards, never hand-kept counters.
+
+pub mod buffers;
+pub mod config;
+mod job;
+pub mod memory;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::groth16::{Backend, Blinding, PendingProof, ProvingKey, Synthesized};
+use crate::metrics::Metrics;
+use buffers::{BufferClass, BufferGuard, Ledger};
+pub use config::{MemoryBudget, PipelineConfig};
+use job::{Job, Ticket};
+pub use job::{JobId, JobSpec, JobStatus, Outcome, PartitionStatus, Stage, StageTimes, SynthesisFn};
+use memory::{Budget, Reservation};
+
+/// Estimated bytes of one partition of a circuit, by what frees them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Footprint {
+    /// a/b/c evaluations, padded to the domain: freed after the NTT stage.
+    pub abc: u64,
+    /// Input and aux assignments.
+    pub aux: u64,
+    /// Density bitmaps.
+    pub density: u64,
+    /// Working memory of prove_start (H's coefficients, filtered scalars).
+    pub working: u64,
+}
+
+impl Footprint {
+    /// From the key, before any synthesis.
+    pub fn of(key: &ProvingKey) -> Self {
+        let n = key.domain_size() as u64;
+        let vars = (key.vk.ic.len() + key.l.len()) as u64;
+        Self { abc: 3 * n * 32, aux: vars * 32, density: 3 * vars.div_ceil(8), working: n * 32 + vars * 32 }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.abc + self.aux + self.density + self.working
+    }
+}
+
+/// Why a job was not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error("a job needs at least one partition")]
+    Empty,
+    #[error(
+        "one partition of {circuit} needs an estimated {need} bytes, more than the whole memory budget of {budget} bytes; \
+         raise pipeline.memory_budget or use a smaller circuit"
+    )]
+    NeverFits { circuit: String, need: u64, budget: u64 },
+    #[error("the engine is shutting down")]
+    ShuttingDown,
+}
+
+/// A partition waiting for admission.
+struct Queued {
+    ticket: Ticket,
+    synthesize: SynthesisFn,
+}
+
+/// A synthesized partition in the GPU queue, its buffers under guard.
+struct InGpuQueue {
+    ticket: Ticket,
+    witness: Synthesized,
+    abc: BufferGuard,
+    held: Held,
+    enqueued: Instant,
+}
+
+/// Guards that live until prove_finish is done.
+struct Held {
+    _aux: BufferGuard,
+    _density: BufferGuard,
+}
+
+struct Shared {
+    config: PipelineConfig,
+    metrics: Arc<Metrics>,
+    ledger: Arc<Ledger>,
+    budget: Arc<Budget>,
+    queue: Mutex<VecDeque<Queued>>,
+    queued: Condvar,
+    permits: Arc<Semaphore>,
+    gpu_tx: Sender<InGpuQueue>,
+    synthesis_pool: rayon::ThreadPool,
+    finalize_pool: rayon::ThreadPool,
+    shutdown: AtomicBool,
+    jobs: Mutex<HashMap<JobId, Arc<Job>>>,
+    next_id: AtomicU64,
+}
+
+/// The proving engine. Dropping it stops its threads after cancelling
+/// whatever is still queued.
+pub struct Engine {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Engine {
+    /// Starts the engine with one worker per backend.
+    pub fn start(
+        config: PipelineConfig,
+        backends: Vec<Arc<dyn Backend>>,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Self> {
+        config.validate().map_err(anyhow::Error::msg)?;
+        anyhow::ensure!(!backends.is_empty(), "the engine needs at least one backend");
+        let (gpu_tx, gpu_rx) = crossbeam_channel::bounded(config.gpu_queue_capacity);
+        metrics.gpu_queue_capacity.set(config.gpu_queue_capacity as i64);
+        let pool = |name: &'static str, n: usize| {
+            rayon::ThreadPoolBuilder::new().num_threads(n).thread_name(move |i| format!("{name}-{i}")).build()
+        };
+        let shared = Arc::new(Shared {
+            ledger: Ledger::new(metrics.clone()),
+            budget: Budget::new(config.memory_budget.bytes(), metrics.clone()),
+            queue: Mutex::new(VecDeque::new()),
+            queued: Condvar::new(),
+            permits: Arc::new(Semaphore::new(config.partition_permits)),
+            gpu_tx,
+            synthesis_pool: pool("synth", config.synthesis_threads())?,
+            finalize_pool: pool("finalize", config.finalize_threads)?,
+            shutdown: AtomicBool::new(false),
+            jobs: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            config,
+            metrics,
+        });
+        let mut threads = Vec::new();
+        let s = shared.clone();
+        threads.push(std::thread::Builder::new().name("dispatch".into()).spawn(move || dispatch(&s))?);
+        for backend in backends {
+            let (s, rx) = (shared.clone(), gpu_rx.clone());
+            let name = format!("gpu-{}", backend.name());
+            threads.push(std::thread::Builder::new().name(name).spawn(move || gpu_worker(&s, backend, rx))?);
+        }
+        Ok(Self { shared, threads })
+    }
+
+    /// Accepts a job; its partitions queue for admission in order.
+    pub fn submit(&self, spec: JobSpec) -> Result<JobId, SubmitError> {
+        let s = &self.shared;
+        if s.shutdown.load(Ordering::Acquire) {
+            return Err(SubmitError::ShuttingDown);
+        }
+        if spec.partitions.is_empty() {
+            return Err(SubmitError::Empty);
+        }
+        let need = Footprint::of(&spec.key).total();
+        if need > s.budget.total() {
+            return Err(SubmitError::NeverFits { circuit: spec.circuit, need, budget: s.budget.total() });
+        }
+        let id = s.next_id.fetch_add(1, Ordering::Relaxed);
+        let job = Job::new(id, spec.circuit, spec.key, spec.partitions.len(), s.metrics.clone());
+        s.jobs.lock().unwrap_or_else(|e| e.into_inner()).insert(id, job.clone());
+        let mut q = s.queue.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, synthesize) in spec.partitions.into_iter().enumerate() {
+            q.push_back(Queued { ticket: Ticket::new(job.clone(), i), synthesize });
+        }
+        s.metrics.partitions_waiting.set(q.len() as i64);
+        drop(q);
+        s.queued.notify_all();
+        tracing::info!(job = id, circuit = %job.circuit, partitions = job.status().partitions.len(), "job accepted");
+        Ok(id)
+    }
+
+    pub fn status(&self, id: JobId) -> Option<JobStatus> {
+        self.job(id).map(|j| j.status())
+    }
+
+    /// Waits for a job to end; `None` if there is no such job.
+    pub fn wait(&self, id: JobId, timeout: Option<Duration>) -> Option<JobStatus> {
+        self.job(id).map(|j| j.wait(timeout))
+    }
+
+    /// Cancels a job: queued partitions are dropped (releasing their memory),
+    /// running ones stop at their next stage boundary. Returns false if unknown.
+    pub fn cancel(&self, id: JobId) -> bool {
+        let Some(job) = self.job(id) else { return false };
+        job.cancel();
+        // Drop its queued partitions now, so their tickets end and nothing waits.
+        let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let dropped: Vec<Queued> = {
+            let (keep, drop): (VecDeque<_>, VecDeque<_>) = q.drain(..).partition(|p| p.ticket.job.id != id);
+            *q = keep;
+            drop.into_iter().collect()
+        };
+        self.shared.metrics.partitions_waiting.set(q.len() as i64);
+        drop(q);
+        drop(dropped);
+        true
+    }
+
+    fn job(&self, id: JobId) -> Option<Arc<Job>> {
+        self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned()
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.shared.metrics
+    }
+
+    pub fn ledger(&self) -> &Arc<Ledger> {
+        &self.shared.ledger
+    }
+
+    pub fn budget(&self) -> &Arc<Budget> {
+        &self.shared.budget
+    }
+
+    pub fn config(&self) -> &PipelineConfig {
+        &self.shared.config
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let s = &self.shared;
+        s.shutdown.store(true, Ordering::Release);
+        let ids: Vec<JobId> = s.jobs.lock().unwrap_or_else(|e| e.into_inner()).keys().copied().collect();
+        for id in ids {
+            self.cancel(id);
+        }
+        s.queued.notify_all();
+        s.permits.close();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Emits one event carrying every class count and the reserved bytes, so
+/// that a log alone replays the timeline.
+fn transition(s: &Shared, job: JobId, partition: usize, stage: &'static str) {
+    let c = s.ledger.counts();
+    tracing::debug!(
+        target: "provd::buffers",
+        job, partition, stage,
+        synth = c.synth, abc = c.abc, aux = c.aux, density = c.density, pending = c.pending,
+        reserved_gib = s.budget.reserved() as f64 / (1u64 << 30) as f64,
+        "BUFFERS[{stage}]"
+    );
+}
+
+fn dispatch(s: &Arc<Shared>) {
+    loop {
+        let next = {
+            let mut q = s.queue.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                if s.shutdown.load(Ordering::Acquire) {
+                    return;
+                }
+                if let Some(p) = q.pop_front() {
+                    s.metrics.partitions_waiting.set(q.len() as i64);
+                    break p;
+                }
+                q = s.queued.wait_timeout(q, Duration::from_millis(200)).unwrap_or_else(|e| e.into_inner()).0;
+            }
+        };
+        let job = next.ticket.job.clone();
+        if job.is_cancelled() {
+            continue; // the ticket ends the partition as cancelled
+        }
+        let Some(permit) = s.permits.acquire() else { return };
+        let stop = || job.is_cancelled() || s.shutdown.load(Ordering::Acquire);
+        let Some(reservation) = s.budget.reserve(Footprint::of(&job.key).total(), stop) else { continue };
+        let s2 = s.clone();
+        s.synthesis_pool.spawn(move || synthesize_partition(&s2, next, permit, reservation));
+    }
+}
+
+fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: Reservation) {
+    let Queued { ticket, synthesize } = p;
+    let (job, index) = (ticket.job.clone(), ticket.index);
+    let fp = Footprint::of(&job.key);
+    let synth = s.ledger.guard(BufferClass::Synth, 0, None);
+    job.set_stage(index, Stage::Synthesis);
+    transition(s, job.id, index, "synthesis start");
+    let t = Instant::now();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(synthesize));
+    let secs = t.elapsed().as_secs_f64();
+    s.metrics.stage_duration.with_label_values(&["synthesis"]).observe(secs);
+    job.record(index, |t| t.synthesis = Some(secs));
+    let witness = match result {
+        Ok(Ok(w)) => w,
+        Ok(Err(e)) => return ticket.fail(e.to_string()),
+        Err(_) => return ticket.fail("synthesis panicked".into()),
+    };
+    if job.is_cancelled() {
+        return;
+    }
+    let abc_bytes = (3 * witness.num_constraints() * 32) as u64;
+    let vars = (witness.input_assignment.len() + witness.aux_assignment.len()) as u64;
+    let density_bytes = (witness.a_aux_density.heap_bytes()
+        + witness.b_aux_density.heap_bytes()
+        + witness.b_input_density.heap_bytes()) as u64;
+    // The a/b/c part of the reservation goes with the a/b/c buffers; the rest
+    // (assignment, density, working memory) with the assignment.
+    let abc = s.ledger.guard(BufferClass::Abc, abc_bytes, Some(reservation.split(fp.abc)));
+    let held = Held {
+        _aux: s.ledger.guard(BufferClass::Aux, vars * 32, Some(reservation)),
+        _density: s.ledger.guard(BufferClass::Density, density_bytes, None),
+    };
+    drop(synth);
+    job.set_stage(index, Stage::GpuQueue);
+    transition(s, job.id, index, "synthesis end");
+    let item = InGpuQueue { ticket, witness, abc, held, enqueued: Instant::now() };
+    // Rule 1: the permit is held while this blocks on a full queue, so at most
+    // `partition_permits` synthesized partitions wait in front of it. (Dropping
+    // the permit before this send would let every synthesis thread stack its
+    // finished buffers here, unbounded by the permits.)
+    if s.gpu_tx.send(item).is_err() {
+        return; // engine stopped: the item, and so its guards, are dropped
+    }
+    s.metrics.gpu_queue_depth.set(s.gpu_tx.len() as i64);
+    drop(permit);
+    transition(s, job.id, index, "gpu hand-off");
+}
+
+fn gpu_worker(s: &Arc<Shared>, backend: Arc<dyn Backend>, rx: Receiver<InGpuQueue>) {
+    let busy = s.metrics.gpu_busy_seconds.with_label_values(&[backend.name()]);
+    loop {
+        let item = match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(item) => item,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) if !s.shutdown.load(Ordering::Acquire) => {
+                continue
+            }
+            Err(_) => return,
+        };
+        s.metrics.gpu_queue_depth.set(rx.len() as i64);
+        let InGpuQueue { ticket, witness, abc, held, enqueued } = item;
+        let (job, index) = (ticket.job.clone(), ticket.index);
+        let waited = enqueued.elapsed().as_secs_f64();
+        s.metrics.stage_duration.with_label_values(&["gpu_queue"]).observe(waited);
+        job.record(index, |t| t.gpu_queue = Some(waited));
+        if job.is_cancelled() {
+            continue; // dropping the item frees its buffers and memory
+        }
+        job.set_stage(index, Stage::ProveStart);
+        let t = Instant::now();
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| backend.prove_start(&job.key, witness)));
+        let secs = t.elapsed().as_secs_f64();
+        busy.inc_by(secs);
+        drop(abc); // a/b/c are gone once prove_start returns
+        s.metrics.stage_duration.with_label_values(&["prove_start"]).observe(secs);
+        job.record(index, |t| t.prove_start = Some(secs));
+        transition(s, job.id, index, "abc freed");
+        let pending = match result {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => {
+                ticket.fail(e.to_string());
+                continue;
+            }
+            Err(_) => {
+                ticket.fail("prove_start panicked".into());
+                continue;
+            }
+        };
+        let pending_guard = s.ledger.guard(BufferClass::Pending, 0, None);
+        let (s2, backend2) = (s.clone(), backend.clone());
+        s.finalize_pool.spawn(move || finish_partition(&s2, backend2, ticket, pending, held, pending_guard));
+    }
+}
+
+fn finish_partition(
+    s: &Shared,
+    backend: Arc<dyn Backend>,
+    ticket: Ticket,
+    pending: PendingProof,
+    held: Held,
+    pending_guard: BufferGuard,
+) {
+    let (job, index) = (ticket.job.clone(), ticket.index);
+    if job.is_cancelled() {
+        return;
+    }
+    job.set_stage(index, Stage::ProveFinish);
+    let public = pending.assignment.public_inputs().to_vec();
+    let t = Instant::now();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        backend.prove_finish(&job.key, pending, Blinding::random(&mut rand::rngs::OsRng))
+    }));
+    let secs = t.elapsed().as_secs_f64();
+    s.metrics.stage_duration.with_label_values(&["prove_finish"]).observe(secs);
+    job.record(index, |t| t.prove_finish = Some(secs));
+    drop((held, pending_guard));
+    transition(s, job.id, index, "dealloc");
+    match result {
+        Ok(Ok(proof)) => ticket.succeed(proof, public),
+        Ok(Err(e)) => ticket.fail(e.to_string()),
+        Err(_) => ticket.fail("prove_finish panicked".into()),
+    }
+}
+
+/// A counting semaphore whose permits release on drop.
+struct Semaphore {
+    state: Mutex<(usize, bool)>,
+    cv: Condvar,
+}
+
+struct Permit(Arc<Semaphore>);
+
+impl Semaphore {
+    fn new(n: usize) -> Self {
+        Self { state: Mutex::new((n, false)), cv: Condvar::new() }
+    }
+
+    /// Waits for a permit; `None` once closed.
+    fn acquire(self: &Arc<Self>) -> Option<Permit> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if st.1 {
+                return None;
+            }
+            if st.0 > 0 {
+                st.0 -= 1;
+                return Some(Permit(self.clone()));
+            }
+            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn close(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+        self.cv.notify_all();
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.0.state.lock().unwrap_or_else(|e| e.into_inner()).0 += 1;
+        self.0.cv.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,197 @@
+//! Engine tests on the CPU backend: gauges return to zero on every path, the
+//! permit rule bounds a/b/c buffers, reservations never exceed the budget.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use rand::SeedableRng;
+
+use super::*;
+use crate::circuits::BenchCircuit;
+use crate::groth16::{keygen, synthesize, CpuBackend, PendingProof, Proof, ProveError};
+
+const K: u32 = 8;
+
+fn key() -> Arc<ProvingKey> {
+    static KEY: OnceLock<Arc<ProvingKey>> = OnceLock::new();
+    KEY.get_or_init(|| {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        Arc::new(keygen::generate_test_key(BenchCircuit::new(K, 2, None), &mut rng).unwrap())
+    })
+    .clone()
+}
+
+fn partition(seed: u64) -> SynthesisFn {
+    Box::new(move || synthesize(BenchCircuit::new(K, 2, Some(seed))))
+}
+
+fn failing_partition() -> SynthesisFn {
+    Box::new(|| Err(ProveError::Unsatisfied { index: 3, name: "round 0/u1 boolean".into() }))
+}
+
+fn job(partitions: Vec<SynthesisFn>) -> JobSpec {
+    JobSpec { circuit: format!("bench-{K}"), key: key(), partitions }
+}
+
+/// The CPU backend with a slow prove_start, standing in for a busy GPU.
+struct SlowGpu(Duration);
+
+impl Backend for SlowGpu {
+    fn name(&self) -> &str {
+        "slow"
+    }
+    fn prove_start(&self, key: &ProvingKey, w: Synthesized) -> Result<PendingProof, ProveError> {
+        std::thread::sleep(self.0);
+        CpuBackend.prove_start(key, w)
+    }
+}
+
+fn engine(config: PipelineConfig, gpu_delay: Duration) -> Engine {
+    Engine::start(config, vec![Arc::new(SlowGpu(gpu_delay))], Arc::new(Metrics::new())).unwrap()
+}
+
+fn assert_all_released(e: &Engine) {
+    // Guards drop on the worker threads just after a job ends; allow a moment.
+    for _ in 0..100 {
+        if e.ledger().counts() == buffers::ClassCounts::default() && e.budget().reserved() == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(e.ledger().counts(), buffers::ClassCounts::default(), "buffer counts");
+    assert_eq!(e.ledger().bytes(), buffers::ClassCounts::default(), "buffer bytes");
+    assert_eq!(e.budget().reserved(), 0, "reserved bytes");
+    let m = e.metrics();
+    for c in BufferClass::ALL {
+        assert_eq!(m.buffers_in_flight.with_label_values(&[c.name()]).get(), 0, "{} gauge", c.name());
+        assert_eq!(m.buffer_bytes.with_label_values(&[c.name()]).get(), 0, "{} bytes gauge", c.name());
+    }
+    assert_eq!(m.memory_reserved_bytes.get(), 0);
+}
+
+fn verify_all(status: &JobStatus) {
+    for p in &status.partitions {
+        let proof: &Proof = p.proof.as_ref().expect("a proof per partition");
+        assert!(proof.verify(&key().vk, &p.public_inputs));
+        assert!(
+            p.times.synthesis.is_some() && p.times.prove_start.is_some() && p.times.prove_finish.is_some()
+        );
+    }
+}
+
+#[test]
+fn gauges_return_to_zero_after_success_failure_and_cancellation() {
+    let e = engine(PipelineConfig { synthesis_threads: 2, ..Default::default() }, Duration::ZERO);
+    // success
+    let ok = e.submit(job((0..3).map(partition).collect())).unwrap();
+    let st = e.wait(ok, None).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Succeeded));
+    verify_all(&st);
+    assert_all_released(&e);
+    // failure: one bad partition fails the job, naming it
+    let bad = e.submit(job(vec![partition(1), failing_partition(), partition(2)])).unwrap();
+    let st = e.wait(bad, None).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Failed));
+    assert!(
+        st.error.as_deref().unwrap().contains("partition 1: witness does not satisfy constraint #3"),
+        "{:?}",
+        st.error
+    );
+    assert_all_released(&e);
+    // cancellation mid-job, with a slow GPU so partitions are in every stage
+    let e = engine(
+        PipelineConfig { synthesis_threads: 2, partition_permits: 2, ..Default::default() },
+        Duration::from_millis(100),
+    );
+    let long = e.submit(job((0..12).map(partition).collect())).unwrap();
+    std::thread::sleep(Duration::from_millis(250));
+    assert!(e.cancel(long));
+    let st = e.wait(long, Some(Duration::from_secs(30))).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Cancelled));
+    assert!(st.partitions.iter().any(|p| p.stage == Stage::Cancelled));
+    assert_all_released(&e);
+    let m = e.metrics();
+    assert_eq!(m.jobs.with_label_values(&["cancelled"]).get(), 1);
+    assert!(!e.cancel(9999), "unknown job");
+}
+
+#[test]
+fn permits_bound_the_partitions_holding_abc() {
+    // P permits, queue capacity Q, one GPU worker, and a GPU much slower than
+    // synthesis: partitions pile up in front of it. With the permit held until
+    // the queue accepts a partition, a/b/c exist for at most P (synthesizing or
+    // blocked on the queue) + Q (queued) + 1 (on the GPU). Releasing the permit
+    // when synthesis returns instead lets every synthesis thread finish and
+    // stack its buffers behind the full queue: with 6 threads the count
+    // reaches Q + 1 + 6 and this assertion fails.
+    let (p, q) = (2, 1);
+    let config = PipelineConfig {
+        partition_permits: p,
+        gpu_queue_capacity: q,
+        synthesis_threads: 6,
+        ..Default::default()
+    };
+    let e = engine(config, Duration::from_millis(60));
+    let id = e.submit(job((0..14).map(partition).collect())).unwrap();
+    let st = e.wait(id, None).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Succeeded));
+    let peak = e.ledger().peaks().abc as usize;
+    assert!(peak <= p + q + 1, "a/b/c held by {peak} partitions at once; bound is {}", p + q + 1);
+    assert!(peak >= p + q, "the test must actually fill the pipeline (peak {peak})");
+    assert_all_released(&e);
+}
+
+#[test]
+fn reservations_never_exceed_the_budget_under_a_burst() {
+    let fp = Footprint::of(&key()).total();
+    let budget = fp * 5 / 2; // room for two partitions at a time
+    let config = PipelineConfig {
+        partition_permits: 8,
+        synthesis_threads: 4,
+        memory_budget: MemoryBudget::Bytes(budget),
+        ..Default::default()
+    };
+    let e = engine(config, Duration::from_millis(5));
+    let ids: Vec<_> =
+        (0..5).map(|j| e.submit(job((0..3).map(|i| partition(10 * j + i)).collect())).unwrap()).collect();
+    for id in ids {
+        assert_eq!(e.wait(id, None).unwrap().outcome, Some(Outcome::Succeeded));
+    }
+    assert!(e.budget().peak() <= budget, "peak {} > budget {budget}", e.budget().peak());
+    assert!(e.budget().peak() >= 2 * fp, "two partitions should have fit at once");
+    assert_all_released(&e);
+    // A job that can never fit is rejected up front, with the numbers.
+    let small = engine(
+        PipelineConfig { memory_budget: MemoryBudget::Bytes(fp / 2), ..Default::default() },
+        Duration::ZERO,
+    );
+    let err = small.submit(job(vec![partition(1)])).unwrap_err();
+    assert!(matches!(err, SubmitError::NeverFits { .. }), "{err}");
+    assert!(err.to_string().contains("memory_budget"), "{err}");
+    assert!(matches!(small.submit(job(vec![])), Err(SubmitError::Empty)));
+}
+
+#[test]
+fn metrics_exposition_names_every_family() {
+    let e = engine(PipelineConfig::default(), Duration::ZERO);
+    let id = e.submit(job(vec![partition(3)])).unwrap();
+    e.wait(id, None).unwrap();
+    let text = e.metrics().render();
+    for name in [
+        "provd_buffers_in_flight{class=\"abc\"}",
+        "provd_buffer_bytes{class=\"pending\"}",
+        "provd_memory_reserved_bytes",
+        "provd_memory_budget_bytes",
+        "provd_gpu_queue_depth",
+        "provd_gpu_queue_capacity",
+        "provd_partitions_waiting",
+        "provd_stage_duration_seconds_bucket{stage=\"prove_start\"",
+        "provd_job_duration_seconds_count 1",
+        "provd_jobs_total{outcome=\"succeeded\"} 1",
+        "provd_partitions_total{outcome=\"succeeded\"} 1",
+        "provd_gpu_busy_seconds_total{device=\"slow\"}",
+        "process_resident_memory_bytes",
+    ] {
+        assert!(text.contains(name), "missing {name} in\n{text}");
+    }
+}
