@@ -25,6 +25,12 @@ dir=$(nvrtc_dir)
 export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PROVD_REQUIRE_NVRTC=1
 
+# promtool (Debian package `prometheus`): the metrics exposition must pass it.
+if ! command -v promtool >/dev/null; then
+  (apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus) >/dev/null
+fi
+export PROVD_REQUIRE_PROMTOOL=1
+
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
 cargo build --release --bins

@@ -84,6 +84,25 @@ enum BenchCommand {
         #[command(flatten)]
         common: Common,
     },
+    /// Many jobs through the pipeline engine: throughput, stage busy time, peak gauges.
+    Pipeline {
+        #[arg(long, default_value = "bench-14")]
+        circuit: Builtin,
+        #[arg(long, default_value_t = 20)]
+        jobs: usize,
+        #[arg(long, default_value_t = 4)]
+        partitions: usize,
+        /// Overrides pipeline.partition_permits.
+        #[arg(long)]
+        permits: Option<usize>,
+        /// Overrides pipeline.gpu_queue_capacity.
+        #[arg(long)]
+        queue: Option<usize>,
+        #[arg(long, default_value = "bench-results/pipeline.json")]
+        json: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
     /// GPU G1 MSMs with resident bases, beside blst on the CPU.
     Msm {
         /// log2 sizes, comma separated.
@@ -191,6 +210,16 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             let backend = provd::backend::select(common.backend, &common.data_dir)?;
             bench::prove::ProveBench { circuit, runs, vs_bellperson: vs.is_some(), json }
                 .run(backend.as_ref(), &key)
+        }
+        BenchCommand::Pipeline { circuit, jobs, partitions, permits, queue, json, common } => {
+            anyhow::ensure!(jobs > 0 && partitions > 0, "--jobs and --partitions must be at least 1");
+            let key = std::sync::Arc::new(params::load_or_generate(&common.data_dir, circuit)?);
+            let backend: std::sync::Arc<dyn provd::groth16::Backend> =
+                provd::backend::select(common.backend, &common.data_dir)?.into();
+            let mut config = provd::pipeline::PipelineConfig::default();
+            config.partition_permits = permits.unwrap_or(config.partition_permits);
+            config.gpu_queue_capacity = queue.unwrap_or(config.gpu_queue_capacity);
+            bench::pipeline::PipelineBench { circuit, jobs, partitions, config, json }.run(backend, key)
         }
         BenchCommand::Msm { sizes, cpu_sizes, runs, warmup, json, data_dir } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");

@@ -3,6 +3,7 @@
 
 pub mod msm;
 pub mod ntt;
+pub mod pipeline;
 pub mod prove;
 
 use std::path::Path;

@@ -66,6 +66,12 @@ fn scalar_bytes(scalars: &[Scalar]) -> Vec<u8> {
 pub fn msm<G: MsmGroup>(bases: &[G::Affine], scalars: &[Scalar]) -> G {
     assert_eq!(bases.len(), scalars.len(), "MSM needs one scalar per base");
     const CHUNK: usize = 1 << 14;
+    // Dense scalars (H's coefficients): gathering the few trivial ones out
+    // would copy every base for nothing.
+    let trivial = scalars.par_iter().filter(|x| **x == Scalar::ZERO || **x == Scalar::ONE).count();
+    if trivial * 4 < scalars.len() {
+        return G::pippenger(bases, scalars);
+    }
     let parts: Vec<(G, Vec<G::Affine>, Vec<Scalar>)> = bases
         .par_chunks(CHUNK)
         .zip(scalars.par_chunks(CHUNK))

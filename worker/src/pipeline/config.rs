@@ -143,3 +143,27 @@ mod tests {
         assert!(PipelineConfig { partition_permits: 0, ..Default::default() }.validate().is_err());
     }
 }
+
+#[cfg(test)]
+mod example {
+    /// The shipped example lists every knob with its default value.
+    #[test]
+    fn example_file_matches_the_defaults() {
+        #[derive(serde::Deserialize)]
+        struct File {
+            pipeline: super::PipelineConfig,
+        }
+        let text = include_str!("../../../provd.example.toml");
+        let file: File = toml::from_str(text).expect("provd.example.toml parses");
+        assert_eq!(file.pipeline, super::PipelineConfig::default());
+        for key in [
+            "partition_permits",
+            "gpu_queue_capacity",
+            "synthesis_threads",
+            "finalize_threads",
+            "memory_budget",
+        ] {
+            assert!(text.contains(&format!("\n{key} = ")), "{key} is documented in the example");
+        }
+    }
+}

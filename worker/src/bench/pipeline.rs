@@ -1,0 +1,122 @@
+//! `provd bench pipeline`: many jobs through the engine at once. Reports
+//! throughput, how busy each stage was, and the peak buffer gauges.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::{environment, print_table, write_json};
+use crate::circuits::Builtin;
+use crate::groth16::{synthesize, Backend, ProvingKey};
+use crate::metrics::Metrics;
+use crate::pipeline::{Engine, JobSpec, Outcome, PipelineConfig};
+
+pub struct PipelineBench {
+    pub circuit: Builtin,
+    pub jobs: usize,
+    pub partitions: usize,
+    pub config: PipelineConfig,
+    pub json: PathBuf,
+}
+
+impl PipelineBench {
+    pub fn run(&self, backend: Arc<dyn Backend>, key: Arc<ProvingKey>) -> anyhow::Result<()> {
+        let metrics = Arc::new(Metrics::new());
+        let engine = Engine::start(self.config.clone(), vec![backend.clone()], metrics.clone())?;
+        let gpu_busy = metrics.gpu_busy_seconds.with_label_values(&[backend.name()]);
+        let start = Instant::now();
+        let mut ids = Vec::new();
+        for j in 0..self.jobs {
+            let circuit = self.circuit;
+            let partitions = (0..self.partitions)
+                .map(|p| {
+                    let seed = (j * self.partitions + p) as u64;
+                    Box::new(move || synthesize(circuit.circuit(Some(seed)))) as crate::pipeline::SynthesisFn
+                })
+                .collect();
+            ids.push(engine.submit(JobSpec {
+                circuit: circuit.to_string(),
+                key: key.clone(),
+                partitions,
+            })?);
+        }
+        // Sample the GPU busy counter while the queue in front of it is never
+        // empty (the steady state), to see whether the GPU ever waits.
+        let (mut steady_t, mut steady_busy) = (0.0, 0.0);
+        let mut last: Option<(Instant, f64)> = None;
+        loop {
+            let finished = ids.iter().all(|id| engine.status(*id).is_some_and(|s| s.outcome.is_some()));
+            if finished {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            let now = (Instant::now(), gpu_busy.get());
+            let queued = metrics.gpu_queue_depth.get() > 0;
+            if let (Some(prev), true) = (last, queued) {
+                steady_t += now.0.duration_since(prev.0).as_secs_f64();
+                steady_busy += now.1 - prev.1;
+            }
+            last = queued.then_some(now);
+        }
+        let wall = start.elapsed().as_secs_f64();
+        let mut synth = 0.0;
+        let mut finish = 0.0;
+        for id in &ids {
+            let st = engine.wait(*id, None).expect("job exists");
+            anyhow::ensure!(
+                st.outcome == Some(Outcome::Succeeded),
+                "job {id} ended {:?}: {:?}",
+                st.outcome,
+                st.error
+            );
+            for p in &st.partitions {
+                synth += p.times.synthesis.unwrap_or(0.0);
+                finish += p.times.prove_finish.unwrap_or(0.0);
+            }
+        }
+        let proofs = self.jobs * self.partitions;
+        let synth_threads = self.config.synthesis_threads() as f64;
+        let busy = [
+            ("synthesis", synth / (synth_threads * wall)),
+            ("gpu (prove_start)", gpu_busy.get() / wall),
+            ("gpu, steady queue", if steady_t > 0.0 { steady_busy / steady_t } else { f64::NAN }),
+            ("finalize", finish / (self.config.finalize_threads as f64 * wall)),
+        ];
+        let peaks = engine.ledger().peaks();
+        println!(
+            "{} × {} partitions of {} on {}: {proofs} proofs in {wall:.2} s = {:.2} proofs/s",
+            self.jobs,
+            self.partitions,
+            self.circuit,
+            backend.name(),
+            proofs as f64 / wall
+        );
+        print_table(
+            &["stage", "busy"],
+            &busy.iter().map(|(s, b)| vec![s.to_string(), format!("{:.1}%", b * 100.0)]).collect::<Vec<_>>(),
+        );
+        println!(
+            "peak buffers: synth {} abc {} aux {} density {} pending {}; peak reserved {:.1} MiB of {:.1} MiB",
+            peaks.synth,
+            peaks.abc,
+            peaks.aux,
+            peaks.density,
+            peaks.pending,
+            engine.budget().peak() as f64 / 1048576.0,
+            engine.budget().total() as f64 / 1048576.0
+        );
+        let report = json!({
+            "bench": "pipeline", "env": environment(), "circuit": self.circuit.to_string(), "backend": backend.name(),
+            "jobs": self.jobs, "partitions": self.partitions, "wall_seconds": wall, "proofs_per_second": proofs as f64 / wall,
+            "busy": busy.iter().map(|(s, b)| (s.to_string(), json!(b))).collect::<serde_json::Map<_, _>>(),
+            "peak_buffers": peaks, "peak_reserved_bytes": engine.budget().peak(), "budget_bytes": engine.budget().total(),
+            "config": {
+                "partition_permits": self.config.partition_permits, "gpu_queue_capacity": self.config.gpu_queue_capacity,
+                "synthesis_threads": self.config.synthesis_threads(), "finalize_threads": self.config.finalize_threads,
+            },
+        });
+        write_json(&self.json, &report)
+    }
+}
