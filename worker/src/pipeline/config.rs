@@ -15,7 +15,8 @@ pub struct PipelineConfig {
     pub gpu_queue_capacity: usize,
     /// Threads of the synthesis pool (0: one per core).
     pub synthesis_threads: usize,
-    /// Threads running prove_finish (the G2 MSM and assembly).
+    /// Threads running prove_finish (the G2 MSM and assembly); as many more
+    /// partitions may wait for them before the GPU workers block.
     pub finalize_threads: usize,
     /// Memory partitions are admitted against: "80%" of the machine's (or
     /// cgroup's) memory, or a size such as "64GiB" or a number of bytes.

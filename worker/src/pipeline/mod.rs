@@ -5,7 +5,9 @@
 //! Threads: one dispatcher admits queued partitions (a partition permit, then
 //! a memory reservation) onto the synthesis pool; synthesized partitions go
 //! into a bounded queue that one worker per backend (GPU) drains; finished
-//! G1 work goes to the finalize pool. Two rules from DESIGN.md:
+//! G1 work goes through a second bounded queue to the finalize threads, so a
+//! slow G2 stage holds the GPU back instead of piling up pending partitions.
+//! Two rules from DESIGN.md:
 //! 1. a partition's permit is released only once the GPU queue has accepted
 //!    its buffers (see `synthesize_partition`);
 //! 2. gauges follow ownership: guards, never hand-kept counters.
@@ -86,6 +88,15 @@ struct InGpuQueue {
     enqueued: Instant,
 }
 
+/// A partition between prove_start and prove_finish.
+struct ToFinish {
+    backend: Arc<dyn Backend>,
+    ticket: Ticket,
+    pending: PendingProof,
+    held: Held,
+    pending_guard: BufferGuard,
+}
+
 /// Guards that live until prove_finish is done.
 struct Held {
     _aux: BufferGuard,
@@ -101,8 +112,8 @@ struct Shared {
     queued: Condvar,
     permits: Arc<Semaphore>,
     gpu_tx: Sender<InGpuQueue>,
+    finalize_tx: Sender<ToFinish>,
     synthesis_pool: rayon::ThreadPool,
-    finalize_pool: rayon::ThreadPool,
     shutdown: AtomicBool,
     jobs: Mutex<HashMap<JobId, Arc<Job>>>,
     next_id: AtomicU64,
@@ -125,6 +136,7 @@ impl Engine {
         config.validate().map_err(anyhow::Error::msg)?;
         anyhow::ensure!(!backends.is_empty(), "the engine needs at least one backend");
         let (gpu_tx, gpu_rx) = crossbeam_channel::bounded(config.gpu_queue_capacity);
+        let (finalize_tx, finalize_rx) = crossbeam_channel::bounded::<ToFinish>(config.finalize_threads);
         metrics.gpu_queue_capacity.set(config.gpu_queue_capacity as i64);
         let pool = |name: &'static str, n: usize| {
             rayon::ThreadPoolBuilder::new().num_threads(n).thread_name(move |i| format!("{name}-{i}")).build()
@@ -136,8 +148,8 @@ impl Engine {
             queued: Condvar::new(),
             permits: Arc::new(Semaphore::new(config.partition_permits)),
             gpu_tx,
+            finalize_tx,
             synthesis_pool: pool("synth", config.synthesis_threads())?,
-            finalize_pool: pool("finalize", config.finalize_threads)?,
             shutdown: AtomicBool::new(false),
             jobs: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
@@ -147,6 +159,12 @@ impl Engine {
         let mut threads = Vec::new();
         let s = shared.clone();
         threads.push(std::thread::Builder::new().name("dispatch".into()).spawn(move || dispatch(&s))?);
+        for i in 0..shared.config.finalize_threads {
+            let (s, rx) = (shared.clone(), finalize_rx.clone());
+            threads.push(
+                std::thread::Builder::new().name(format!("finalize-{i}")).spawn(move || finalizer(&s, rx))?,
+            );
+        }
         for backend in backends {
             let (s, rx) = (shared.clone(), gpu_rx.clone());
             let name = format!("gpu-{}", backend.name());
@@ -375,19 +393,28 @@ fn gpu_worker(s: &Arc<Shared>, backend: Arc<dyn Backend>, rx: Receiver<InGpuQueu
             }
         };
         let pending_guard = s.ledger.guard(BufferClass::Pending, 0, None);
-        let (s2, backend2) = (s.clone(), backend.clone());
-        s.finalize_pool.spawn(move || finish_partition(&s2, backend2, ticket, pending, held, pending_guard));
+        let item = ToFinish { backend: backend.clone(), ticket, pending, held, pending_guard };
+        // Blocks while every finalize thread is busy and its queue is full.
+        if s.finalize_tx.send(item).is_err() {
+            return;
+        }
     }
 }
 
-fn finish_partition(
-    s: &Shared,
-    backend: Arc<dyn Backend>,
-    ticket: Ticket,
-    pending: PendingProof,
-    held: Held,
-    pending_guard: BufferGuard,
-) {
+fn finalizer(s: &Shared, rx: Receiver<ToFinish>) {
+    loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(item) => finish_partition(s, item),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) if !s.shutdown.load(Ordering::Acquire) => {
+                continue
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+fn finish_partition(s: &Shared, item: ToFinish) {
+    let ToFinish { backend, ticket, pending, held, pending_guard } = item;
     let (job, index) = (ticket.job.clone(), ticket.index);
     if job.is_cancelled() {
         return;

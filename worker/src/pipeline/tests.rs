@@ -138,6 +138,10 @@ fn permits_bound_the_partitions_holding_abc() {
     let peak = e.ledger().peaks().abc as usize;
     assert!(peak <= p + q + 1, "a/b/c held by {peak} partitions at once; bound is {}", p + q + 1);
     assert!(peak >= p + q, "the test must actually fill the pipeline (peak {peak})");
+    // Pending partitions are bounded by the finalize queue: running + queued +
+    // one held by the GPU worker waiting to hand off.
+    let f = e.config().finalize_threads;
+    assert!(e.ledger().peaks().pending as usize <= 2 * f + 1, "pending peak {}", e.ledger().peaks().pending);
     assert_all_released(&e);
 }
 
