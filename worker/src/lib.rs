@@ -6,8 +6,12 @@
 pub mod backend;
 pub mod bench;
 pub mod circuits;
+pub mod config;
+pub mod demo;
 pub mod gpu;
 pub mod groth16;
+pub mod http;
 pub mod metrics;
 pub mod params;
 pub mod pipeline;
+pub mod service;

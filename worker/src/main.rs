@@ -39,6 +39,30 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Run the proving service (HTTP API, metrics, live view).
+    Serve {
+        /// Config file (see provd.example.toml); without one, the defaults.
+        #[arg(long, env = "PROVD_CONFIG")]
+        config: Option<PathBuf>,
+        /// Overrides server.listen.
+        #[arg(long, env = "PROVD_LISTEN")]
+        listen: Option<std::net::SocketAddr>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// The service on a built-in circuit with a client feeding it jobs over
+    /// HTTP: watch the gauges and the live view.
+    Demo {
+        #[arg(long, default_value = "bench-14")]
+        circuit: Builtin,
+        /// Partitions per job the demo client submits.
+        #[arg(long, default_value_t = 4)]
+        partitions: usize,
+        #[arg(long, env = "PROVD_LISTEN", default_value = "127.0.0.1:8080")]
+        listen: std::net::SocketAddr,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Proving keys.
     Params {
         #[command(subcommand)]
@@ -193,8 +217,52 @@ fn main() -> anyhow::Result<()> {
             }
         }
         Command::Bench { command } => bench(command)?,
+        Command::Serve { config, listen, common } => {
+            let mut config = match config {
+                Some(path) => provd::config::Config::load(&path)?,
+                None => provd::config::Config::default(),
+            };
+            if let Some(listen) = listen {
+                config.server.listen = listen;
+            }
+            serve(config, common, None)?;
+        }
+        Command::Demo { circuit, partitions, listen, common } => {
+            anyhow::ensure!(partitions > 0, "--partitions must be at least 1");
+            let mut config = provd::config::Config::default();
+            config.server.listen = listen;
+            config.circuits = vec![provd::config::CircuitConfig { name: circuit }];
+            serve(config, common, Some((circuit, partitions)))?;
+        }
     }
     Ok(())
+}
+
+/// Starts the service and serves until SIGTERM/SIGINT; with `demo`, also the
+/// in-process client that keeps it busy.
+fn serve(
+    config: provd::config::Config,
+    common: Common,
+    demo: Option<(Builtin, usize)>,
+) -> anyhow::Result<()> {
+    let token = config.auth_token()?;
+    let listen = config.server.listen;
+    let service = provd::service::Service::start(config, &common.data_dir, common.backend)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+        let addr = listener.local_addr()?;
+        if let Some((circuit, partitions)) = demo {
+            let low_water = 2 * service.config.pipeline.partition_permits;
+            std::thread::Builder::new()
+                .name("demo-client".into())
+                .spawn(move || provd::demo::feed(addr, circuit.to_string(), partitions, low_water))?;
+            println!("provd demo: {circuit} on {}; live view at http://{addr}/", service.backends.join(", "));
+        }
+        provd::http::serve(service, listener, token).await
+    })
 }
 
 fn bench(command: BenchCommand) -> anyhow::Result<()> {

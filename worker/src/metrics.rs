@@ -22,6 +22,9 @@ pub struct Metrics {
     pub jobs: IntCounterVec,
     pub partitions: IntCounterVec,
     pub gpu_busy_seconds: prometheus::CounterVec,
+    pub gpu_memory_used_bytes: IntGaugeVec,
+    pub gpu_memory_total_bytes: IntGaugeVec,
+    pub srs_bytes: IntGaugeVec,
 }
 
 impl Metrics {
@@ -131,6 +134,33 @@ impl Metrics {
                 prometheus::CounterVec::new(
                     Opts::new("provd_gpu_busy_seconds_total", "Time each GPU worker spent in prove_start."),
                     &["device"],
+                )
+                .unwrap(),
+            ),
+            gpu_memory_used_bytes: reg(
+                r,
+                IntGaugeVec::new(
+                    Opts::new("provd_gpu_memory_used_bytes", "Device memory in use, per GPU."),
+                    &["device"],
+                )
+                .unwrap(),
+            ),
+            gpu_memory_total_bytes: reg(
+                r,
+                IntGaugeVec::new(
+                    Opts::new("provd_gpu_memory_total_bytes", "Device memory, per GPU."),
+                    &["device"],
+                )
+                .unwrap(),
+            ),
+            srs_bytes: reg(
+                r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "provd_srs_bytes",
+                        "Proving-key bytes resident, per circuit and location (host, device).",
+                    ),
+                    &["circuit", "location"],
                 )
                 .unwrap(),
             ),

@@ -24,11 +24,20 @@ pub struct BenchCircuit {
     pub public_inputs: usize,
     /// Seed the witness is drawn from; `None` for key generation.
     pub seed: Option<u64>,
+    /// Public inputs the prover claims (by default, the ones the witness
+    /// gives). A wrong claim leaves the `outK` constraint unsatisfied.
+    pub claimed_inputs: Option<Vec<Scalar>>,
 }
 
 impl BenchCircuit {
     pub fn new(log_size: u32, public_inputs: usize, seed: Option<u64>) -> Self {
-        Self { log_size, public_inputs, seed }
+        Self { log_size, public_inputs, seed, claimed_inputs: None }
+    }
+
+    /// The same circuit with the public inputs the prover claims.
+    pub fn claiming(mut self, inputs: Vec<Scalar>) -> Self {
+        self.claimed_inputs = Some(inputs);
+        self
     }
 
     /// Constraints the circuit itself enforces (its inputs' constraints come on top).
@@ -117,7 +126,10 @@ impl Circuit<Scalar> for BenchCircuit {
         // Public inputs: x + k, so every input depends on the whole witness.
         for k in 0..self.public_inputs {
             let kk = Scalar::from(k as u64);
-            let v = x_val.map(|x| x + kk);
+            let v = match &self.claimed_inputs {
+                Some(claims) => claims.get(k).copied().filter(|_| x_val.is_some()),
+                None => x_val.map(|x| x + kk),
+            };
             let input = cs.alloc_input(|| format!("out{k}"), || value(v))?;
             cs.enforce(|| format!("out{k}"), |lc| lc + x + (kk, one), |lc| lc + one, |lc| lc + input);
             used += 1;
@@ -146,6 +158,17 @@ mod tests {
             assert_eq!(s.num_constraints(), 1 << k, "bench-{k} with {inputs} inputs");
             assert_eq!(s.public_inputs().len(), inputs);
         }
+    }
+
+    #[test]
+    fn a_wrong_claimed_input_names_its_constraint() {
+        let honest = synthesize(BenchCircuit::new(6, 2, Some(4))).unwrap();
+        let claims = honest.public_inputs().to_vec();
+        assert!(synthesize(BenchCircuit::new(6, 2, Some(4)).claiming(claims.clone())).is_ok());
+        let mut wrong = claims;
+        wrong[1] += Scalar::ONE;
+        let err = synthesize(BenchCircuit::new(6, 2, Some(4)).claiming(wrong)).unwrap_err();
+        assert!(err.to_string().contains("'out1'"), "{err}");
     }
 
     #[test]

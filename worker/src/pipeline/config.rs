@@ -150,12 +150,8 @@ mod example {
     /// The shipped example lists every knob with its default value.
     #[test]
     fn example_file_matches_the_defaults() {
-        #[derive(serde::Deserialize)]
-        struct File {
-            pipeline: super::PipelineConfig,
-        }
         let text = include_str!("../../../provd.example.toml");
-        let file: File = toml::from_str(text).expect("provd.example.toml parses");
+        let file: crate::config::Config = toml::from_str(text).expect("provd.example.toml parses");
         assert_eq!(file.pipeline, super::PipelineConfig::default());
         for key in [
             "partition_permits",

@@ -161,6 +161,15 @@ impl Job {
         f(&mut self.lock().partitions[index].times);
     }
 
+    /// How long ago the job ended (zero while it runs).
+    pub fn ended_for(&self) -> Duration {
+        let s = self.lock();
+        match s.elapsed {
+            Some(e) => self.created.elapsed().saturating_sub(e),
+            None => Duration::ZERO,
+        }
+    }
+
     pub fn status(&self) -> JobStatus {
         let s = self.lock();
         JobStatus {

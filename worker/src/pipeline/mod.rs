@@ -115,6 +115,8 @@ struct Shared {
     finalize_tx: Sender<ToFinish>,
     synthesis_pool: rayon::ThreadPool,
     shutdown: AtomicBool,
+    /// Draining: no new jobs, accepted ones run on.
+    shutdown_requested: AtomicBool,
     jobs: Mutex<HashMap<JobId, Arc<Job>>>,
     next_id: AtomicU64,
 }
@@ -151,6 +153,7 @@ impl Engine {
             finalize_tx,
             synthesis_pool: pool("synth", config.synthesis_threads())?,
             shutdown: AtomicBool::new(false),
+            shutdown_requested: AtomicBool::new(false),
             jobs: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             config,
@@ -176,7 +179,7 @@ impl Engine {
     /// Accepts a job; its partitions queue for admission in order.
     pub fn submit(&self, spec: JobSpec) -> Result<JobId, SubmitError> {
         let s = &self.shared;
-        if s.shutdown.load(Ordering::Acquire) {
+        if s.shutdown.load(Ordering::Acquire) || s.shutdown_requested.load(Ordering::Acquire) {
             return Err(SubmitError::ShuttingDown);
         }
         if spec.partitions.is_empty() {
@@ -225,6 +228,51 @@ impl Engine {
         drop(q);
         drop(dropped);
         true
+    }
+
+    /// Partitions accepted but not yet admitted to synthesis.
+    pub fn queued_partitions(&self) -> usize {
+        self.shared.queue.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// The most recent jobs, newest first.
+    pub fn recent_jobs(&self, n: usize) -> Vec<JobStatus> {
+        let jobs = self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ids: Vec<JobId> = jobs.keys().copied().collect();
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        ids.into_iter().take(n).map(|id| jobs[&id].status()).collect()
+    }
+
+    /// Jobs not yet ended.
+    pub fn unfinished_jobs(&self) -> Vec<JobId> {
+        let jobs = self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        jobs.values().filter(|j| j.status().outcome.is_none()).map(|j| j.id).collect()
+    }
+
+    /// Forgets ended jobs older than `age` (their results are no longer served).
+    pub fn forget_ended(&self, age: Duration) {
+        let mut jobs = self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        jobs.retain(|_, j| j.status().outcome.is_none() || j.ended_for() < age);
+    }
+
+    /// Stops taking jobs, waits up to `grace` for accepted ones, then cancels
+    /// the rest and waits for them to end. Returns (finished, cancelled).
+    pub fn drain(&self, grace: Duration) -> (usize, usize) {
+        self.shared.shutdown_requested.store(true, Ordering::Release);
+        let deadline = Instant::now() + grace;
+        let pending = self.unfinished_jobs();
+        let mut cancelled = 0;
+        for id in &pending {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if self.wait(*id, Some(left)).is_some_and(|s| s.outcome.is_none()) {
+                self.cancel(*id);
+                cancelled += 1;
+            }
+        }
+        for id in &pending {
+            self.wait(*id, None);
+        }
+        (pending.len() - cancelled, cancelled)
     }
 
     fn job(&self, id: JobId) -> Option<Arc<Job>> {

@@ -1,0 +1,127 @@
+//! The service's configuration file (provd.toml): server settings, the
+//! circuits to load, and the pipeline's knobs. Every field has a default;
+//! `provd.example.toml` lists them all.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::circuits::Builtin;
+use crate::pipeline::PipelineConfig;
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub circuits: Vec<CircuitConfig>,
+    pub pipeline: PipelineConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            server: ServerConfig::default(),
+            circuits: vec![CircuitConfig { name: "bench-14".parse().expect("a built-in circuit") }],
+            pipeline: PipelineConfig::default(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address to listen on (loopback by default: expose it on purpose).
+    pub listen: SocketAddr,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+    /// Partitions accepted but not yet admitted, beyond which new jobs get 429.
+    pub max_queued_partitions: usize,
+    /// A file holding the bearer token clients must send; unset: no auth
+    /// (the environment variable PROVD_AUTH_TOKEN also sets one).
+    pub auth_token_file: Option<PathBuf>,
+    /// Seconds that shutdown waits for accepted jobs before failing them.
+    pub shutdown_grace_seconds: u64,
+    /// Seconds a finished job's result stays available.
+    pub job_retention_seconds: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".parse().unwrap(),
+            max_body_bytes: 1 << 20,
+            max_queued_partitions: 256,
+            auth_token_file: None,
+            shutdown_grace_seconds: 60,
+            job_retention_seconds: 3600,
+        }
+    }
+}
+
+/// A circuit to load at start-up.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CircuitConfig {
+    /// A built-in circuit (`bench-K`); its TEST-ONLY key is generated and
+    /// cached under the data directory on first use.
+    #[serde(deserialize_with = "builtin")]
+    pub name: Builtin,
+}
+
+fn builtin<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Builtin, D::Error> {
+    let s = String::deserialize(d)?;
+    s.parse().map_err(serde::de::Error::custom)
+}
+
+impl Config {
+    /// Reads a config file; errors name the file and the problem.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+        let config: Config = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        config.pipeline.validate().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        anyhow::ensure!(!config.circuits.is_empty(), "{}: no [[circuits]] to serve", path.display());
+        Ok(config)
+    }
+
+    /// The bearer token, from `auth_token_file` or PROVD_AUTH_TOKEN.
+    pub fn auth_token(&self) -> anyhow::Result<Option<String>> {
+        if let Some(path) = &self.server.auth_token_file {
+            let token = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("cannot read auth_token_file {}: {e}", path.display()))?;
+            let token = token.trim().to_string();
+            anyhow::ensure!(!token.is_empty(), "auth_token_file {} is empty", path.display());
+            return Ok(Some(token));
+        }
+        Ok(std::env::var("PROVD_AUTH_TOKEN").ok().map(|t| t.trim().to_string()).filter(|t| !t.is_empty()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_file_is_the_defaults() {
+        let config: Config =
+            toml::from_str(include_str!("../../provd.example.toml")).expect("example parses");
+        assert_eq!(config, Config::default());
+    }
+
+    #[test]
+    fn bad_files_name_the_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("provd.toml");
+        std::fs::write(&p, "[server]\nlisten = \"nowhere\"\n").unwrap();
+        let e = Config::load(&p).unwrap_err().to_string();
+        assert!(e.contains("provd.toml") && e.contains("listen"), "{e}");
+        std::fs::write(&p, "[[circuits]]\nname = \"sha9\"\n").unwrap();
+        let e = Config::load(&p).unwrap_err().to_string();
+        assert!(e.contains("unknown circuit 'sha9'"), "{e}");
+        assert!(Config::load(&dir.path().join("missing.toml"))
+            .unwrap_err()
+            .to_string()
+            .contains("cannot read"));
+    }
+}

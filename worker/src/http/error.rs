@@ -1,0 +1,61 @@
+//! Errors as clients see them: a status and a JSON body with a message a
+//! person can act on (and Retry-After when waiting will help).
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use crate::service::RequestError;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self { status, message: message.into(), retry_after: None }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
+    }
+}
+
+impl From<RequestError> for ApiError {
+    fn from(e: RequestError) -> Self {
+        use crate::pipeline::SubmitError;
+        match &e {
+            RequestError::UnknownCircuit { .. } | RequestError::Invalid(_) => {
+                Self::bad_request(e.to_string())
+            }
+            RequestError::QueueFull { .. } => {
+                Self::new(StatusCode::TOO_MANY_REQUESTS, e.to_string()).retry_after(5)
+            }
+            RequestError::Submit(SubmitError::NeverFits { .. })
+            | RequestError::Submit(SubmitError::Empty) => Self::bad_request(e.to_string()),
+            RequestError::Submit(SubmitError::ShuttingDown) => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "provd is shutting down; send the job to another worker",
+            )
+            .retry_after(10),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": self.message, "status": self.status.as_u16() });
+        let mut res = (self.status, axum::Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        res
+    }
+}

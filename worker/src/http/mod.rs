@@ -1,0 +1,139 @@
+//! The HTTP surface (DESIGN.md, "HTTP surface"): jobs, status, live events,
+//! Prometheus metrics, health, and graceful shutdown.
+
+mod api;
+mod error;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use subtle::ConstantTimeEq;
+use tokio::sync::{broadcast, watch};
+
+pub use error::ApiError;
+
+use crate::service::{Service, Snapshot};
+
+/// What every handler shares.
+pub struct AppState {
+    pub service: Arc<Service>,
+    token: Option<String>,
+    draining: AtomicBool,
+    /// One snapshot per tick, for /v1/events.
+    ticks: broadcast::Sender<Snapshot>,
+    /// Flips to true when streams must end (shutdown).
+    closing: watch::Sender<bool>,
+}
+
+/// The router, for a service and an optional bearer token.
+pub fn router(state: Arc<AppState>) -> Router {
+    let limit = state.service.config.server.max_body_bytes;
+    Router::new()
+        .route("/v1/prove", post(api::prove))
+        .route("/v1/jobs/{id}", get(api::job).delete(api::cancel))
+        .route("/v1/circuits", get(api::circuits))
+        .route("/v1/status", get(api::status))
+        .route("/v1/events", get(api::events))
+        .route("/metrics", get(api::metrics))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
+        .route("/healthz", get(api::healthz))
+        .route("/readyz", get(api::readyz))
+        .route("/", get(api::index))
+        .fallback(api::not_found)
+        .layer(axum::extract::DefaultBodyLimit::max(limit))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// Bearer-token check in constant time; the token is never logged.
+async fn auth(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Result<Response, ApiError> {
+    if let Some(token) = &state.token {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if !bool::from(given.as_bytes().ct_eq(token.as_bytes())) {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong bearer token: send 'Authorization: Bearer <token>'",
+            ));
+        }
+    }
+    Ok(next.run(req).await)
+}
+
+/// Serves until SIGTERM or SIGINT, then drains: stops accepting, lets
+/// accepted jobs finish within the grace period (cancelling what is left),
+/// closes event streams, and returns.
+pub async fn serve(
+    service: Arc<Service>,
+    listener: tokio::net::TcpListener,
+    token: Option<String>,
+) -> anyhow::Result<()> {
+    let addr = listener.local_addr()?;
+    let (ticks, _) = broadcast::channel(16);
+    let (closing, _) = watch::channel(false);
+    let state = Arc::new(AppState {
+        service: service.clone(),
+        token,
+        draining: AtomicBool::new(false),
+        ticks,
+        closing,
+    });
+    // One snapshot a second, into the history and to every event stream.
+    let ticker = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                every.tick().await;
+                let s = state.clone();
+                if let Ok(snap) = tokio::task::spawn_blocking(move || s.service.tick()).await {
+                    let _ = state.ticks.send(snap);
+                }
+            }
+        })
+    };
+    println!("provd listening on http://{addr}");
+    tracing::info!(%addr, auth = state.token.is_some(), "serving");
+    let shutdown_state = state.clone();
+    axum::serve(listener, router(state.clone()))
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down: no new jobs; draining accepted ones");
+            shutdown_state.draining.store(true, Ordering::Release);
+            let grace = Duration::from_secs(shutdown_state.service.config.server.shutdown_grace_seconds);
+            let s = shutdown_state.clone();
+            let (done, cancelled) =
+                tokio::task::spawn_blocking(move || s.service.engine.drain(grace)).await.unwrap_or((0, 0));
+            tracing::info!(done, cancelled, "accepted jobs ended");
+            let _ = shutdown_state.closing.send(true);
+        })
+        .await?;
+    ticker.abort();
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
