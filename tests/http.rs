@@ -157,7 +157,7 @@ fn bad_input_gets_a_clear_4xx() {
         assert!(r["error"].as_str().unwrap().contains(message), "{body}: {r}");
     }
     // too large
-    let big = format!(r#"{{"circuit":"bench-8","partitions":[{}]}}"#, vec![r#"{"seed":1}"#; 500].join(","));
+    let big = format!(r#"{{"circuit":"bench-8","partitions":[{}]}}"#, [r#"{"seed":1}"#; 500].join(","));
     let (code, r) = server.call("POST", "/v1/prove", Some(&big));
     assert_eq!(code, 413, "{r}");
     assert!(r["error"].as_str().unwrap().contains("max_body_bytes"), "{r}");
@@ -175,7 +175,7 @@ fn bad_input_gets_a_clear_4xx() {
     );
     assert!(job["error"].as_str().unwrap().contains("'out0'"), "{job}");
     // queue full: one permit, a job of 6 waiting, then 6 more → 429 with Retry-After
-    let six = format!(r#"{{"circuit":"bench-12","partitions":[{}]}}"#, vec![r#"{"seed":3}"#; 6].join(","));
+    let six = format!(r#"{{"circuit":"bench-12","partitions":[{}]}}"#, [r#"{"seed":3}"#; 6].join(","));
     assert_eq!(server.call("POST", "/v1/prove", Some(&six)).0, 202);
     let (code, head, body) = raw_request(server.addr, "POST", "/v1/prove", Some(&six), &[]);
     assert_eq!(code, 429, "{body}");
