@@ -25,11 +25,19 @@ dir=$(nvrtc_dir)
 export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PROVD_REQUIRE_NVRTC=1
 
-# promtool (Debian package `prometheus`): the metrics exposition must pass it.
-if ! command -v promtool >/dev/null; then
-  (apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus) >/dev/null
+# From Debian: promtool (package `prometheus`) checks the metrics exposition;
+# headless Chromium and chromedriver run the live view's browser test.
+need=()
+command -v promtool >/dev/null || need+=(prometheus)
+command -v chromium >/dev/null || need+=(chromium)
+command -v chromedriver >/dev/null || need+=(chromium-driver)
+if [ ${#need[@]} -gt 0 ]; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}") >/dev/null
 fi
-export PROVD_REQUIRE_PROMTOOL=1
+export PROVD_REQUIRE_PROMTOOL=1 PROVD_REQUIRE_BROWSER=1
+
+# The dashboard's chart code, with Node's own test runner.
+node --test dashboard/test/
 
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings

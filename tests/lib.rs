@@ -47,14 +47,31 @@ impl Server {
     /// Starts `provd serve` with `config` (TOML text) on an ephemeral port,
     /// the CPU backend and a fresh data directory; waits until it listens.
     pub fn start(config: &str, env: &[(&str, &str)]) -> Server {
-        use std::io::BufRead;
         let data_dir = tempfile::tempdir().unwrap();
         let config_path = data_dir.path().join("provd.toml");
         std::fs::write(&config_path, config).unwrap();
+        let path = config_path.to_string_lossy().into_owned();
+        Self::launch(
+            &["serve", "--config", &path, "--listen", "127.0.0.1:0", "--backend", "cpu"],
+            data_dir,
+            env,
+        )
+    }
+
+    /// Starts `provd demo` on `circuit` (CPU backend, ephemeral port).
+    pub fn demo(circuit: &str) -> Server {
+        let data_dir = tempfile::tempdir().unwrap();
+        Self::launch(
+            &["demo", "--circuit", circuit, "--listen", "127.0.0.1:0", "--backend", "cpu"],
+            data_dir,
+            &[],
+        )
+    }
+
+    fn launch(args: &[&str], data_dir: tempfile::TempDir, env: &[(&str, &str)]) -> Server {
+        use std::io::BufRead;
         let mut cmd = Command::new(provd_bin());
-        cmd.args(["serve", "--config"])
-            .arg(&config_path)
-            .args(["--listen", "127.0.0.1:0", "--backend", "cpu"])
+        cmd.args(args)
             .env("PROVD_DATA_DIR", data_dir.path())
             .env("PROVD_LOG", "info")
             .stdout(std::process::Stdio::piped())
@@ -73,14 +90,15 @@ impl Server {
             }
         });
         let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("provd listening on http://")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}; stderr: {}", stderr.lock().unwrap()))
-            .parse()
-            .unwrap();
+        let addr = loop {
+            let mut line = String::new();
+            if out.read_line(&mut line).unwrap() == 0 {
+                panic!("provd exited before listening; stderr: {}", stderr.lock().unwrap());
+            }
+            if let Some(a) = line.trim().strip_prefix("provd listening on http://") {
+                break a.parse().unwrap();
+            }
+        };
         std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
         Server { child, addr, data_dir, stderr }
     }
@@ -132,8 +150,29 @@ pub fn raw_request(
         body.len()
     )
     .unwrap();
+    // Read the head, then exactly Content-Length bytes when given (some
+    // servers keep the connection open despite `Connection: close`).
     let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
+    let mut buf = [0u8; 16384];
+    let mut expected: Option<usize> = None;
+    loop {
+        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            if expected.is_none() {
+                let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+                let len = head.lines().find_map(|l| {
+                    l.strip_prefix("content-length:").and_then(|v| v.trim().parse::<usize>().ok())
+                });
+                expected = Some(len.map_or(usize::MAX, |l| end + 4 + l));
+            }
+            if raw.len() >= expected.unwrap() {
+                break;
+            }
+        }
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+        }
+    }
     let raw = String::from_utf8_lossy(&raw).into_owned();
     let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
     let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);

@@ -17,6 +17,7 @@ pub struct Metrics {
     pub gpu_queue_depth: IntGauge,
     pub gpu_queue_capacity: IntGauge,
     pub partitions_waiting: IntGauge,
+    pub partitions_in_stage: IntGaugeVec,
     pub stage_duration: HistogramVec,
     pub job_duration: Histogram,
     pub jobs: IntCounterVec,
@@ -90,6 +91,17 @@ impl Metrics {
                 IntGauge::new(
                     "provd_partitions_waiting",
                     "Accepted partitions not yet admitted to synthesis.",
+                )
+                .unwrap(),
+            ),
+            partitions_in_stage: reg(
+                r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "provd_partitions_in_stage",
+                        "Admitted partitions by stage: synthesis, gpu_queue (waiting for a GPU), prove_start, prove_finish (waiting for or in it).",
+                    ),
+                    &["stage"],
                 )
                 .unwrap(),
             ),
@@ -169,6 +181,9 @@ impl Metrics {
         for c in BufferClass::ALL {
             m.buffers_in_flight.with_label_values(&[c.name()]).set(0);
             m.buffer_bytes.with_label_values(&[c.name()]).set(0);
+        }
+        for stage in crate::pipeline::STAGES {
+            m.partitions_in_stage.with_label_values(&[stage]).set(0);
         }
         for o in ["succeeded", "failed", "cancelled"] {
             m.jobs.with_label_values(&[o]);

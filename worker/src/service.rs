@@ -55,6 +55,8 @@ pub enum RequestError {
 pub struct Snapshot {
     /// Milliseconds since the Unix epoch.
     pub t: u64,
+    /// Admitted partitions per stage (synthesis, gpu_queue, prove_start, prove_finish).
+    pub stages: BTreeMap<&'static str, i64>,
     pub buffers: ClassCounts,
     pub buffer_bytes: ClassCounts,
     pub reserved_bytes: u64,
@@ -191,6 +193,10 @@ impl Service {
             .collect();
         Snapshot {
             t: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
+            stages: crate::pipeline::STAGES
+                .iter()
+                .map(|st| (*st, m.partitions_in_stage.with_label_values(&[st]).get()))
+                .collect(),
             buffers: ledger.counts(),
             buffer_bytes: ledger.bytes(),
             reserved_bytes: self.engine.budget().reserved(),

@@ -10,7 +10,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream::{self, Stream, StreamExt};
 use serde::Deserialize;
@@ -243,18 +243,4 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         .into_response();
     }
     Json(json!({ "ready": true, "queued_partitions": queued })).into_response()
-}
-
-pub async fn index(State(state): State<Arc<AppState>>) -> Html<String> {
-    let circuits = state.service.circuits.keys().cloned().collect::<Vec<_>>().join(", ");
-    Html(format!(
-        "<!doctype html><meta charset=utf-8><title>provd</title><h1>provd</h1>\
-         <p>Serving {circuits} on {}. The live dashboard is not built yet; see \
-         <a href=/v1/status>/v1/status</a>, <a href=/v1/events>/v1/events</a> and <a href=/metrics>/metrics</a>.</p>",
-        state.service.backends.join(", ")
-    ))
-}
-
-pub async fn not_found() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "no such route; see docs/API.md")
 }

@@ -2,6 +2,7 @@
 //! Prometheus metrics, health, and graceful shutdown.
 
 mod api;
+mod dashboard;
 mod error;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,8 +46,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
         .route("/healthz", get(api::healthz))
         .route("/readyz", get(api::readyz))
-        .route("/", get(api::index))
-        .fallback(api::not_found)
+        .fallback(dashboard::asset)
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)

@@ -33,6 +33,26 @@ use job::{Job, Ticket};
 pub use job::{JobId, JobSpec, JobStatus, Outcome, PartitionStatus, Stage, StageTimes, SynthesisFn};
 use memory::{Budget, Reservation};
 
+/// The stages an admitted partition is counted in (`provd_partitions_in_stage`).
+pub const STAGES: [&str; 4] = ["synthesis", "gpu_queue", "prove_start", "prove_finish"];
+
+/// Counts a partition in one stage for as long as it lives.
+struct InStage(prometheus::IntGauge);
+
+impl InStage {
+    fn enter(s: &Shared, stage: &'static str) -> Self {
+        let g = s.metrics.partitions_in_stage.with_label_values(&[stage]);
+        g.inc();
+        Self(g)
+    }
+}
+
+impl Drop for InStage {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 /// Estimated bytes of one partition of a circuit, by what frees them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Footprint {
@@ -85,6 +105,7 @@ struct InGpuQueue {
     witness: Synthesized,
     abc: BufferGuard,
     held: Held,
+    stage: InStage,
     enqueued: Instant,
 }
 
@@ -95,6 +116,7 @@ struct ToFinish {
     pending: PendingProof,
     held: Held,
     pending_guard: BufferGuard,
+    _stage: InStage,
 }
 
 /// Guards that live until prove_finish is done.
@@ -357,6 +379,7 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     let (job, index) = (ticket.job.clone(), ticket.index);
     let fp = Footprint::of(&job.key);
     let synth = s.ledger.guard(BufferClass::Synth, 0, None);
+    let in_stage = InStage::enter(s, "synthesis");
     job.set_stage(index, Stage::Synthesis);
     transition(s, job.id, index, "synthesis start");
     let t = Instant::now();
@@ -384,10 +407,11 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
         _aux: s.ledger.guard(BufferClass::Aux, vars * 32, Some(reservation)),
         _density: s.ledger.guard(BufferClass::Density, density_bytes, None),
     };
-    drop(synth);
+    drop((synth, in_stage));
     job.set_stage(index, Stage::GpuQueue);
     transition(s, job.id, index, "synthesis end");
-    let item = InGpuQueue { ticket, witness, abc, held, enqueued: Instant::now() };
+    let stage = InStage::enter(s, "gpu_queue");
+    let item = InGpuQueue { ticket, witness, abc, held, stage, enqueued: Instant::now() };
     // Rule 1: the permit is held while this blocks on a full queue, so at most
     // `partition_permits` synthesized partitions wait in front of it. (Dropping
     // the permit before this send would let every synthesis thread stack its
@@ -411,7 +435,8 @@ fn gpu_worker(s: &Arc<Shared>, backend: Arc<dyn Backend>, rx: Receiver<InGpuQueu
             Err(_) => return,
         };
         s.metrics.gpu_queue_depth.set(rx.len() as i64);
-        let InGpuQueue { ticket, witness, abc, held, enqueued } = item;
+        let InGpuQueue { ticket, witness, abc, held, stage, enqueued } = item;
+        drop(stage);
         let (job, index) = (ticket.job.clone(), ticket.index);
         let waited = enqueued.elapsed().as_secs_f64();
         s.metrics.stage_duration.with_label_values(&["gpu_queue"]).observe(waited);
@@ -420,12 +445,13 @@ fn gpu_worker(s: &Arc<Shared>, backend: Arc<dyn Backend>, rx: Receiver<InGpuQueu
             continue; // dropping the item frees its buffers and memory
         }
         job.set_stage(index, Stage::ProveStart);
+        let on_gpu = InStage::enter(s, "prove_start");
         let t = Instant::now();
         let result =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| backend.prove_start(&job.key, witness)));
         let secs = t.elapsed().as_secs_f64();
         busy.inc_by(secs);
-        drop(abc); // a/b/c are gone once prove_start returns
+        drop((abc, on_gpu)); // a/b/c are gone once prove_start returns
         s.metrics.stage_duration.with_label_values(&["prove_start"]).observe(secs);
         job.record(index, |t| t.prove_start = Some(secs));
         transition(s, job.id, index, "abc freed");
@@ -441,7 +467,8 @@ fn gpu_worker(s: &Arc<Shared>, backend: Arc<dyn Backend>, rx: Receiver<InGpuQueu
             }
         };
         let pending_guard = s.ledger.guard(BufferClass::Pending, 0, None);
-        let item = ToFinish { backend: backend.clone(), ticket, pending, held, pending_guard };
+        let stage = InStage::enter(s, "prove_finish");
+        let item = ToFinish { backend: backend.clone(), ticket, pending, held, pending_guard, _stage: stage };
         // Blocks while every finalize thread is busy and its queue is full.
         if s.finalize_tx.send(item).is_err() {
             return;
@@ -462,7 +489,7 @@ fn finalizer(s: &Shared, rx: Receiver<ToFinish>) {
 }
 
 fn finish_partition(s: &Shared, item: ToFinish) {
-    let ToFinish { backend, ticket, pending, held, pending_guard } = item;
+    let ToFinish { backend, ticket, pending, held, pending_guard, _stage } = item;
     let (job, index) = (ticket.job.clone(), ticket.index);
     if job.is_cancelled() {
         return;

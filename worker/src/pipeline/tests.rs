@@ -67,6 +67,9 @@ fn assert_all_released(e: &Engine) {
         assert_eq!(m.buffer_bytes.with_label_values(&[c.name()]).get(), 0, "{} bytes gauge", c.name());
     }
     assert_eq!(m.memory_reserved_bytes.get(), 0);
+    for stage in STAGES {
+        assert_eq!(m.partitions_in_stage.with_label_values(&[stage]).get(), 0, "partitions in {stage}");
+    }
 }
 
 fn verify_all(status: &JobStatus) {

@@ -1,0 +1,147 @@
+// The live view: keeps the last ten minutes of snapshots from /v1/events
+// (history on connect, one a second after) and draws them. EventSource
+// reconnects by itself; the state is on window.provd for tests.
+(function () {
+  "use strict";
+  const C = window.Charts;
+  const KEEP = 600;
+  const state = { samples: [], jobs: [], connected: false, updates: 0 };
+  window.provd = state;
+  const $ = (id) => document.getElementById(id);
+  const color = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+
+  /** Partitions in each stage, from one snapshot's gauges. */
+  function stages(s) {
+    const st = s.stages || {};
+    return { synth: st.synthesis || 0, queued: st.gpu_queue || 0, gpu: st.prove_start || 0, finish: st.prove_finish || 0 };
+  }
+  state.inFlight = (s) => Object.values(stages(s)).reduce((a, b) => a + b, 0);
+
+  function legend(el, items) {
+    $(el).innerHTML = items
+      .map((i) => `<span><i class="${i.dashed ? "dashed" : ""}" style="${i.dashed ? "border-color" : "background"}:${i.color}"></i>${i.name}</span>`)
+      .join("");
+  }
+
+  const charts = {};
+  function build() {
+    const st = [
+      { name: "synthesis", color: color("--c-synth") },
+      { name: "GPU queue", color: color("--c-queue") },
+      { name: "prove_start (GPU)", color: color("--c-gpu") },
+      { name: "prove_finish (CPU)", color: color("--c-finish") },
+    ];
+    charts.stages = new C.TimeChart($("c-stages"), { unit: "", stacked: true, series: st, lines: [] });
+    legend("l-stages", st);
+    const classes = [
+      { name: "a/b/c", color: color("--c-abc") },
+      { name: "aux", color: color("--c-aux") },
+      { name: "density", color: color("--c-density") },
+    ];
+    const memLines = [
+      { name: "RSS", color: color("--c-rss") },
+      { name: "reserved", color: color("--c-reserved") },
+      { name: "budget", color: color("--c-budget"), dashed: true, offScale: true },
+    ];
+    charts.memory = new C.TimeChart($("c-memory"), { unit: "bytes", stacked: true, series: classes, lines: memLines });
+    legend("l-memory", classes.concat(memLines));
+    const q = [{ name: "depth", color: color("--c-queue") }];
+    const ql = [{ name: "capacity", color: color("--c-budget"), dashed: true }];
+    charts.queue = new C.TimeChart($("c-queue"), { unit: "", stacked: false, series: q, lines: ql });
+    legend("l-queue", q.concat(ql));
+    const r = [{ name: "proofs / min", color: color("--c-finish") }];
+    charts.rate = new C.TimeChart($("c-rate"), { unit: "/min", stacked: false, series: r, lines: [] });
+    legend("l-rate", r);
+    state.charts = charts;
+  }
+
+  function render() {
+    const s = state.samples;
+    const t = s.map((x) => x.t);
+    const st = s.map(stages);
+    charts.stages.update(t, [st.map((x) => x.synth), st.map((x) => x.queued), st.map((x) => x.gpu), st.map((x) => x.finish)]);
+    charts.memory.update(
+      t,
+      [s.map((x) => x.buffer_bytes.abc), s.map((x) => x.buffer_bytes.aux), s.map((x) => x.buffer_bytes.density)],
+      [s.map((x) => x.rss_bytes), s.map((x) => x.reserved_bytes), s.map((x) => x.budget_bytes)]
+    );
+    charts.queue.update(t, [s.map((x) => x.gpu_queue_depth)], [s.map((x) => x.gpu_queue_capacity)]);
+    const rate = C.ratePerMinute(t, s.map((x) => x.partitions_completed), 60000);
+    charts.rate.update(t, [rate]);
+    const last = s[s.length - 1];
+    if (!last) return;
+    $("k-inflight").textContent = state.inFlight(last);
+    $("k-waiting").textContent = last.partitions_waiting;
+    $("k-rate").textContent = C.formatValue(rate[rate.length - 1], "");
+    $("k-rss").textContent = C.formatBytes(last.rss_bytes);
+    $("k-reserved").textContent = `RSS · reserved ${C.formatBytes(last.reserved_bytes)} of ${C.formatBytes(last.budget_bytes)}`;
+    $("k-queue").textContent = `${last.gpu_queue_depth} / ${last.gpu_queue_capacity}`;
+    $("k-done").textContent = last.partitions_completed;
+    $("k-failed").textContent = `partitions · ${last.partitions_failed} failed · ${last.jobs_cancelled} jobs cancelled`;
+    $("gpus").innerHTML = (last.gpus || [])
+      .map((g) => `<p>${g.device}: ${C.formatBytes(g.used_bytes)} of ${C.formatBytes(g.total_bytes)} in use</p>`)
+      .join("");
+  }
+
+  function cell(v, cls) {
+    const td = document.createElement("td");
+    td.textContent = v === null || v === undefined ? "" : v;
+    if (cls) td.className = cls;
+    return td;
+  }
+
+  function renderJobs() {
+    const body = document.querySelector("#jobs tbody");
+    body.replaceChildren(
+      ...state.jobs.map((j) => {
+        const tr = document.createElement("tr");
+        const mean = (k) => {
+          const v = j.partitions.map((p) => p.seconds[k]).filter((x) => typeof x === "number");
+          return v.length ? (v.reduce((a, b) => a + b, 0) / v.length).toFixed(3) : "";
+        };
+        const done = j.partitions.filter((p) => p.stage === "done").length;
+        tr.append(
+          cell(j.id), cell(j.circuit), cell(j.state, j.state), cell(`${done}/${j.partitions.length}`, "num"),
+          cell(mean("synthesis"), "num"), cell(mean("gpu_queue"), "num"), cell(mean("prove_start"), "num"),
+          cell(mean("prove_finish"), "num"), cell(j.elapsed_seconds.toFixed(2), "num"), cell(j.error, "failed")
+        );
+        return tr;
+      })
+    );
+  }
+
+  function connect() {
+    const es = new EventSource("/v1/events");
+    const conn = $("conn");
+    es.addEventListener("open", () => {
+      state.connected = true;
+      conn.textContent = "live";
+      conn.className = "pill live";
+    });
+    es.addEventListener("error", () => {
+      state.connected = false;
+      conn.textContent = "reconnecting…";
+      conn.className = "pill down";
+    });
+    es.addEventListener("history", (e) => {
+      state.samples = JSON.parse(e.data).slice(-KEEP);
+      render();
+    });
+    es.addEventListener("snapshot", (e) => {
+      const m = JSON.parse(e.data);
+      state.samples.push(m.snapshot);
+      if (state.samples.length > KEEP) state.samples.shift();
+      state.jobs = m.jobs;
+      state.updates += 1;
+      render();
+      renderJobs();
+    });
+  }
+
+  fetch("/v1/status")
+    .then((r) => r.json())
+    .then((s) => ($("backend").textContent = "backend: " + s.backends.join(", ")))
+    .catch(() => {});
+  build();
+  connect();
+})();

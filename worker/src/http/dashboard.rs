@@ -1,0 +1,50 @@
+//! The live view's static files (dashboard/), embedded in the binary so that
+//! provd is one self-contained file. Served with their content type and an
+//! ETag; browsers revalidate (no-cache), since files change with the binary.
+
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+
+use super::ApiError;
+
+#[derive(rust_embed::Embed)]
+#[folder = "../dashboard/"]
+#[exclude = "test/*"]
+struct Assets;
+
+pub async fn asset(uri: Uri, headers: HeaderMap) -> Response {
+    let path = match uri.path().trim_start_matches('/') {
+        "" => "index.html",
+        p => p,
+    };
+    let Some(file) = Assets::get(path) else {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no such route or file: /{path}; see docs/API.md"),
+        )
+        .into_response();
+    };
+    let etag = format!("\"{}\"", hex::encode(&file.metadata.sha256_hash()[..12]));
+    let cache = [(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"))];
+    if headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) == Some(etag.as_str()) {
+        return (StatusCode::NOT_MODIFIED, cache, [(header::ETAG, etag)]).into_response();
+    }
+    let mime = file.metadata.mimetype().to_string();
+    (cache, [(header::CONTENT_TYPE, mime), (header::ETAG, etag)], file.data.into_owned()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_file_the_page_loads_is_embedded() {
+        let index = String::from_utf8(Assets::get("index.html").unwrap().data.into_owned()).unwrap();
+        for f in ["style.css", "charts.js", "app.js"] {
+            assert!(index.contains(f), "index.html loads {f}");
+            assert!(Assets::get(f).is_some(), "{f} embedded");
+        }
+        assert!(Assets::get("test/charts.test.js").is_none(), "tests are not shipped");
+        assert_eq!(Assets::get("app.js").unwrap().metadata.mimetype(), "text/javascript");
+    }
+}
