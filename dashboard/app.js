@@ -27,7 +27,7 @@
   function build() {
     const st = [
       { name: "synthesis", color: color("--c-synth") },
-      { name: "GPU queue", color: color("--c-queue") },
+      { name: "waiting for the GPU", color: color("--c-queue") },
       { name: "prove_start (GPU)", color: color("--c-gpu") },
       { name: "prove_finish (CPU)", color: color("--c-finish") },
     ];
