@@ -269,25 +269,9 @@ fn events_stream_and_metrics_scrape() {
     assert!(head.contains("text/plain"), "{head}");
     assert!(text.contains("provd_partitions_total{outcome=\"succeeded\"} 1"), "{text}");
     assert!(text.contains("provd_srs_bytes{circuit=\"bench-8\",location=\"host\"}"), "{text}");
-    let promtool = std::env::var_os("PATH")
-        .and_then(|p| std::env::split_paths(&p).map(|d| d.join("promtool")).find(|p| p.exists()));
-    match promtool {
-        Some(promtool) => {
-            let mut child = std::process::Command::new(promtool)
-                .args(["check", "metrics"])
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-            let out = child.wait_with_output().unwrap();
-            assert!(
-                out.status.success(),
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
+    match provd::metrics::promtool_check(&text) {
+        Some(verdict) => {
+            verdict.unwrap_or_else(|problems| panic!("promtool check metrics failed:\n{problems}"))
         }
         None => {
             assert!(std::env::var_os("PROVD_REQUIRE_PROMTOOL").is_none(), "promtool required");

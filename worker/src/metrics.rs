@@ -210,3 +210,28 @@ impl Default for Metrics {
         Self::new()
     }
 }
+
+/// Runs `promtool check metrics` on an exposition. `None` when promtool is
+/// not installed (Debian package `prometheus`); otherwise its verdict.
+pub fn promtool_check(exposition: &str) -> Option<Result<(), String>> {
+    use std::io::Write;
+    let promtool = std::env::var_os("PATH")
+        .and_then(|p| std::env::split_paths(&p).map(|d| d.join("promtool")).find(|p| p.exists()))?;
+    let run = || -> std::io::Result<std::process::Output> {
+        let mut child = std::process::Command::new(promtool)
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        child.stdin.take().expect("piped stdin").write_all(exposition.as_bytes())?;
+        child.wait_with_output()
+    };
+    Some(match run() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => {
+            Err(format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+        }
+        Err(e) => Err(format!("cannot run promtool: {e}")),
+    })
+}

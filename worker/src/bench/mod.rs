@@ -11,6 +11,19 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+/// n random field elements, generated in parallel from `seed`.
+pub fn random_scalars(n: usize, seed: u64) -> Vec<blstrs::Scalar> {
+    use ff::Field;
+    use rand::SeedableRng;
+    use rayon::prelude::*;
+    let mut v = vec![blstrs::Scalar::ZERO; n];
+    v.par_chunks_mut(1 << 16).enumerate().for_each(|(i, c)| {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ (i as u64) << 20);
+        c.iter_mut().for_each(|x| *x = blstrs::Scalar::random(&mut rng));
+    });
+    v
+}
+
 /// Median of a set of timings (upper median for even counts).
 pub fn median(samples: &[Duration]) -> Duration {
     let mut s = samples.to_vec();

@@ -5,15 +5,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use blstrs::{G1Affine, G1Projective, Scalar};
-use ff::Field;
+use blstrs::{G1Affine, G1Projective};
 use group::{Curve, Group};
 use provd_kernels::{G1Bases, Gpu, Msm};
 use rand::SeedableRng;
 use rayon::prelude::*;
 use serde_json::json;
 
-use super::{environment, print_table, write_json};
+use super::{environment, print_table, random_scalars, write_json};
 use crate::groth16::msm::MsmGroup;
 
 /// sppark's G1 MSM on the same H200 (255-bit random scalars, bases and
@@ -29,15 +28,6 @@ pub struct MsmBench {
     pub runs: usize,
     pub warmup: usize,
     pub json: PathBuf,
-}
-
-fn random_scalars(n: usize, seed: u64) -> Vec<Scalar> {
-    let mut v = vec![Scalar::ZERO; n];
-    v.par_chunks_mut(1 << 16).enumerate().for_each(|(i, c)| {
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ (i as u64) << 20);
-        c.iter_mut().for_each(|x| *x = Scalar::random(&mut rng));
-    });
-    v
 }
 
 fn random_bases(n: usize) -> Vec<G1Affine> {

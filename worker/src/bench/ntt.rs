@@ -4,14 +4,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use blstrs::Scalar;
-use ff::Field;
 use provd_kernels::{FrBuffer, Gpu, Ntt, Order};
-use rand::SeedableRng;
-use rayon::prelude::*;
 use serde_json::json;
 
-use super::{environment, print_table, write_json};
+use super::{environment, print_table, random_scalars, write_json};
 
 /// sppark's NTT on the same H200 (device-resident, natural order, median), ms:
 /// the goal figures.
@@ -22,15 +18,6 @@ pub struct NttBench {
     pub runs: usize,
     pub warmup: usize,
     pub json: PathBuf,
-}
-
-fn random(n: usize, seed: u64) -> Vec<Scalar> {
-    let mut v = vec![Scalar::ZERO; n];
-    v.par_chunks_mut(1 << 16).enumerate().for_each(|(i, c)| {
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ (i as u64) << 20);
-        c.iter_mut().for_each(|x| *x = Scalar::random(&mut rng));
-    });
-    v
 }
 
 fn median(mut v: Vec<f32>) -> f64 {
@@ -50,9 +37,9 @@ impl NttBench {
                 "size 2^{log_n} out of range"
             );
             let n = 1usize << log_n;
-            let mut a = FrBuffer::upload(&gpu, &random(n, 1))?;
-            let b = FrBuffer::upload(&gpu, &random(n, 2))?;
-            let c = FrBuffer::upload(&gpu, &random(n, 3))?;
+            let mut a = FrBuffer::upload(&gpu, &random_scalars(n, 1))?;
+            let b = FrBuffer::upload(&gpu, &random_scalars(n, 2))?;
+            let c = FrBuffer::upload(&gpu, &random_scalars(n, 3))?;
             ntt.prepare(log_n)?;
             let mut time = |f: &mut dyn FnMut(&mut Ntt) -> anyhow::Result<()>| -> anyhow::Result<f64> {
                 let mut samples = Vec::new();
