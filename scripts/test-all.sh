@@ -45,6 +45,6 @@ cargo build --release --bins
 cargo test --release --workspace
 echo "GPU tests here (on a GPU machine they run for real: scripts/gpu-run.sh):"
 {
-  cargo test --release -q -p provd-kernels --test gpu -- --nocapture --test-threads=1
+  cargo test --release -q -p provd-kernels --test gpu --test msm -- --nocapture --test-threads=1
   cargo test --release -q -p provd --lib gpu:: -- --nocapture --test-threads=1
 } 2>&1 | grep -E "skipped|test result"
