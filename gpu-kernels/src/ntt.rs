@@ -72,6 +72,7 @@ impl FrBuffer {
         1 << self.log_n
     }
 
+    /// Never: a buffer holds at least one (2^0) element.
     pub fn is_empty(&self) -> bool {
         false
     }
