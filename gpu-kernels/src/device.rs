@@ -89,6 +89,21 @@ impl Gpu {
         &self.stream
     }
 
+    /// Another stream on this device (for copies that overlap kernels).
+    pub fn new_stream(&self) -> Result<Arc<CudaStream>, GpuError> {
+        self.ctx.new_stream().during("creating a stream")
+    }
+
+    /// Page-locked host memory for `len` elements, so copies to the device
+    /// are asynchronous DMA.
+    pub fn pinned<T: cudarc::driver::DeviceRepr>(
+        &self,
+        len: usize,
+    ) -> Result<cudarc::driver::PinnedHostSlice<T>, GpuError> {
+        // SAFETY: the memory is uninitialised; callers fill all of it before use.
+        unsafe { self.ctx.alloc_pinned::<T>(len) }.during("allocating pinned host memory")
+    }
+
     /// A kernel by name, for this crate's tests.
     #[doc(hidden)]
     pub fn function_for_tests(&self, name: &str) -> Result<CudaFunction, GpuError> {

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use blst::{blst_fp, blst_p1, blst_p1_affine};
 use blstrs::{G1Affine, G1Projective, Scalar};
-use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::{
+    CudaSlice, CudaView, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
+};
 use group::Group;
 
 use crate::device::Gpu;
@@ -81,6 +83,36 @@ pub struct Msm {
     gpu: Arc<Gpu>,
 }
 
+/// Bases kept in pinned host memory, in chunks, for MSMs whose bases do not
+/// stay on the device: each chunk is copied while the previous one is
+/// being summed.
+pub struct PinnedBases {
+    chunks: Vec<PinnedHostSlice<G1AffineRaw>>,
+    chunk: usize,
+    len: usize,
+}
+
+impl PinnedBases {
+    pub fn new(gpu: &Gpu, points: &[G1Affine], chunk: usize) -> Result<Self, GpuError> {
+        let chunk = chunk.max(1);
+        let mut chunks = Vec::new();
+        for c in points.chunks(chunk) {
+            let mut p = gpu.pinned::<G1AffineRaw>(c.len())?;
+            p.as_mut_slice().during("mapping pinned memory")?.copy_from_slice(points_as_raw(c));
+            chunks.push(p);
+        }
+        Ok(Self { chunks, chunk, len: points.len() })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 /// Threads per block for kernels doing curve arithmetic: they use up to 255
 /// registers per thread, and a block may hold 65536.
 const HEAVY_BLOCK: u32 = 128;
@@ -124,6 +156,69 @@ impl Msm {
         &self,
         bases: &G1Bases,
         scalars: &CudaSlice<FrRaw>,
+        n: usize,
+    ) -> Result<G1Projective, GpuError> {
+        if n > bases.len() || n > scalars.len() {
+            return Err(GpuError::Invalid(format!(
+                "{n} terms for {} bases and {} scalars",
+                bases.len(),
+                scalars.len()
+            )));
+        }
+        if n == 0 {
+            return Ok(G1Projective::identity());
+        }
+        self.run_views(&bases.points.slice(..n), &scalars.slice(..n), n)
+    }
+
+    /// Σ scalars[i]·bases[i] with the bases streamed from pinned host memory:
+    /// chunk k+1 is copied on a second stream while chunk k is summed.
+    pub fn run_streamed(
+        &self,
+        bases: &PinnedBases,
+        scalars: &CudaSlice<FrRaw>,
+        n: usize,
+    ) -> Result<G1Projective, GpuError> {
+        let gpu = &*self.gpu;
+        if n > bases.len() || n > scalars.len() {
+            return Err(GpuError::Invalid(format!(
+                "{n} terms for {} bases and {} scalars",
+                bases.len(),
+                scalars.len()
+            )));
+        }
+        let needed = n.div_ceil(bases.chunk);
+        if needed == 0 {
+            return Ok(G1Projective::identity());
+        }
+        let copy = gpu.new_stream()?;
+        let alloc = || unsafe { copy.alloc::<G1AffineRaw>(bases.chunk) }.during("allocating a bases chunk");
+        let mut bufs = [alloc()?, alloc()?];
+        let first = &bases.chunks[0];
+        copy.memcpy_htod(first, &mut bufs[0].slice_mut(..first.len())).during("copying bases")?;
+        let mut ready = copy.record_event(None).during("recording an event")?;
+        let mut acc = G1Projective::identity();
+        for k in 0..needed {
+            let start = k * bases.chunk;
+            let len = bases.chunk.min(n - start);
+            gpu.stream().wait(&ready).during("waiting for a copy")?;
+            let (a, b) = bufs.split_at_mut(1);
+            let (cur, next) = if k % 2 == 0 { (&a[0], &mut b[0]) } else { (&b[0], &mut a[0]) };
+            if k + 1 < needed {
+                let src = &bases.chunks[k + 1];
+                copy.memcpy_htod(src, &mut next.slice_mut(..src.len())).during("copying bases")?;
+                ready = copy.record_event(None).during("recording an event")?;
+            }
+            acc += self.run_views(&cur.slice(..len), &scalars.slice(start..start + len), len)?;
+        }
+        Ok(acc)
+    }
+
+    /// The MSM over device views of equal length `n` > 0.
+    fn run_views(
+        &self,
+        bases: &CudaView<G1AffineRaw>,
+        scalars: &CudaView<FrRaw>,
         n: usize,
     ) -> Result<G1Projective, GpuError> {
         let gpu = &*self.gpu;
@@ -195,7 +290,7 @@ impl Msm {
         launch!(
             "msm_accumulate",
             heavy(threads),
-            &bases.points,
+            bases,
             &sorted_idx,
             &sorted_key,
             &total,

@@ -118,3 +118,22 @@ fn msm_with_mostly_bit_scalars() {
     assert!(msm.run(&bases, &random_scalars(1001, 1)).is_err());
     assert_eq!(msm.run(&bases, &[]).unwrap(), G1Projective::identity());
 }
+
+#[test]
+fn msm_with_bases_streamed_from_pinned_memory() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    let msm = Msm::new(gpu.clone());
+    // not a multiple of the chunk, and fewer terms than bases
+    let n = (1 << 18) + 12345;
+    let points = random_points(n + 100, 21);
+    let scalars = random_scalars(n, 22);
+    let pinned = provd_kernels::PinnedBases::new(&gpu, &affine(&points), 1 << 16).unwrap();
+    let d_scalars = gpu.upload(&scalars).unwrap();
+    let got = msm.run_streamed(&pinned, &d_scalars, n).unwrap();
+    assert_eq!(got, G1Projective::multi_exp(&points[..n], &scalars));
+    // one chunk only, and an empty MSM
+    let small = msm.run_streamed(&pinned, &d_scalars, 1000).unwrap();
+    assert_eq!(small, G1Projective::multi_exp(&points[..1000], &scalars[..1000]));
+    assert_eq!(msm.run_streamed(&pinned, &d_scalars, 0).unwrap(), G1Projective::identity());
+    assert!(msm.run_streamed(&pinned, &d_scalars, n + 1).is_err());
+}
