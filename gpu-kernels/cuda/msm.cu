@@ -188,14 +188,17 @@ extern "C" __global__ void __launch_bounds__(128) msm_bucket_reduce(const g1_xyz
     chunk_out[j] = sum;
 }
 
-// One block of `chunks` threads per window: a tree sum of its chunks.
+// One block per window: each thread adds a strided share of the window's
+// chunk sums, then the block adds the threads' sums as a tree.
 extern "C" __global__ void __launch_bounds__(128) msm_window_sum(const g1_xyzz* __restrict__ chunk_out, u32 chunks,
-                                          g1_xyzz* __restrict__ window_out) {
+                                                                 g1_xyzz* __restrict__ window_out) {
     extern __shared__ g1_xyzz acc[];
     const u32 w = blockIdx.x, t = threadIdx.x;
-    acc[t] = chunk_out[(u64)w * chunks + t];
+    g1_xyzz a = g1_xyzz::inf();
+    for (u32 k = t; k < chunks; k += blockDim.x) a.add(chunk_out[(u64)w * chunks + k]);
+    acc[t] = a;
     __syncthreads();
-    for (u32 half = chunks / 2; half > 0; half /= 2) {
+    for (u32 half = blockDim.x / 2; half > 0; half /= 2) {
         if (t < half) acc[t].add(acc[t + half]);
         __syncthreads();
     }
