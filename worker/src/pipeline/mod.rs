@@ -387,10 +387,18 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     let secs = t.elapsed().as_secs_f64();
     s.metrics.stage_duration.with_label_values(&["synthesis"]).observe(secs);
     job.record(index, |t| t.synthesis = Some(secs));
+    // Every guard is dropped before the ticket ends the partition, so that a
+    // job is never seen ended while its gauges still count it.
     let witness = match result {
         Ok(Ok(w)) => w,
-        Ok(Err(e)) => return ticket.fail(e.to_string()),
-        Err(_) => return ticket.fail("synthesis panicked".into()),
+        Ok(Err(e)) => {
+            drop((synth, in_stage, reservation));
+            return ticket.fail(e.to_string());
+        }
+        Err(_) => {
+            drop((synth, in_stage, reservation));
+            return ticket.fail("synthesis panicked".into());
+        }
     };
     if job.is_cancelled() {
         return;
@@ -458,10 +466,12 @@ fn gpu_worker(s: &Arc<Shared>, backend: Arc<dyn Backend>, rx: Receiver<InGpuQueu
         let pending = match result {
             Ok(Ok(p)) => p,
             Ok(Err(e)) => {
+                drop(held);
                 ticket.fail(e.to_string());
                 continue;
             }
             Err(_) => {
+                drop(held);
                 ticket.fail("prove_start panicked".into());
                 continue;
             }
@@ -503,7 +513,7 @@ fn finish_partition(s: &Shared, item: ToFinish) {
     let secs = t.elapsed().as_secs_f64();
     s.metrics.stage_duration.with_label_values(&["prove_finish"]).observe(secs);
     job.record(index, |t| t.prove_finish = Some(secs));
-    drop((held, pending_guard));
+    drop((held, pending_guard, _stage));
     transition(s, job.id, index, "dealloc");
     match result {
         Ok(Ok(proof)) => ticket.succeed(proof, public),

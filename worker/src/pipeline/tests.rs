@@ -52,8 +52,14 @@ fn engine(config: PipelineConfig, gpu_delay: Duration) -> Engine {
 
 fn assert_all_released(e: &Engine) {
     // Guards drop on the worker threads just after a job ends; allow a moment.
+    let in_stages = || {
+        STAGES.iter().map(|st| e.metrics().partitions_in_stage.with_label_values(&[st]).get()).sum::<i64>()
+    };
     for _ in 0..100 {
-        if e.ledger().counts() == buffers::ClassCounts::default() && e.budget().reserved() == 0 {
+        if e.ledger().counts() == buffers::ClassCounts::default()
+            && e.budget().reserved() == 0
+            && in_stages() == 0
+        {
             break;
         }
         std::thread::sleep(Duration::from_millis(10));
