@@ -114,6 +114,14 @@ impl PinnedBases {
     }
 }
 
+/// An MSM of n terms needs at least n bases and n scalars.
+fn check_terms(n: usize, bases: usize, scalars: usize) -> Result<(), GpuError> {
+    if n > bases || n > scalars {
+        return Err(GpuError::Invalid(format!("{n} terms for {bases} bases and {scalars} scalars")));
+    }
+    Ok(())
+}
+
 /// Threads per block for kernels doing curve arithmetic: they use up to 255
 /// registers per thread, and a block may hold 65536.
 const HEAVY_BLOCK: u32 = 128;
@@ -159,13 +167,7 @@ impl Msm {
         scalars: &CudaSlice<FrRaw>,
         n: usize,
     ) -> Result<G1Projective, GpuError> {
-        if n > bases.len() || n > scalars.len() {
-            return Err(GpuError::Invalid(format!(
-                "{n} terms for {} bases and {} scalars",
-                bases.len(),
-                scalars.len()
-            )));
-        }
+        check_terms(n, bases.len(), scalars.len())?;
         if n == 0 {
             return Ok(G1Projective::identity());
         }
@@ -181,13 +183,7 @@ impl Msm {
         n: usize,
     ) -> Result<G1Projective, GpuError> {
         let gpu = &*self.gpu;
-        if n > bases.len() || n > scalars.len() {
-            return Err(GpuError::Invalid(format!(
-                "{n} terms for {} bases and {} scalars",
-                bases.len(),
-                scalars.len()
-            )));
-        }
+        check_terms(n, bases.len(), scalars.len())?;
         let needed = n.div_ceil(bases.chunk);
         if needed == 0 {
             return Ok(G1Projective::identity());
