@@ -77,10 +77,6 @@ impl FrBuffer {
         false
     }
 
-    pub fn log_len(&self) -> u32 {
-        self.log_n
-    }
-
     pub fn raw(&self) -> &CudaSlice<FrRaw> {
         &self.data
     }
@@ -163,10 +159,6 @@ const FLAG_INVERSE: u32 = 2;
 impl Ntt {
     pub fn new(gpu: Arc<Gpu>) -> Self {
         Self { gpu, tables: HashMap::new() }
-    }
-
-    pub fn gpu(&self) -> &Arc<Gpu> {
-        &self.gpu
     }
 
     /// Builds the tables of size 2^log_n now, so that timings exclude them.

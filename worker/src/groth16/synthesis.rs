@@ -27,15 +27,6 @@ impl Density {
         Self { words: vec![0; len.div_ceil(64)], len, ones: 0 }
     }
 
-    /// A bitmap with every variable present.
-    pub fn full(len: usize) -> Self {
-        let mut d = Self::new(len);
-        for i in 0..len {
-            d.set(i);
-        }
-        d
-    }
-
     fn push(&mut self) {
         if self.len % 64 == 0 {
             self.words.push(0);
@@ -108,16 +99,6 @@ impl Synthesized {
     /// Public inputs as a verifier sees them (without the leading ONE).
     pub fn public_inputs(&self) -> &[Scalar] {
         &self.input_assignment[1..]
-    }
-
-    /// Bytes of the a/b/c evaluation vectors once padded to `domain_size`.
-    pub fn abc_bytes(domain_size: usize) -> usize {
-        3 * domain_size * std::mem::size_of::<Scalar>()
-    }
-
-    /// Drops the a/b/c vectors (after the NTT stage) and returns their bytes.
-    pub fn take_abc(&mut self) -> (Vec<Scalar>, Vec<Scalar>, Vec<Scalar>) {
-        (std::mem::take(&mut self.a), std::mem::take(&mut self.b), std::mem::take(&mut self.c))
     }
 }
 
@@ -335,6 +316,5 @@ mod tests {
         d.set(129);
         assert_eq!(d.ones(), 2);
         assert_eq!(d.iter_ones().collect::<Vec<_>>(), vec![0, 129]);
-        assert_eq!(Density::full(70).ones(), 70);
     }
 }

@@ -65,19 +65,17 @@ pub struct StageTimes {
     pub prove_finish: Option<f64>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct PartitionStatus {
     pub stage: Stage,
     pub times: StageTimes,
-    #[serde(skip)]
     pub proof: Option<Proof>,
-    #[serde(skip)]
     pub public_inputs: Vec<Scalar>,
     pub error: Option<String>,
 }
 
 /// A consistent copy of a job's state.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct JobStatus {
     pub id: JobId,
     pub circuit: String,

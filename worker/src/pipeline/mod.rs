@@ -54,7 +54,7 @@ impl Drop for InStage {
 }
 
 /// Estimated bytes of one partition of a circuit, by what frees them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Footprint {
     /// a/b/c evaluations, padded to the domain: freed after the NTT stage.
     pub abc: u64,
