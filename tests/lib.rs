@@ -131,7 +131,7 @@ impl Drop for Server {
     }
 }
 
-/// A plain HTTP/1.1 request; returns (status, headers, body).
+/// A plain HTTP/1.1 request (provd's own client); returns (status, head, body).
 pub fn raw_request(
     addr: std::net::SocketAddr,
     method: &str,
@@ -139,42 +139,7 @@ pub fn raw_request(
     body: Option<&str>,
     headers: &[(&str, &str)],
 ) -> (u16, String, String) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(120))).unwrap();
-    let body = body.unwrap_or("");
-    let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    // Read the head, then exactly Content-Length bytes when given (some
-    // servers keep the connection open despite `Connection: close`).
-    let mut raw = Vec::new();
-    let mut buf = [0u8; 16384];
-    let mut expected: Option<usize> = None;
-    loop {
-        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
-            if expected.is_none() {
-                let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
-                let len = head.lines().find_map(|l| {
-                    l.strip_prefix("content-length:").and_then(|v| v.trim().parse::<usize>().ok())
-                });
-                expected = Some(len.map_or(usize::MAX, |l| end + 4 + l));
-            }
-            if raw.len() >= expected.unwrap() {
-                break;
-            }
-        }
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => raw.extend_from_slice(&buf[..n]),
-        }
-    }
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (status, head.to_string(), body.to_string())
+    let r = provd::demo::request(addr, method, path, body, headers)
+        .unwrap_or_else(|e| panic!("{method} {path} to {addr}: {e}"));
+    (r.status, r.head, r.body)
 }

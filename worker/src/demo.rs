@@ -6,26 +6,70 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-/// One HTTP/1.1 request with `Connection: close`; returns (status, body).
+/// A plain HTTP/1.1 client, enough for the demo feeder and the end-to-end
+/// tests: one request per connection.
+pub struct Response {
+    pub status: u16,
+    /// Status line and headers, as received.
+    pub head: String,
+    pub body: String,
+}
+
+/// One request with `Connection: close`. Reads the head, then exactly
+/// Content-Length bytes when given (some servers keep the connection open
+/// regardless), else until the peer closes.
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    headers: &[(&str, &str)],
+) -> std::io::Result<Response> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(Duration::from_secs(120)))?;
+    let body = body.unwrap_or("");
+    let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 16384];
+    let mut expected: Option<usize> = None;
+    loop {
+        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            let want = *expected.get_or_insert_with(|| {
+                let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+                head.lines()
+                    .find_map(|l| {
+                        l.strip_prefix("content-length:").and_then(|v| v.trim().parse::<usize>().ok())
+                    })
+                    .map_or(usize::MAX, |len| end + 4 + len)
+            });
+            if raw.len() >= want {
+                break;
+            }
+        }
+        match s.read(&mut buf)? {
+            0 => break,
+            n => raw.extend_from_slice(&buf[..n]),
+        }
+    }
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    Ok(Response { status, head: head.to_string(), body: body.to_string() })
+}
+
+/// GET or POST without extra headers; returns (status, body).
 pub fn http(
     addr: SocketAddr,
     method: &str,
     path: &str,
     body: Option<&str>,
 ) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    s.set_read_timeout(Some(Duration::from_secs(60)))?;
-    let body = body.unwrap_or("");
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw)?;
-    let status = raw.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    Ok((status, body))
+    request(addr, method, path, body, &[]).map(|r| (r.status, r.body))
 }
 
 /// Submits jobs of `partitions` partitions whenever fewer than `low_water`
