@@ -159,6 +159,11 @@ impl Job {
         f(&mut self.lock().partitions[index].times);
     }
 
+    /// How the job ended, if it has (no copy of its partitions).
+    pub fn outcome(&self) -> Option<Outcome> {
+        self.lock().outcome
+    }
+
     /// How long ago the job ended (zero while it runs).
     pub fn ended_for(&self) -> Duration {
         let s = self.lock();

@@ -214,6 +214,7 @@ impl Engine {
         let id = s.next_id.fetch_add(1, Ordering::Relaxed);
         let job = Job::new(id, spec.circuit, spec.key, spec.partitions.len(), s.metrics.clone());
         s.jobs.lock().unwrap_or_else(|e| e.into_inner()).insert(id, job.clone());
+        let partitions = spec.partitions.len();
         let mut q = s.queue.lock().unwrap_or_else(|e| e.into_inner());
         for (i, synthesize) in spec.partitions.into_iter().enumerate() {
             q.push_back(Queued { ticket: Ticket::new(job.clone(), i), synthesize });
@@ -221,7 +222,7 @@ impl Engine {
         s.metrics.partitions_waiting.set(q.len() as i64);
         drop(q);
         s.queued.notify_all();
-        tracing::info!(job = id, circuit = %job.circuit, partitions = job.status().partitions.len(), "job accepted");
+        tracing::info!(job = id, circuit = %job.circuit, partitions, "job accepted");
         Ok(id)
     }
 
@@ -268,13 +269,13 @@ impl Engine {
     /// Jobs not yet ended.
     pub fn unfinished_jobs(&self) -> Vec<JobId> {
         let jobs = self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner());
-        jobs.values().filter(|j| j.status().outcome.is_none()).map(|j| j.id).collect()
+        jobs.values().filter(|j| j.outcome().is_none()).map(|j| j.id).collect()
     }
 
     /// Forgets ended jobs older than `age` (their results are no longer served).
     pub fn forget_ended(&self, age: Duration) {
         let mut jobs = self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner());
-        jobs.retain(|_, j| j.status().outcome.is_none() || j.ended_for() < age);
+        jobs.retain(|_, j| j.outcome().is_none() || j.ended_for() < age);
     }
 
     /// Stops taking jobs, waits up to `grace` for accepted ones, then cancels
