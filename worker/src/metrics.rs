@@ -211,6 +211,14 @@ impl Default for Metrics {
     }
 }
 
+/// This process's resident memory, from /proc (0 where there is none).
+pub fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
+        .map_or(0, |pages| pages * 4096)
+}
+
 /// Runs `promtool check metrics` on an exposition. `None` when promtool is
 /// not installed (Debian package `prometheus`); otherwise its verdict.
 pub fn promtool_check(exposition: &str) -> Option<Result<(), String>> {

@@ -201,7 +201,7 @@ impl Service {
             buffer_bytes: ledger.bytes(),
             reserved_bytes: self.engine.budget().reserved(),
             budget_bytes: self.engine.budget().total(),
-            rss_bytes: rss_bytes(),
+            rss_bytes: crate::metrics::rss_bytes(),
             gpu_queue_depth: m.gpu_queue_depth.get(),
             gpu_queue_capacity: m.gpu_queue_capacity.get(),
             partitions_waiting: self.engine.queued_partitions(),
@@ -234,13 +234,6 @@ impl Service {
     pub fn recent_jobs(&self, n: usize) -> Vec<JobStatus> {
         self.engine.recent_jobs(n)
     }
-}
-
-fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
-        .map_or(0, |pages| pages * 4096)
 }
 
 /// "0x…" big-endian hex (or decimal) → a field element below the modulus.

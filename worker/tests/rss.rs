@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use provd::circuits::BenchCircuit;
 use provd::groth16::{keygen, synthesize, CpuBackend};
-use provd::metrics::Metrics;
+use provd::metrics::{rss_bytes, Metrics};
 use provd::pipeline::{Engine, Footprint, JobSpec, Outcome, PipelineConfig};
 use rand::SeedableRng;
 
@@ -18,12 +18,6 @@ extern "C" {
     fn malloc_trim(pad: usize) -> i32;
 }
 const M_MMAP_THRESHOLD: i32 = -3;
-
-fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
-    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
-    pages * 4096
-}
 
 #[test]
 fn rss_growth_of_a_partition_matches_its_estimate() {
@@ -49,6 +43,7 @@ fn rss_growth_of_a_partition_matches_its_estimate() {
         let id = engine.submit(spec).unwrap();
         assert_eq!(engine.wait(id, None).unwrap().outcome, Some(Outcome::Succeeded));
     };
+    assert!(rss_bytes() > 0, "/proc/self/statm is readable");
     run(1); // warm-up: thread pools, blst's scratch, lazily built tables
     unsafe { malloc_trim(0) };
     std::thread::sleep(Duration::from_millis(50));
