@@ -111,14 +111,8 @@ impl Domain {
     }
 }
 
-/// The primitive 2^log_n-th root of unity.
-pub fn root_of_unity(log_n: u32) -> Scalar {
-    let mut omega = Scalar::ROOT_OF_UNITY;
-    for _ in log_n..Scalar::S {
-        omega = omega.square();
-    }
-    omega
-}
+/// The primitive 2^log_n-th root of unity (one definition, shared with the GPU NTT).
+pub use provd_kernels::ntt::root_of_unity;
 
 /// [1, x, x^2, …, x^(len−1)], in parallel chunks.
 fn powers(x: Scalar, len: usize) -> Vec<Scalar> {
