@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, over .device-bundle/:
 #   scripts/gpu-run.sh [tests] [bench-ntt] [bench-msm] [bench-pipeline] [bench-prove] ...
+# TEST_BINS (e.g. "gpu-test msm-test") limits `tests` to those binaries.
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 bundle=.device-bundle
@@ -15,6 +16,7 @@ for step in "${@:-tests}"; do
   case "$step" in
     tests)
       for t in "$bundle"/tests/*; do
+        if [ -n "${TEST_BINS:-}" ] && [[ " $TEST_BINS " != *" $(basename "$t") "* ]]; then continue; fi
         echo "== $(basename "$t")" | tee -a "$OUT/tests.log"
         "$t" --test-threads=1 2>&1 | tee -a "$OUT/tests.log" || status=1
       done ;;

@@ -2,11 +2,11 @@
 // in exactly blst's representation (R = 2^(32N)), so blstrs values are copied
 // to the device byte for byte.
 //
-// Multiplication computes the full 2N-limb product (or square) and then
-// reduces it. Each row of the product is two PTX carry chains: one adding the
-// low halves of a[j]*b[i] at position i+j, one adding the high halves at
-// i+j+1. The chains' carry flags live between consecutive asm statements;
-// every statement is volatile so that the compiler keeps their order.
+// Multiplication interleaves product and Montgomery reduction word by word
+// (see operator*), arranged so that every 32x32-bit product is a single
+// 64-bit multiply-add of a carry chain. The chains' carry flags live between
+// consecutive asm statements; every statement is volatile so that the
+// compiler keeps their order.
 
 // ---- PTX carry-chain primitives ----------------------------------------------
 DEVICE u32 add_cc(u32 a, u32 b) { u32 r; asm volatile("add.cc.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
@@ -19,6 +19,8 @@ DEVICE u32 mad_lo_cc(u32 a, u32 b, u32 c) { u32 r; asm volatile("mad.lo.cc.u32 %
 DEVICE u32 madc_lo_cc(u32 a, u32 b, u32 c) { u32 r; asm volatile("madc.lo.cc.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }
 DEVICE u32 mad_hi_cc(u32 a, u32 b, u32 c) { u32 r; asm volatile("mad.hi.cc.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }
 DEVICE u32 madc_hi_cc(u32 a, u32 b, u32 c) { u32 r; asm volatile("madc.hi.cc.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }
+DEVICE u32 mul_lo(u32 a, u32 b) { u32 r; asm volatile("mul.lo.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
+DEVICE u32 mul_hi(u32 a, u32 b) { u32 r; asm volatile("mul.hi.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
 
 template <class P>
 struct __align__(16) Mont {
@@ -93,96 +95,76 @@ struct __align__(16) Mont {
         return *this + *this;
     }
 
-    /// Full product a·b into t[2N].
-    static DEVICE void mul_wide(u32 t[2 * N], const u32 a[N], const u32 b[N]) {
+    /// acc[0..N) += x[k]·y, k = first, first+2, …: each product's low and high
+    /// halves land on consecutive limbs of one carry chain, which sm_70+
+    /// executes as one 64-bit multiply-add (IMAD.WIDE.U32.X) per product.
+    /// `carry_in` continues the chain of the instruction before.
+    static DEVICE void mad_row(u32 acc[N], const u32* x, int first, u32 y, bool carry_in) {
+        acc[0] = carry_in ? madc_lo_cc(x[first], y, acc[0]) : mad_lo_cc(x[first], y, acc[0]);
+        acc[1] = madc_hi_cc(x[first], y, acc[1]);
 #pragma unroll
-        for (int i = 0; i < 2 * N; i++) t[i] = 0;
-#pragma unroll
-        for (int i = 0; i < N; i++) {
-            // low halves at i+j; the carry lands on t[i+N] (which holds ≤ 1)
-            t[i] = mad_lo_cc(a[0], b[i], t[i]);
-#pragma unroll
-            for (int j = 1; j < N; j++) t[i + j] = madc_lo_cc(a[j], b[i], t[i + j]);
-            t[i + N] = addc(t[i + N], 0);
-            // high halves at i+j+1; the carry lands on the fresh t[i+N+1]
-            t[i + 1] = mad_hi_cc(a[0], b[i], t[i + 1]);
-#pragma unroll
-            for (int j = 1; j < N; j++) t[i + j + 1] = madc_hi_cc(a[j], b[i], t[i + j + 1]);
-            if (i + N + 1 < 2 * N) t[i + N + 1] = addc(0, 0);
+        for (int t = 1; t < N / 2; t++) {
+            acc[2 * t] = madc_lo_cc(x[first + 2 * t], y, acc[2 * t]);
+            acc[2 * t + 1] = madc_hi_cc(x[first + 2 * t], y, acc[2 * t + 1]);
         }
     }
 
-    /// Full square a² into t[2N]: cross products once, doubled, plus the diagonal.
-    static DEVICE void sqr_wide(u32 t[2 * N], const u32 a[N]) {
+    /// One Montgomery step on the split accumulator: adds m·p with m chosen so
+    /// that limb 0 becomes zero.
+    static DEVICE void reduce_row(u32 e[N + 1], u32 o[N]) {
+        const u32 m = e[0] * P::INV;
+        mad_row(e, P::MOD, 0, m, false);
+        e[N] = addc(e[N], 0);
+        mad_row(o, P::MOD, 1, m, false);  // o < 2^(32N) by the bound below: no carry out
+    }
+
+    /// a·b·R⁻¹ mod p, word-serial Montgomery (CIOS) over b's limbs. The running
+    /// value V = E + O·2^32 (V < 2p after every row) is split so that E takes
+    /// the products of a's even limbs and O those of its odd limbs: each array
+    /// then receives whole 64-bit products on aligned limb pairs. Dividing by
+    /// 2^32 swaps their roles: O becomes the even array and E, one limb down,
+    /// the odd one, except E's limb 1, which is added into the new E's limb 0
+    /// with its carry feeding the odd chain that starts at limb 1.
+    friend DEVICE Mont operator*(const Mont& a, const Mont& b) {
+        u32 e[N + 1], o[N];
 #pragma unroll
-        for (int i = 0; i < 2 * N; i++) t[i] = 0;
-#pragma unroll
-        for (int i = 0; i < N - 1; i++) {
-            t[2 * i + 1] = mad_lo_cc(a[i], a[i + 1], t[2 * i + 1]);
-#pragma unroll
-            for (int j = i + 2; j < N; j++) t[i + j] = madc_lo_cc(a[i], a[j], t[i + j]);
-            t[i + N] = addc(t[i + N], 0);
-            t[2 * i + 2] = mad_hi_cc(a[i], a[i + 1], t[2 * i + 2]);
-#pragma unroll
-            for (int j = i + 2; j < N; j++) t[i + j + 1] = madc_hi_cc(a[i], a[j], t[i + j + 1]);
-            if (i + N + 1 < 2 * N) t[i + N + 1] = addc(0, 0);
+        for (int t = 0; t < N / 2; t++) {
+            e[2 * t] = mul_lo(a.v[2 * t], b.v[0]);
+            e[2 * t + 1] = mul_hi(a.v[2 * t], b.v[0]);
+            o[2 * t] = mul_lo(a.v[2 * t + 1], b.v[0]);
+            o[2 * t + 1] = mul_hi(a.v[2 * t + 1], b.v[0]);
         }
-        t[1] = add_cc(t[1], t[1]);
-#pragma unroll
-        for (int i = 2; i < 2 * N; i++) t[i] = addc_cc(t[i], t[i]);
-        t[0] = mad_lo_cc(a[0], a[0], t[0]);
-        t[1] = madc_hi_cc(a[0], a[0], t[1]);
+        e[N] = 0;
+        reduce_row(e, o);
 #pragma unroll
         for (int i = 1; i < N; i++) {
-            t[2 * i] = madc_lo_cc(a[i], a[i], t[2 * i]);
-            t[2 * i + 1] = madc_hi_cc(a[i], a[i], t[2 * i + 1]);
+            u32 ne[N + 1], no[N];
+#pragma unroll
+            for (int k = 0; k < N; k++) ne[k] = o[k];
+            ne[N] = 0;
+#pragma unroll
+            for (int k = 0; k + 1 < N; k++) no[k] = e[k + 2];
+            no[N - 1] = 0;
+            ne[0] = add_cc(ne[0], e[1]);
+            mad_row(no, a.v, 1, b.v[i], true);
+            mad_row(ne, a.v, 0, b.v[i], false);
+            ne[N] = addc(ne[N], 0);
+            reduce_row(ne, no);
+#pragma unroll
+            for (int k = 0; k <= N; k++) e[k] = ne[k];
+#pragma unroll
+            for (int k = 0; k < N; k++) o[k] = no[k];
         }
-    }
-
-    /// Montgomery reduction t·R⁻¹ mod p of t < p·R: reduce the low half
-    /// word by word, (T_lo + M·p)/R ≤ p, then add the high half and subtract p
-    /// at most once.
-    static DEVICE Mont redc(const u32 t[2 * N]) {
-        u32 w[N + 2];
-#pragma unroll
-        for (int i = 0; i < N; i++) w[i] = t[i];
-        w[N] = 0;
-        w[N + 1] = 0;
-#pragma unroll
-        for (int i = 0; i < N; i++) {
-            u32 m = w[0] * P::INV;
-            w[0] = mad_lo_cc(m, P::MOD[0], w[0]);
-#pragma unroll
-            for (int j = 1; j < N; j++) w[j] = madc_lo_cc(m, P::MOD[j], w[j]);
-            w[N] = addc_cc(w[N], 0);
-            w[N + 1] = addc(w[N + 1], 0);
-            w[1] = mad_hi_cc(m, P::MOD[0], w[1]);
-#pragma unroll
-            for (int j = 1; j < N; j++) w[j + 1] = madc_hi_cc(m, P::MOD[j], w[j + 1]);
-            w[N + 1] = addc(w[N + 1], 0);
-#pragma unroll
-            for (int j = 0; j <= N; j++) w[j] = w[j + 1];
-            w[N + 1] = 0;
-        }
+        // V = O + E/2^32 < 2p < 2^(32N): an N-limb sum, then one conditional subtraction.
         Mont r;
-        r.v[0] = add_cc(w[0], t[N]);
+        r.v[0] = add_cc(o[0], e[1]);
 #pragma unroll
-        for (int i = 1; i < N; i++) r.v[i] = addc_cc(w[i], t[N + i]);
+        for (int k = 1; k < N; k++) r.v[k] = addc_cc(o[k], e[k + 1]);
         reduce_once(r.v);
         return r;
     }
 
-    friend DEVICE Mont operator*(const Mont& a, const Mont& b) {
-        u32 t[2 * N];
-        mul_wide(t, a.v, b.v);
-        return redc(t);
-    }
-
-    DEVICE Mont sqr() const {
-        u32 t[2 * N];
-        sqr_wide(t, v);
-        return redc(t);
-    }
+    DEVICE Mont sqr() const { return *this * *this; }
 
     DEVICE Mont& operator*=(const Mont& b) { return *this = *this * b; }
     DEVICE Mont& operator+=(const Mont& b) { return *this = *this + b; }

@@ -23,7 +23,9 @@ fn field_ops<F: DeviceField + Default>(gpu: &Gpu, kernel: &str, a: &[F], b: &[F]
     let f = gpu_function(gpu, kernel);
     let mut l = gpu.stream().launch_builder(&f);
     l.arg(&mut out).arg(&da).arg(&db).arg(&n);
-    unsafe { l.launch(LaunchConfig::for_num_elems(n)) }.unwrap();
+    // 256 threads: a 1024-thread block would need more registers than an SM has.
+    let cfg = LaunchConfig { grid_dim: (n.div_ceil(256), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    unsafe { l.launch(cfg) }.unwrap();
     gpu.download::<F>(&out).unwrap()
 }
 
