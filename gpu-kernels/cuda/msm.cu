@@ -95,7 +95,7 @@ extern "C" __global__ void msm_scatter(const u32* __restrict__ keys, u64 count, 
     sorted_key[pos] = bucket;
 }
 
-extern "C" __global__ void __launch_bounds__(128) msm_accumulate(const g1_affine* __restrict__ bases, const u32* __restrict__ sorted_idx,
+extern "C" __global__ void __launch_bounds__(128, 4) msm_accumulate(const g1_affine* __restrict__ bases, const u32* __restrict__ sorted_idx,
                                           const u32* __restrict__ sorted_key, const u32* __restrict__ total_ptr,
                                           u32 threads, g1_xyzz* __restrict__ buckets, u32* __restrict__ part_key,
                                           g1_xyzz* __restrict__ part_val) {

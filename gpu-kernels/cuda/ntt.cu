@@ -19,7 +19,7 @@ DEVICE fr_t twiddle(const fr_t* __restrict__ tw, u32 e, u32 half_n, bool inverse
     return inverse ? tw[half_n - e].neg() : tw[e];
 }
 
-extern "C" __global__ void __launch_bounds__(256) ntt_pass(fr_t* __restrict__ data, const fr_t* __restrict__ tw, u32 log_n,
+extern "C" __global__ void __launch_bounds__(256, 3) ntt_pass(fr_t* __restrict__ data, const fr_t* __restrict__ tw, u32 log_n,
                                     u32 log_hlo, u32 k, u32 log_r, u32 flags) {
     extern __shared__ fr_t sh[];
     const bool dit = flags & NTT_DIT;
@@ -123,6 +123,31 @@ extern "C" __global__ void bit_reverse(fr_t* __restrict__ data, u32 log_n) {
         data[i] = data[j];
         data[j] = t;
     }
+}
+
+// In-place bit reversal in tiles, for log_n ≥ 2·BR_LOG. An index is (h, m, l)
+// with h its top and l its bottom BR_LOG bits; (h, m, l) moves to
+// (rev l, rev m, rev h). Block m swaps the tiles of m and rev m through shared
+// memory, reading rows of consecutive l and writing rows of consecutive rev h,
+// so that both sides move 512-byte runs instead of scattered 32-byte elements.
+#define BR_LOG 4u
+#define BR_T (1u << BR_LOG)
+
+extern "C" __global__ void __launch_bounds__(BR_T * BR_T) bit_reverse_tiled(fr_t* __restrict__ data, u32 log_n) {
+    __shared__ fr_t tile[2][BR_T * BR_T];
+    const u32 mid_bits = log_n - 2 * BR_LOG;
+    const u32 m = blockIdx.x, rm = bitrev(m, mid_bits);
+    if (rm < m) return;  // block rm does this pair
+    const u32 t = threadIdx.x, h = t >> BR_LOG, l = t & (BR_T - 1);
+    const u64 row = (u64)h << (log_n - BR_LOG);
+    const u64 at_m = row | ((u64)m << BR_LOG) | l, at_rm = row | ((u64)rm << BR_LOG) | l;
+    tile[0][t] = data[at_m];
+    tile[1][t] = data[at_rm];
+    __syncthreads();
+    // (h, rm, l) receives (rev l, m, rev h), and (h, m, l) receives (rev l, rm, rev h).
+    const u32 from = (bitrev(l, BR_LOG) << BR_LOG) | bitrev(h, BR_LOG);
+    data[at_rm] = tile[0][from];
+    data[at_m] = tile[1][from];
 }
 
 // data[i] *= c·x^e(i), e(i) = i or bitrev(i); the power is hi[e >> lo_bits]·lo[e & mask],

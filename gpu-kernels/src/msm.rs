@@ -75,6 +75,10 @@ impl G1Bases {
     }
 }
 
+/// Blocks of msm_accumulate resident per SM: its `__launch_bounds__` caps
+/// registers at 128 so that four fit (three at 166 registers before).
+const ACCUMULATE_BLOCKS_PER_SM: u32 = 4;
+
 /// Chunks per window in the bucket reduction: enough threads to fill the GPU
 /// (with 128, 16 windows ran on 16 blocks and took 28 ms at 2^22, by ncu).
 const CHUNKS: u32 = 2048;
@@ -279,9 +283,8 @@ impl Msm {
         )?;
         drop((keys, cursor, counts));
         // 3. bucket sums, equal segments per thread
-        // Three 128-thread blocks fit an SM at 164 registers a thread; two per
-        // SM left it at 12.5% occupancy (ncu, 2^22).
-        let threads = (gpu.info().multiprocessors * HEAVY_BLOCK * 3).max(1);
+        // As many threads as fit the GPU at once (msm_accumulate's launch bounds).
+        let threads = (gpu.info().multiprocessors * HEAVY_BLOCK * ACCUMULATE_BLOCKS_PER_SM).max(1);
         let mut buckets = gpu.zeros::<G1XyzzRaw>(nbuckets)?;
         let mut part_key = gpu.zeros::<u32>(2 * threads as usize)?;
         let mut part_val = gpu.zeros::<G1XyzzRaw>(2 * threads as usize)?;

@@ -293,12 +293,22 @@ impl Ntt {
 
     /// Permutes into the other order.
     pub fn bit_reverse(&self, buf: &mut FrBuffer) -> Result<(), GpuError> {
-        let f = self.gpu.function("bit_reverse")?;
+        // Tiles of 16 × 16 (BR_LOG in ntt.cu) once there are two whole tile sides.
+        const TILE_LOG: u32 = 4;
+        let (name, cfg) = if buf.log_n >= 2 * TILE_LOG {
+            let blocks = 1u32 << (buf.log_n - 2 * TILE_LOG);
+            let threads = 1u32 << (2 * TILE_LOG);
+            (
+                "bit_reverse_tiled",
+                LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 },
+            )
+        } else {
+            ("bit_reverse", LaunchConfig::for_num_elems(1 << buf.log_n))
+        };
+        let f = self.gpu.function(name)?;
         let mut b = self.gpu.stream().launch_builder(&f);
         b.arg(&mut buf.data).arg(&buf.log_n);
-        unsafe { b.launch(LaunchConfig::for_num_elems(1 << buf.log_n)) }
-            .map(drop)
-            .during("launching bit_reverse")
+        unsafe { b.launch(cfg) }.map(drop).during("launching bit reversal")
     }
 
     /// Groth16's H: given A, B, C as evaluations on the domain (natural order),
