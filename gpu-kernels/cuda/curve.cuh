@@ -16,6 +16,25 @@ struct g1_affine {
     }
 };
 
+// Jacobian coordinates (x = X/Z², y = Y/Z³), for chains of doublings whose
+// result is normalised once: one inversion of Z gives both denominators.
+struct g1_jacobian {
+    fp_t X, Y, Z;
+
+    // dbl-2009-l (a = 0): 2M + 5S.
+    DEVICE g1_jacobian dbl() const {
+        fp_t A = X.sqr(), B = Y.sqr(), C = B.sqr();
+        fp_t D = ((X + B).sqr() - A - C).dbl();
+        fp_t E = A.dbl() + A;
+        fp_t F = E.sqr();
+        g1_jacobian r;
+        r.X = F - D.dbl();
+        r.Y = E * (D - r.X) - C.dbl().dbl().dbl();
+        r.Z = (Y * Z).dbl();
+        return r;
+    }
+};
+
 struct g1_xyzz {
     fp_t X, Y, ZZ, ZZZ;
 

@@ -166,6 +166,24 @@ struct __align__(16) Mont {
 
     DEVICE Mont sqr() const { return *this * *this; }
 
+    /// x^(p−2) = x⁻¹ (0 for 0), by Fermat: slow (~1.5·log p multiplications);
+    /// for precomputation, not hot paths.
+    DEVICE Mont inv() const {
+        u32 e[N];
+        u32 borrow = 2;
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            e[i] = P::MOD[i] - borrow;
+            borrow = P::MOD[i] < borrow ? 1 : 0;
+        }
+        Mont r = one();
+        for (int bit = 32 * N - 1; bit >= 0; bit--) {
+            r = r.sqr();
+            if ((e[bit / 32] >> (bit % 32)) & 1) r = r * *this;
+        }
+        return r;
+    }
+
     DEVICE Mont& operator*=(const Mont& b) { return *this = *this * b; }
     DEVICE Mont& operator+=(const Mont& b) { return *this = *this + b; }
     DEVICE Mont& operator-=(const Mont& b) { return *this = *this - b; }

@@ -1,15 +1,21 @@
 // Multi-scalar multiplication over G1: Pippenger with signed c-bit digits.
 //
+// Two layouts of bases: plain (each window has its own B = 2^(c−1) buckets,
+// and the host combines the window sums with c doublings each), or shifted
+// (a table holding 2^(c·w)·P for every window w, precomputed once by
+// msm_shift_bases: every window's digits then go into one set of buckets,
+// so a wider window costs one bucket reduction, not one per window).
+//
 //  1. msm_digits: each scalar's digits, one key per (window, scalar): the
-//     bucket w·B + |d| − 1 and the sign; bucket sizes counted.
-//  2. scan_exclusive + msm_scatter: a counting sort of the keys by bucket.
+//     bucket (w·B or 0) + |d| − 1 and the sign; bucket sizes counted.
+//  2. scan + msm_scatter: a counting sort of the keys by bucket.
 //  3. msm_accumulate: the sorted list is cut into equal segments, one per
 //     thread, so that work is balanced however the digits fall. A bucket run
 //     inside one segment is written straight to its bucket; runs that cross a
 //     segment boundary leave partial sums, which msm_fixup adds up.
-//  4. msm_bucket_reduce: Σ (b+1)·B_b per window, in chunks (running sums).
-//  5. msm_window_sum: one block per window adds its chunks as a tree.
-// The host combines the windows (c doublings each).
+//  4. msm_bucket_reduce: Σ (b+1)·B_b per bucket set, in chunks (running sums).
+//  5. msm_sum_groups, repeated: the chunk sums added as trees, one block per
+//     group, until one sum per bucket set is left.
 
 #define KEY_NONE 0xffffffffu
 #define SIGN_BIT 0x80000000u
@@ -30,7 +36,7 @@ DEVICE u32 bits_at(const fr_t& s, u32 pos, u32 c) {
 }
 
 extern "C" __global__ void msm_digits(const fr_t* __restrict__ scalars, u32 n, u32 c, u32 windows,
-                                      u32* __restrict__ keys, u32* __restrict__ counts) {
+                                      u32 shared_buckets, u32* __restrict__ keys, u32* __restrict__ counts) {
     u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const fr_t s = from_mont(scalars[i]);
@@ -48,7 +54,7 @@ extern "C" __global__ void msm_digits(const fr_t* __restrict__ scalars, u32 n, u
         }
         u32 key = KEY_NONE;
         if (d != 0) {
-            key = w * B + d - 1;
+            key = (shared_buckets ? 0 : w * B) + d - 1;
             atomicAdd(&counts[key], 1u);
             key |= neg ? SIGN_BIT : 0;
         }
@@ -56,42 +62,95 @@ extern "C" __global__ void msm_digits(const fr_t* __restrict__ scalars, u32 n, u
     }
 }
 
-// out[i] = Σ_{j<i} in[j] for i ≤ len (out[len] is the total); one block.
-extern "C" __global__ void scan_exclusive(const u32* __restrict__ in, u32* __restrict__ out, u32 len) {
-    __shared__ u32 partial[1024];
-    const u32 t = threadIdx.x, T = blockDim.x;
-    const u32 per = (len + T - 1) / T;
-    const u32 lo = min(t * per, len), hi = min(lo + per, len);
-    u32 sum = 0;
-    for (u32 i = lo; i < hi; i++) sum += in[i];
-    partial[t] = sum;
+// Exclusive prefix sums out[i] = Σ_{j<i} in[j] for i ≤ len (out[len] is the
+// total), in three launches: scan_tile_sums (one total per tile of
+// SCAN_TILE), scan_exclusive over those totals (one block), scan_tiles (each
+// tile rescanned from its offset).
+#define SCAN_THREADS 1024u
+#define SCAN_TILE (16u * SCAN_THREADS)
+
+// Block-wide exclusive scan of one value per thread; returns this thread's
+// prefix and sets *total. Needs SCAN_THREADS threads.
+DEVICE u32 block_exclusive_scan(u32 v, u32* total) {
+    __shared__ u32 warp_sums[32];
+    const u32 lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    u32 x = v;
+#pragma unroll
+    for (u32 d = 1; d < 32; d *= 2) {
+        u32 y = __shfl_up_sync(0xffffffffu, x, d);
+        if (lane >= d) x += y;
+    }
+    if (lane == 31) warp_sums[warp] = x;
     __syncthreads();
-    if (t == 0) {
-        u32 acc = 0;
-        for (u32 j = 0; j < T; j++) {
-            u32 v = partial[j];
-            partial[j] = acc;
-            acc += v;
+    if (warp == 0) {
+        u32 w = warp_sums[lane];
+#pragma unroll
+        for (u32 d = 1; d < 32; d *= 2) {
+            u32 y = __shfl_up_sync(0xffffffffu, w, d);
+            if (lane >= d) w += y;
         }
-        out[len] = acc;
+        warp_sums[lane] = w;
     }
     __syncthreads();
-    u32 acc = partial[t];
-    for (u32 i = lo; i < hi; i++) {
-        out[i] = acc;
-        acc += in[i];
-    }
+    const u32 before = (warp ? warp_sums[warp - 1] : 0) + x - v;
+    *total = warp_sums[31];
+    __syncthreads();  // warp_sums is reused by the next call
+    return before;
 }
 
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_tile_sums(const u32* __restrict__ in, u32 len,
+                                                                           u32* __restrict__ sums) {
+    const u32 lo = blockIdx.x * SCAN_TILE, hi = min(lo + SCAN_TILE, len);
+    u32 v = 0;
+    for (u32 i = lo + threadIdx.x; i < hi; i += SCAN_THREADS) v += in[i];
+    u32 total;
+    block_exclusive_scan(v, &total);
+    if (threadIdx.x == 0) sums[blockIdx.x] = total;
+}
+
+// out[i] = Σ_{j<i} in[j] for i ≤ len; one block of SCAN_THREADS, for short inputs.
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_exclusive(const u32* __restrict__ in,
+                                                                           u32* __restrict__ out, u32 len) {
+    u32 carry = 0;
+    for (u32 base = 0; base < len; base += SCAN_THREADS) {
+        const u32 i = base + threadIdx.x;
+        const u32 v = i < len ? in[i] : 0;
+        u32 total;
+        const u32 before = block_exclusive_scan(v, &total);
+        if (i < len) out[i] = carry + before;
+        carry += total;
+    }
+    if (threadIdx.x == 0) out[len] = carry;
+}
+
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_tiles(const u32* __restrict__ in, u32 len,
+                                                                       const u32* __restrict__ tile_offsets,
+                                                                       u32* __restrict__ out) {
+    const u32 lo = blockIdx.x * SCAN_TILE, hi = min(lo + SCAN_TILE, len);
+    u32 carry = tile_offsets[blockIdx.x];
+    for (u32 base = lo; base < hi; base += SCAN_THREADS) {
+        const u32 i = base + threadIdx.x;
+        const u32 v = i < hi ? in[i] : 0;
+        u32 total;
+        const u32 before = block_exclusive_scan(v, &total);
+        if (i < hi) out[i] = carry + before;
+        carry += total;
+    }
+    if (blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) out[len] = carry;
+}
+
+// Key j = w·n + i (window w, term i) refers to base w·stride + i: stride 0
+// for plain bases, the table's copy length for shifted ones.
 extern "C" __global__ void msm_scatter(const u32* __restrict__ keys, u64 count, u32* __restrict__ cursor,
-                                       u32* __restrict__ sorted_idx, u32* __restrict__ sorted_key, u32 n) {
+                                       u32* __restrict__ sorted_idx, u32* __restrict__ sorted_key, u32 n,
+                                       u32 stride) {
     u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= count) return;
     u32 key = keys[j];
     if (key == KEY_NONE) return;
     u32 bucket = key & ~SIGN_BIT;
     u32 pos = atomicAdd(&cursor[bucket], 1u);
-    sorted_idx[pos] = (u32)(j % n) | (key & SIGN_BIT);
+    sorted_idx[pos] = ((u32)(j / n) * stride + (u32)(j % n)) | (key & SIGN_BIT);
     sorted_key[pos] = bucket;
 }
 
@@ -188,19 +247,64 @@ extern "C" __global__ void __launch_bounds__(128) msm_bucket_reduce(const g1_xyz
     chunk_out[j] = sum;
 }
 
-// One block per window: each thread adds a strided share of the window's
-// chunk sums, then the block adds the threads' sums as a tree.
-extern "C" __global__ void __launch_bounds__(128) msm_window_sum(const g1_xyzz* __restrict__ chunk_out, u32 chunks,
-                                                                 g1_xyzz* __restrict__ window_out) {
+// out[w·G + g] = Σ of group g of set w, where set w is in[w·m .. (w+1)·m)
+// and group g its elements [g·len, (g+1)·len); G = ⌈m / len⌉ groups per set.
+// One block per group: each thread adds a strided share, then the block adds
+// the threads' sums as a tree. Repeated until one sum per set is left.
+extern "C" __global__ void __launch_bounds__(128) msm_sum_groups(const g1_xyzz* __restrict__ in, u32 m, u32 len,
+                                                                 u32 groups, g1_xyzz* __restrict__ out) {
     extern __shared__ g1_xyzz acc[];
-    const u32 w = blockIdx.x, t = threadIdx.x;
+    const u32 w = blockIdx.x / groups, g = blockIdx.x % groups, t = threadIdx.x;
+    const u32 lo = g * len, hi = min(lo + len, m);
     g1_xyzz a = g1_xyzz::inf();
-    for (u32 k = t; k < chunks; k += blockDim.x) a.add(chunk_out[(u64)w * chunks + k]);
+    for (u32 k = lo + t; k < hi; k += blockDim.x) a.add(in[(u64)w * m + k]);
     acc[t] = a;
     __syncthreads();
     for (u32 half = blockDim.x / 2; half > 0; half /= 2) {
         if (t < half) acc[t].add(acc[t + half]);
         __syncthreads();
     }
-    if (t == 0) window_out[w] = acc[0];
+    if (t == 0) out[blockIdx.x] = acc[0];
+}
+
+// table[k·n + i] = 2^(c·k)·in[i] for k < copies (affine; copy 0 is the input).
+// One thread per point: the doublings run in Jacobian coordinates, the
+// copies' X, Y parked in the table and their Z in local memory, and all
+// copies are normalised with one inversion (Montgomery's trick).
+#define SHIFT_MAX_COPIES 32u
+extern "C" __global__ void __launch_bounds__(128) msm_shift_bases(const g1_affine* __restrict__ in, u32 n, u32 c,
+                                                                  u32 copies, g1_affine* __restrict__ table) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n || copies > SHIFT_MAX_COPIES) return;
+    const g1_affine p = in[i];
+    table[i] = p;
+    if (p.is_inf()) {
+        for (u32 k = 1; k < copies; k++) table[(u64)k * n + i] = p;
+        return;
+    }
+    fp_t z[SHIFT_MAX_COPIES], prefix[SHIFT_MAX_COPIES];
+    g1_jacobian j;
+    j.X = p.x;
+    j.Y = p.y;
+    j.Z = fp_t::one();
+    for (u32 k = 1; k < copies; k++) {
+        for (u32 d = 0; d < c; d++) j = j.dbl();
+        g1_affine parked;
+        parked.x = j.X;
+        parked.y = j.Y;
+        table[(u64)k * n + i] = parked;
+        z[k] = j.Z;
+        prefix[k] = k == 1 ? j.Z : prefix[k - 1] * j.Z;
+    }
+    if (copies < 2) return;
+    fp_t inv = prefix[copies - 1].inv();  // 1 / (Z_1 ⋯ Z_last)
+    for (u32 k = copies - 1; k >= 1; k--) {
+        const fp_t zi = k == 1 ? inv : inv * prefix[k - 1];  // 1 / Z_k
+        inv = inv * z[k];
+        const fp_t zi2 = zi.sqr();
+        g1_affine q = table[(u64)k * n + i];
+        q.x = q.x * zi2;
+        q.y = q.y * (zi2 * zi);
+        table[(u64)k * n + i] = q;
+    }
 }

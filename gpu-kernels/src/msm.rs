@@ -51,37 +51,99 @@ pub fn points_as_raw(points: &[G1Affine]) -> &[G1AffineRaw] {
 
 /// Bases resident on the device, reusable across MSMs (a proving key's
 /// queries are fixed, so they are uploaded once).
+///
+/// Optionally with shifted copies (see [`G1Bases::upload_shifted`]): copy k
+/// holds 2^(c·k)·P for every base P, so that an MSM puts the digits of every
+/// window into one set of buckets. That trades `copies`× the device memory for
+/// fewer point additions: a wider window costs one bucket reduction instead of
+/// one per window.
 pub struct G1Bases {
+    /// `copies` runs of `len` points; copy 0 is the bases themselves.
     points: CudaSlice<G1AffineRaw>,
+    len: usize,
+    /// Window width of the shifted copies, if any.
+    shift_bits: Option<u32>,
 }
 
 impl G1Bases {
     pub fn upload(gpu: &Gpu, points: &[G1Affine]) -> Result<Self, GpuError> {
         let points = gpu.stream().clone_htod(points_as_raw(points)).during("copying bases to the device")?;
-        Ok(Self { points })
+        Ok(Self { len: points.len(), points, shift_bits: None })
     }
 
+    /// Uploads the bases and computes, on the device, their shifted copies
+    /// for windows of [`shifted_window_bits`]`(len)` bits: ⌈256 / c⌉ copies in
+    /// all (12 at 2^24 points, 11 at 2^26), each as large as the bases.
+    pub fn upload_shifted(gpu: &Gpu, points: &[G1Affine]) -> Result<Self, GpuError> {
+        let len = points.len();
+        if len == 0 {
+            return Self::upload(gpu, points);
+        }
+        let c = shifted_window_bits(len);
+        let copies = 256u32.div_ceil(c);
+        if len as u64 * copies as u64 >= 1 << 31 {
+            return Err(GpuError::Invalid(format!(
+                "{len} bases with {copies} shifted copies exceed 2^31 points"
+            )));
+        }
+        let stream = gpu.stream();
+        let plain = stream.clone_htod(points_as_raw(points)).during("copying bases to the device")?;
+        let mut table = unsafe { stream.alloc::<G1AffineRaw>(len * copies as usize) }
+            .during("allocating the shifted bases")?;
+        let f = gpu.function("msm_shift_bases")?;
+        let mut b = stream.launch_builder(&f);
+        let n32 = len as u32;
+        b.arg(&plain).arg(&n32).arg(&c).arg(&copies).arg(&mut table);
+        // SAFETY: argument types and order match the kernel's signature.
+        unsafe { b.launch(heavy(n32)) }.during("launching msm_shift_bases")?;
+        gpu.synchronize()?;
+        Ok(Self { points: table, len, shift_bits: Some(c) })
+    }
+
+    /// Number of bases (not counting shifted copies).
     pub fn len(&self) -> usize {
-        self.points.len()
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.points.is_empty()
+        self.len == 0
     }
 
-    /// Device bytes held.
+    /// Device bytes held, shifted copies included.
     pub fn bytes(&self) -> usize {
         self.points.len() * std::mem::size_of::<G1AffineRaw>()
     }
+
+    /// The window width of the shifted copies, if there are any.
+    pub fn shift_bits(&self) -> Option<u32> {
+        self.shift_bits
+    }
+}
+
+/// Window width for shifted bases of `len` points: one set of 2^(c−1)
+/// buckets serves every window, so c can be wider than without shifts.
+pub fn shifted_window_bits(len: usize) -> u32 {
+    let log = usize::BITS - len.max(1).leading_zeros();
+    log.saturating_sub(3).clamp(8, 24)
+}
+
+/// How one MSM finds its bases.
+#[derive(Clone, Copy, Debug)]
+enum Layout {
+    /// One base per term; each window has its own buckets.
+    Plain,
+    /// Copies of `stride` points, copy w shifted by c·w bits: one bucket set.
+    Shifted { c: u32, stride: u32 },
 }
 
 /// Blocks of msm_accumulate resident per SM: its `__launch_bounds__` caps
 /// registers at 128 so that four fit (three at 166 registers before).
 const ACCUMULATE_BLOCKS_PER_SM: u32 = 4;
 
-/// Chunks per window in the bucket reduction: enough threads to fill the GPU
-/// (with 128, 16 windows ran on 16 blocks and took 28 ms at 2^22, by ncu).
-const CHUNKS: u32 = 2048;
+/// Threads of the bucket reduction, over all bucket sets: enough to fill the
+/// GPU (with 16 × 128, 16 windows ran on 16 blocks and took 28 ms at 2^22, by
+/// ncu), each summing at least 16 buckets.
+const REDUCE_THREADS: u32 = 1 << 16;
 
 /// The G1 MSM engine of one device.
 pub struct Msm {
@@ -130,6 +192,11 @@ fn check_terms(n: usize, bases: usize, scalars: usize) -> Result<(), GpuError> {
 /// registers per thread, and a block may hold 65536.
 const HEAVY_BLOCK: u32 = 128;
 
+/// Threads per block and elements per tile of the scan kernels (SCAN_THREADS
+/// and SCAN_TILE in `cuda/msm.cu`).
+const SCAN_THREADS: u32 = 1024;
+const SCAN_TILE: u32 = 16 * SCAN_THREADS;
+
 fn heavy(threads: u32) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (threads.div_ceil(HEAVY_BLOCK), 1, 1),
@@ -175,7 +242,14 @@ impl Msm {
         if n == 0 {
             return Ok(G1Projective::identity());
         }
-        self.run_views(&bases.points.slice(..n), &scalars.slice(..n), n)
+        match bases.shift_bits {
+            // Shifts pay once there are enough terms for the wide bucket set.
+            Some(c) if n >= 1 << (c - 1) => {
+                let layout = Layout::Shifted { c, stride: bases.len as u32 };
+                self.run_views(&bases.points.slice(..), &scalars.slice(..n), n, layout)
+            }
+            _ => self.run_views(&bases.points.slice(..n), &scalars.slice(..n), n, Layout::Plain),
+        }
     }
 
     /// Σ scalars[i]·bases[i] with the bases streamed from pinned host memory:
@@ -210,27 +284,34 @@ impl Msm {
                 copy.memcpy_htod(src, &mut next.slice_mut(..src.len())).during("copying bases")?;
                 ready = copy.record_event(None).during("recording an event")?;
             }
-            acc += self.run_views(&cur.slice(..len), &scalars.slice(start..start + len), len)?;
+            acc +=
+                self.run_views(&cur.slice(..len), &scalars.slice(start..start + len), len, Layout::Plain)?;
         }
         Ok(acc)
     }
 
-    /// The MSM over device views of equal length `n` > 0.
+    /// The MSM of `n` > 0 terms over device views laid out as `layout` says.
     fn run_views(
         &self,
         bases: &CudaView<G1AffineRaw>,
         scalars: &CudaView<FrRaw>,
         n: usize,
+        layout: Layout,
     ) -> Result<G1Projective, GpuError> {
         let gpu = &*self.gpu;
         let stream = gpu.stream();
         if n >= 1 << 31 {
             return Err(GpuError::Invalid("an MSM takes fewer than 2^31 points".into()));
         }
-        let c = window_bits(n);
+        let (c, shared, stride) = match layout {
+            Layout::Plain => (window_bits(n), 0u32, 0u32),
+            Layout::Shifted { c, stride } => (c, 1, stride),
+        };
         let windows = 256u32.div_ceil(c);
-        let buckets_per_window = 1u32 << (c - 1);
-        let nbuckets = (windows * buckets_per_window) as usize;
+        // bucket sets: one per window, or one for all
+        let sets = if shared == 1 { 1 } else { windows };
+        let buckets_per_set = 1u32 << (c - 1);
+        let nbuckets = (sets * buckets_per_set) as usize;
         let n32 = n as u32;
         macro_rules! launch {
             ($name:literal, $cfg:expr, $($arg:expr),+) => {{
@@ -253,14 +334,25 @@ impl Msm {
             &n32,
             &c,
             &windows,
+            &shared,
             &mut keys,
             &mut counts
         )?;
         // 2. counting sort by bucket
         let mut offsets = gpu.zeros::<u32>(nbuckets + 1)?;
         let nb32 = nbuckets as u32;
-        let one_block = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
-        launch!("scan_exclusive", one_block, &counts, &mut offsets, &nb32)?;
+        let tiles = nb32.div_ceil(SCAN_TILE);
+        let mut tile_sums = gpu.zeros::<u32>(tiles as usize + 1)?;
+        let mut tile_offsets = gpu.zeros::<u32>(tiles as usize + 1)?;
+        let scan_cfg = |blocks: u32| LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (SCAN_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        launch!("scan_tile_sums", scan_cfg(tiles), &counts, &nb32, &mut tile_sums)?;
+        launch!("scan_exclusive", scan_cfg(1), &tile_sums, &mut tile_offsets, &tiles)?;
+        launch!("scan_tiles", scan_cfg(tiles), &counts, &nb32, &tile_offsets, &mut offsets)?;
+        drop((tile_sums, tile_offsets));
         let mut cursor = stream.clone_dtod(&offsets).during("copying offsets")?;
         let mut sorted_idx =
             unsafe { stream.alloc::<u32>(count as usize) }.during("allocating the sorted list")?;
@@ -279,7 +371,8 @@ impl Msm {
             &mut cursor,
             &mut sorted_idx,
             &mut sorted_key,
-            &n32
+            &n32,
+            &stride
         )?;
         drop((keys, cursor, counts));
         // 3. bucket sums, equal segments per thread
@@ -309,28 +402,29 @@ impl Msm {
         };
         launch!("msm_fixup", fixup_cfg, &part_key, &part_val, &slots, &mut buckets)?;
         drop((sorted_idx, sorted_key, part_key, part_val));
-        // 4–5. per-window sums
-        let mut chunk_out = gpu.zeros::<G1XyzzRaw>((windows * CHUNKS) as usize)?;
-        let chunks = CHUNKS;
-        launch!(
-            "msm_bucket_reduce",
-            heavy(windows * CHUNKS),
-            &buckets,
-            &c,
-            &windows,
-            &chunks,
-            &mut chunk_out
-        )?;
-        let mut window_out = gpu.zeros::<G1XyzzRaw>(windows as usize)?;
-        let sum_cfg = LaunchConfig {
-            grid_dim: (windows, 1, 1),
-            block_dim: (HEAVY_BLOCK, 1, 1),
-            shared_mem_bytes: HEAVY_BLOCK * std::mem::size_of::<G1XyzzRaw>() as u32,
-        };
-        launch!("msm_window_sum", sum_cfg, &chunk_out, &chunks, &mut window_out)?;
+        // 4. Σ (b+1)·B_b per bucket set, in chunks
+        let chunks = (REDUCE_THREADS / sets).clamp(1, (buckets_per_set / 16).max(1));
+        let mut sums = gpu.zeros::<G1XyzzRaw>((sets * chunks) as usize)?;
+        launch!("msm_bucket_reduce", heavy(sets * chunks), &buckets, &c, &sets, &chunks, &mut sums)?;
+        drop(buckets);
+        // 5. the chunk sums of each set added as trees, 128 at a time
+        let mut m = chunks;
+        while m > 1 {
+            let groups = m.div_ceil(HEAVY_BLOCK);
+            let mut out = gpu.zeros::<G1XyzzRaw>((sets * groups) as usize)?;
+            let cfg = LaunchConfig {
+                grid_dim: (sets * groups, 1, 1),
+                block_dim: (HEAVY_BLOCK, 1, 1),
+                shared_mem_bytes: HEAVY_BLOCK * std::mem::size_of::<G1XyzzRaw>() as u32,
+            };
+            launch!("msm_sum_groups", cfg, &sums, &m, &HEAVY_BLOCK, &groups, &mut out)?;
+            sums = out;
+            m = groups;
+        }
+        let window_out = sums;
         let sums = stream.clone_dtoh(&window_out).during("copying window sums")?;
         gpu.synchronize()?;
-        // Σ_w 2^(c·w)·W_w by Horner's rule.
+        // Σ_w 2^(c·w)·W_w by Horner's rule (one term when the bases are shifted).
         let mut acc = G1Projective::identity();
         for w in sums.iter().rev() {
             for _ in 0..c {

@@ -42,11 +42,23 @@ fn random_scalars(n: usize, seed: u64) -> Vec<Scalar> {
         .collect()
 }
 
+/// The MSM with plain bases and with shifted copies (which it uses from
+/// n ≥ 2^(c−1), c = 8 at n = 1000) against blst.
 fn check(msm: &Msm, gpu: &provd_kernels::Gpu, points: &[G1Projective], scalars: &[Scalar], what: &str) {
-    let bases = G1Bases::upload(gpu, &affine(points)).unwrap();
-    let got = msm.run(&bases, scalars).unwrap();
     let want = G1Projective::multi_exp(points, scalars);
-    assert_eq!(got, want, "{what}: n={}", scalars.len());
+    let affine = affine(points);
+    let bases = G1Bases::upload(gpu, &affine).unwrap();
+    assert_eq!(msm.run(&bases, scalars).unwrap(), want, "{what}: n={}", scalars.len());
+    drop(bases);
+    let shifted = G1Bases::upload_shifted(gpu, &affine).unwrap();
+    let c = shifted.shift_bits().unwrap();
+    assert_eq!(shifted.bytes(), 96 * points.len() * 256usize.div_ceil(c as usize));
+    assert_eq!(
+        msm.run(&shifted, scalars).unwrap(),
+        want,
+        "{what}, shifted bases (c = {c}): n={}",
+        scalars.len()
+    );
 }
 
 #[test]
@@ -117,6 +129,10 @@ fn msm_with_mostly_bit_scalars() {
     assert_eq!(msm.run(&bases, &s).unwrap(), G1Projective::multi_exp(&points[..600], &s));
     assert!(msm.run(&bases, &random_scalars(1001, 1)).is_err());
     assert_eq!(msm.run(&bases, &[]).unwrap(), G1Projective::identity());
+    // ... with shifted copies: copy k of base i sits at k·1000 + i, not k·600 + i
+    let shifted = G1Bases::upload_shifted(&gpu, &affine(&points)).unwrap();
+    assert_eq!(msm.run(&shifted, &s).unwrap(), G1Projective::multi_exp(&points[..600], &s));
+    assert_eq!(msm.run(&shifted, &[]).unwrap(), G1Projective::identity());
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! `provd bench msm`: the GPU G1 MSM with bases resident on the device (CUDA
-//! events, median after warm-up), beside blst's CPU Pippenger on this host.
+//! `provd bench msm`: the GPU G1 MSM with bases resident on the device, plain
+//! or with precomputed shifted copies, or streamed from pinned host memory
+//! (CUDA events, median after warm-up), beside blst's CPU Pippenger on this host.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -90,6 +91,25 @@ impl MsmBench {
             samples.sort_by(|a, b| a.total_cmp(b));
             let gpu_ms = samples[samples.len() / 2];
             drop(bases);
+            // The same MSM over precomputed shifted copies of the bases.
+            let start = Instant::now();
+            let shifted = G1Bases::upload_shifted(&gpu, &all_bases[..n])?;
+            let precompute_ms = start.elapsed().as_secs_f64() * 1e3;
+            let shift_bits = shifted.shift_bits().unwrap_or(0);
+            let shifted_gib = shifted.bytes() as f64 / (1u64 << 30) as f64;
+            let mut shifted_samples = Vec::new();
+            for i in 0..self.warmup + self.runs {
+                timer.start()?;
+                let r = msm.run_device(&shifted, &d_scalars, n)?;
+                let ms = timer.stop()?;
+                anyhow::ensure!(r == last, "shifted and plain MSMs differ at 2^{log_n}");
+                if i >= self.warmup {
+                    shifted_samples.push(ms as f64);
+                }
+            }
+            drop(shifted);
+            shifted_samples.sort_by(|a, b| a.total_cmp(b));
+            let shifted_ms = shifted_samples[shifted_samples.len() / 2];
             // The same MSM with the bases streamed from pinned host memory.
             let pinned = PinnedBases::new(&gpu, &all_bases[..n], STREAM_CHUNK)?;
             let mut streamed = Vec::new();
@@ -126,6 +146,11 @@ impl MsmBench {
                 format!("{gpu_ms:.2}"),
                 sppark.map(|s| format!("{s:.1}")).unwrap_or_default(),
                 sppark.map(|s| format!("{:.2}", gpu_ms / s)).unwrap_or_default(),
+                format!("{shifted_ms:.2}"),
+                sppark.map(|s| format!("{:.2}", shifted_ms / s)).unwrap_or_default(),
+                format!("{shift_bits}"),
+                format!("{shifted_gib:.1}"),
+                format!("{:.0}", precompute_ms),
                 format!("{streamed_ms:.2}"),
                 sppark_pinned.map(|s| format!("{:.2}", streamed_ms / s)).unwrap_or_default(),
                 cpu_ms.map(|c| format!("{c:.1}")).unwrap_or_default(),
@@ -133,6 +158,9 @@ impl MsmBench {
             ]);
             results.push(json!({
                 "log_n": log_n, "gpu_resident_ms": gpu_ms, "sppark_ms": sppark,
+                "gpu_shifted_ms": shifted_ms, "shift_bits": shift_bits, "shifted_table_gib": shifted_gib,
+                "shift_precompute_ms": precompute_ms,
+                "shifted_ratio_vs_sppark": sppark.map(|s| shifted_ms / s),
                 "gpu_streamed_ms": streamed_ms, "stream_chunk": STREAM_CHUNK, "sppark_pinned_ms": sppark_pinned,
                 "ratio_vs_sppark": sppark.map(|s| gpu_ms / s), "cpu_blst_ms": cpu_ms,
                 "cpu_threads": rayon::current_num_threads(),
@@ -141,7 +169,7 @@ impl MsmBench {
         }
         let info = gpu.info();
         println!(
-            "G1 MSM on {} ({}), 255-bit random scalars on the device; bases resident, or streamed from pinned memory in chunks of 2^22; CUDA events, median of {} after {} warm-up; CPU: blst Pippenger on {} threads, median of 3",
+            "G1 MSM on {} ({}), 255-bit random scalars on the device; bases resident (plain, or with precomputed shifted copies: window c bits, table GiB, precompute ms incl. upload), or streamed from pinned memory in chunks of 2^22; CUDA events, median of {} after {} warm-up; CPU: blst Pippenger on {} threads, median of 3",
             info.name, info.arch, self.runs, self.warmup, rayon::current_num_threads()
         );
         print_table(
@@ -150,6 +178,11 @@ impl MsmBench {
                 "resident ms",
                 "sppark ms",
                 "resident/sppark",
+                "shifted ms",
+                "shifted/sppark",
+                "c",
+                "table GiB",
+                "precompute ms",
                 "streamed ms",
                 "streamed/sppark",
                 "cpu ms",
