@@ -142,8 +142,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_tiles(const u32*
 // Key j = w·n + i (window w, term i) refers to base w·stride + i: stride 0
 // for plain bases, the table's copy length for shifted ones.
 extern "C" __global__ void msm_scatter(const u32* __restrict__ keys, u64 count, u32* __restrict__ cursor,
-                                       u32* __restrict__ sorted_idx, u32* __restrict__ sorted_key, u32 n,
-                                       u32 stride) {
+                                       u32* __restrict__ sorted_idx, u32 n, u32 stride) {
     u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= count) return;
     u32 key = keys[j];
@@ -151,30 +150,43 @@ extern "C" __global__ void msm_scatter(const u32* __restrict__ keys, u64 count, 
     u32 bucket = key & ~SIGN_BIT;
     u32 pos = atomicAdd(&cursor[bucket], 1u);
     sorted_idx[pos] = ((u32)(j / n) * stride + (u32)(j % n)) | (key & SIGN_BIT);
-    sorted_key[pos] = bucket;
 }
 
+// The bucket whose run [offsets[b], offsets[b+1]) holds sorted position i:
+// the last b ≥ lo with offsets[b] ≤ i (empty buckets have equal offsets and
+// are passed over). Checks lo first: the next bucket is usually the one.
+DEVICE u32 bucket_at(const u32* __restrict__ offsets, u32 lo, u32 nbuckets, u32 i) {
+    if (offsets[lo + 1] > i) return lo;
+    u32 hi = nbuckets;  // offsets[hi] = total > i
+    while (hi - lo > 1) {
+        const u32 mid = (lo + hi) / 2;
+        if (offsets[mid] <= i) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
+// The sorted list carries no keys: a thread finds its buckets' runs from the
+// scan's offsets, which halves the scatter's random writes.
 extern "C" __global__ void __launch_bounds__(128, 4) msm_accumulate(const g1_affine* __restrict__ bases, const u32* __restrict__ sorted_idx,
-                                          const u32* __restrict__ sorted_key, const u32* __restrict__ total_ptr,
+                                          const u32* __restrict__ offsets, u32 nbuckets,
                                           u32 threads, g1_xyzz* __restrict__ buckets, u32* __restrict__ part_key,
                                           g1_xyzz* __restrict__ part_val) {
     const u32 t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= threads) return;
     part_key[2 * t] = KEY_NONE;
     part_key[2 * t + 1] = KEY_NONE;
-    const u32 M = *total_ptr;
+    const u32 M = offsets[nbuckets];
     const u32 L = (M + threads - 1) / threads;
     const u32 s = min(t * L, M), e = min(s + L, M);
     if (s >= e) return;
 
-    u32 key = sorted_key[s], run_start = s;
+    u32 key = bucket_at(offsets, 0, nbuckets, s), run_start = s, run_end = offsets[key + 1];
     g1_xyzz acc = g1_xyzz::inf();
     for (u32 i = s;; i++) {
         const bool end = i == e;
-        const u32 k = end ? KEY_NONE : sorted_key[i];
-        if (k != key) {
-            const bool from_left = run_start == s && s > 0 && sorted_key[s - 1] == key;
-            const bool to_right = end && e < M && sorted_key[e] == key;
+        if (end || i == run_end) {
+            const bool from_left = run_start == s && offsets[key] < s;
+            const bool to_right = end && run_end > e;
             if (!from_left && !to_right) {
                 buckets[key] = acc;  // the whole bucket lies in this segment
             } else {
@@ -183,8 +195,9 @@ extern "C" __global__ void __launch_bounds__(128, 4) msm_accumulate(const g1_aff
                 part_val[slot] = acc;
             }
             if (end) break;
-            key = k;
+            key = bucket_at(offsets, key + 1, nbuckets, i);
             run_start = i;
+            run_end = offsets[key + 1];
             acc = g1_xyzz::inf();
         }
         const u32 idx = sorted_idx[i];

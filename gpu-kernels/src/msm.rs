@@ -356,24 +356,12 @@ impl Msm {
         let mut cursor = stream.clone_dtod(&offsets).during("copying offsets")?;
         let mut sorted_idx =
             unsafe { stream.alloc::<u32>(count as usize) }.during("allocating the sorted list")?;
-        let mut sorted_key =
-            unsafe { stream.alloc::<u32>(count as usize) }.during("allocating the sorted keys")?;
         let scatter_cfg = LaunchConfig {
             grid_dim: (count.div_ceil(256) as u32, 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        launch!(
-            "msm_scatter",
-            scatter_cfg,
-            &keys,
-            &count,
-            &mut cursor,
-            &mut sorted_idx,
-            &mut sorted_key,
-            &n32,
-            &stride
-        )?;
+        launch!("msm_scatter", scatter_cfg, &keys, &count, &mut cursor, &mut sorted_idx, &n32, &stride)?;
         drop((keys, cursor, counts));
         // 3. bucket sums, equal segments per thread
         // As many threads as fit the GPU at once (msm_accumulate's launch bounds).
@@ -381,14 +369,13 @@ impl Msm {
         let mut buckets = gpu.zeros::<G1XyzzRaw>(nbuckets)?;
         let mut part_key = gpu.zeros::<u32>(2 * threads as usize)?;
         let mut part_val = gpu.zeros::<G1XyzzRaw>(2 * threads as usize)?;
-        let total = offsets.slice(nbuckets..);
         launch!(
             "msm_accumulate",
             heavy(threads),
             bases,
             &sorted_idx,
-            &sorted_key,
-            &total,
+            &offsets,
+            &nb32,
             &threads,
             &mut buckets,
             &mut part_key,
@@ -401,7 +388,7 @@ impl Msm {
             shared_mem_bytes: HEAVY_BLOCK * std::mem::size_of::<G1XyzzRaw>() as u32,
         };
         launch!("msm_fixup", fixup_cfg, &part_key, &part_val, &slots, &mut buckets)?;
-        drop((sorted_idx, sorted_key, part_key, part_val));
+        drop((sorted_idx, offsets, part_key, part_val));
         // 4. Σ (b+1)·B_b per bucket set, in chunks
         let chunks = (REDUCE_THREADS / sets).clamp(1, (buckets_per_set / 16).max(1));
         let mut sums = gpu.zeros::<G1XyzzRaw>((sets * chunks) as usize)?;
