@@ -237,7 +237,7 @@ extern "C" __global__ void __launch_bounds__(128) msm_fixup(const u32* __restric
 }
 
 // chunk_out[w·K + k] = Σ_{b in chunk k of window w} (b+1)·B_b.
-extern "C" __global__ void __launch_bounds__(128) msm_bucket_reduce(const g1_xyzz* __restrict__ buckets, u32 c, u32 windows, u32 chunks,
+extern "C" __global__ void __launch_bounds__(128, 3) msm_bucket_reduce(const g1_xyzz* __restrict__ buckets, u32 c, u32 windows, u32 chunks,
                                              g1_xyzz* __restrict__ chunk_out) {
     const u32 j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= windows * chunks) return;

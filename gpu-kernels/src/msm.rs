@@ -140,10 +140,12 @@ enum Layout {
 /// registers at 128 so that four fit (three at 166 registers before).
 const ACCUMULATE_BLOCKS_PER_SM: u32 = 4;
 
-/// Threads of the bucket reduction, over all bucket sets: enough to fill the
-/// GPU (with 16 × 128, 16 windows ran on 16 blocks and took 28 ms at 2^22, by
-/// ncu), each summing at least 16 buckets.
-const REDUCE_THREADS: u32 = 1 << 16;
+/// Blocks of msm_bucket_reduce resident per SM (its launch bounds). The
+/// reduction runs one full wave of threads over all bucket sets: fewer
+/// leave SMs idle (16 × 128 threads took 28 ms at 2^22, by ncu), more make a
+/// second, partial wave, each thread paying its chunk's fixed cost (scaling
+/// by the chunk's first index) again.
+const REDUCE_BLOCKS_PER_SM: u32 = 3;
 
 /// The G1 MSM engine of one device.
 pub struct Msm {
@@ -390,7 +392,8 @@ impl Msm {
         launch!("msm_fixup", fixup_cfg, &part_key, &part_val, &slots, &mut buckets)?;
         drop((sorted_idx, offsets, part_key, part_val));
         // 4. Σ (b+1)·B_b per bucket set, in chunks
-        let chunks = (REDUCE_THREADS / sets).clamp(1, (buckets_per_set / 16).max(1));
+        let wave = gpu.info().multiprocessors * REDUCE_BLOCKS_PER_SM * HEAVY_BLOCK;
+        let chunks = (wave / sets).clamp(1, (buckets_per_set / 16).max(1));
         let mut sums = gpu.zeros::<G1XyzzRaw>((sets * chunks) as usize)?;
         launch!("msm_bucket_reduce", heavy(sets * chunks), &buckets, &c, &sets, &chunks, &mut sums)?;
         drop(buckets);
