@@ -118,6 +118,31 @@ struct __align__(16) Mont {
         mad_row(o, P::MOD, 1, m, false);  // o < 2^(32N) by the bound below: no carry out
     }
 
+    /// Divides the split value by 2^32 once its limb 0 is zero: O becomes the
+    /// even accumulator and E, one limb down, the odd one. E's limb 1 falls
+    /// between them; it is returned, to be added into the new limb 0 with its
+    /// carry fed to the odd chain that starts at limb 1.
+    static DEVICE u32 shift_limb(u32 e[N + 1], u32 o[N]) {
+        const u32 between = e[1];
+#pragma unroll
+        for (int k = 0; k + 1 < N; k++) {
+            const u32 next_o = e[k + 2];
+            e[k] = o[k];
+            o[k] = next_o;
+        }
+        e[N - 1] = o[N - 1];
+        e[N] = 0;
+        o[N - 1] = 0;
+        return between;
+    }
+
+    /// O + E/2^32 (limb 0 of E zero): the split value as N limbs.
+    static DEVICE void merge(u32 r[N], const u32 e[N + 1], const u32 o[N]) {
+        r[0] = add_cc(o[0], e[1]);
+#pragma unroll
+        for (int k = 1; k < N; k++) r[k] = addc_cc(o[k], e[k + 1]);
+    }
+
     /// a·b·R⁻¹ mod p, word-serial Montgomery (CIOS) over b's limbs. The running
     /// value V = E + O·2^32 (V < 2p after every row) is split so that E takes
     /// the products of a's even limbs and O those of its odd limbs: each array
@@ -138,28 +163,16 @@ struct __align__(16) Mont {
         reduce_row(e, o);
 #pragma unroll
         for (int i = 1; i < N; i++) {
-            u32 ne[N + 1], no[N];
-#pragma unroll
-            for (int k = 0; k < N; k++) ne[k] = o[k];
-            ne[N] = 0;
-#pragma unroll
-            for (int k = 0; k + 1 < N; k++) no[k] = e[k + 2];
-            no[N - 1] = 0;
-            ne[0] = add_cc(ne[0], e[1]);
-            mad_row(no, a.v, 1, b.v[i], true);
-            mad_row(ne, a.v, 0, b.v[i], false);
-            ne[N] = addc(ne[N], 0);
-            reduce_row(ne, no);
-#pragma unroll
-            for (int k = 0; k <= N; k++) e[k] = ne[k];
-#pragma unroll
-            for (int k = 0; k < N; k++) o[k] = no[k];
+            const u32 between = shift_limb(e, o);
+            e[0] = add_cc(e[0], between);
+            mad_row(o, a.v, 1, b.v[i], true);
+            mad_row(e, a.v, 0, b.v[i], false);
+            e[N] = addc(e[N], 0);
+            reduce_row(e, o);
         }
         // V = O + E/2^32 < 2p < 2^(32N): an N-limb sum, then one conditional subtraction.
         Mont r;
-        r.v[0] = add_cc(o[0], e[1]);
-#pragma unroll
-        for (int k = 1; k < N; k++) r.v[k] = addc_cc(o[k], e[k + 1]);
+        merge(r.v, e, o);
         reduce_once(r.v);
         return r;
     }
@@ -222,28 +235,16 @@ struct __align__(16) Mont {
         reduce_row(e, o);
 #pragma unroll
         for (int i = 1; i < N; i++) {
-            u32 ne[N + 1], no[N];
-#pragma unroll
-            for (int k = 0; k < N; k++) ne[k] = o[k];
-            ne[N] = 0;
-#pragma unroll
-            for (int k = 0; k + 1 < N; k++) no[k] = e[k + 2];
-            no[N - 1] = 0;
-            const u32 m = (o[0] + e[1]) * P::INV;
-            ne[0] = add_cc(ne[0], e[1]);
-            mad_row(no, P::MOD, 1, m, true);
-            mad_row(ne, P::MOD, 0, m, false);
-            ne[N] = addc(ne[N], 0);
-#pragma unroll
-            for (int k = 0; k <= N; k++) e[k] = ne[k];
-#pragma unroll
-            for (int k = 0; k < N; k++) o[k] = no[k];
+            const u32 between = shift_limb(e, o);
+            const u32 m = (e[0] + between) * P::INV;
+            e[0] = add_cc(e[0], between);
+            mad_row(o, P::MOD, 1, m, true);
+            mad_row(e, P::MOD, 0, m, false);
+            e[N] = addc(e[N], 0);
         }
         // + T_hi < p: below 2p, one conditional subtraction.
         Mont r;
-        r.v[0] = add_cc(o[0], e[1]);
-#pragma unroll
-        for (int k = 1; k < N; k++) r.v[k] = addc_cc(o[k], e[k + 1]);
+        merge(r.v, e, o);
         r.v[0] = add_cc(r.v[0], t[N]);
 #pragma unroll
         for (int k = 1; k < N; k++) r.v[k] = addc_cc(r.v[k], t[N + k]);

@@ -108,26 +108,9 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_tile_sums(const 
     if (threadIdx.x == 0) sums[blockIdx.x] = total;
 }
 
-// out[i] = Σ_{j<i} in[j] for i ≤ len; one block of SCAN_THREADS, for short inputs.
-extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_exclusive(const u32* __restrict__ in,
-                                                                           u32* __restrict__ out, u32 len) {
-    u32 carry = 0;
-    for (u32 base = 0; base < len; base += SCAN_THREADS) {
-        const u32 i = base + threadIdx.x;
-        const u32 v = i < len ? in[i] : 0;
-        u32 total;
-        const u32 before = block_exclusive_scan(v, &total);
-        if (i < len) out[i] = carry + before;
-        carry += total;
-    }
-    if (threadIdx.x == 0) out[len] = carry;
-}
-
-extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_tiles(const u32* __restrict__ in, u32 len,
-                                                                       const u32* __restrict__ tile_offsets,
-                                                                       u32* __restrict__ out) {
-    const u32 lo = blockIdx.x * SCAN_TILE, hi = min(lo + SCAN_TILE, len);
-    u32 carry = tile_offsets[blockIdx.x];
+// Scans in[lo..hi) into out[lo..hi) from `carry`, a block-wide round at a
+// time; returns the running total. Every thread of the block calls it.
+DEVICE u32 scan_range(const u32* __restrict__ in, u32* __restrict__ out, u32 lo, u32 hi, u32 carry) {
     for (u32 base = lo; base < hi; base += SCAN_THREADS) {
         const u32 i = base + threadIdx.x;
         const u32 v = i < hi ? in[i] : 0;
@@ -136,11 +119,24 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_tiles(const u32*
         if (i < hi) out[i] = carry + before;
         carry += total;
     }
-    if (blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) out[len] = carry;
+    return carry;
 }
 
-// Key j = w·n + i (window w, term i) refers to base w·stride + i: stride 0
-// for plain bases, the table's copy length for shifted ones.
+// out[i] = Σ_{j<i} in[j] for i ≤ len; one block of SCAN_THREADS, for short inputs.
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_exclusive(const u32* __restrict__ in,
+                                                                           u32* __restrict__ out, u32 len) {
+    const u32 total = scan_range(in, out, 0, len, 0);
+    if (threadIdx.x == 0) out[len] = total;
+}
+
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_tiles(const u32* __restrict__ in, u32 len,
+                                                                       const u32* __restrict__ tile_offsets,
+                                                                       u32* __restrict__ out) {
+    const u32 lo = blockIdx.x * SCAN_TILE, hi = min(lo + SCAN_TILE, len);
+    const u32 end = scan_range(in, out, lo, hi, tile_offsets[blockIdx.x]);
+    if (blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) out[len] = end;
+}
+
 extern "C" __global__ void msm_scatter(const u32* __restrict__ keys, u64 count, u32* __restrict__ cursor,
                                        u32* __restrict__ sorted_idx, u32 n, u32 stride) {
     u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x;

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use blstrs::{G1Affine, G1Projective};
 use group::{Curve, Group};
-use provd_kernels::{G1Bases, Gpu, Msm, PinnedBases};
+use provd_kernels::{G1Bases, Gpu, Msm, PinnedBases, Timer};
 use rand::SeedableRng;
 use rayon::prelude::*;
 use serde_json::json;
@@ -64,6 +64,26 @@ fn random_bases(n: usize) -> Vec<G1Affine> {
 }
 
 impl MsmBench {
+    /// Median of `runs` timings (CUDA events) after `warmup`, and the last result.
+    fn median_ms(
+        &self,
+        timer: &Timer,
+        mut f: impl FnMut() -> anyhow::Result<G1Projective>,
+    ) -> anyhow::Result<(f64, G1Projective)> {
+        let mut samples = Vec::new();
+        let mut last = G1Projective::identity();
+        for i in 0..self.warmup + self.runs {
+            timer.start()?;
+            last = f()?;
+            let ms = timer.stop()?;
+            if i >= self.warmup {
+                samples.push(ms as f64);
+            }
+        }
+        samples.sort_by(|a, b| a.total_cmp(b));
+        Ok((samples[samples.len() / 2], last))
+    }
+
     pub fn run(&self, gpu: Arc<Gpu>) -> anyhow::Result<()> {
         let msm = Msm::new(gpu.clone());
         let timer = gpu.timer()?;
@@ -77,19 +97,7 @@ impl MsmBench {
             let scalars = random_scalars(n, log_n as u64);
             let bases = G1Bases::upload(&gpu, &all_bases[..n])?;
             let d_scalars = gpu.upload(&scalars)?;
-            // correctness spot check at the smallest size against the CPU
-            let mut samples = Vec::new();
-            let mut last = G1Projective::identity();
-            for i in 0..self.warmup + self.runs {
-                timer.start()?;
-                last = msm.run_device(&bases, &d_scalars, n)?;
-                let ms = timer.stop()?;
-                if i >= self.warmup {
-                    samples.push(ms as f64);
-                }
-            }
-            samples.sort_by(|a, b| a.total_cmp(b));
-            let gpu_ms = samples[samples.len() / 2];
+            let (gpu_ms, last) = self.median_ms(&timer, || Ok(msm.run_device(&bases, &d_scalars, n)?))?;
             drop(bases);
             // The same MSM over precomputed shifted copies of the bases.
             let start = Instant::now();
@@ -97,34 +105,15 @@ impl MsmBench {
             let precompute_ms = start.elapsed().as_secs_f64() * 1e3;
             let shift_bits = shifted.shift_bits().unwrap_or(0);
             let shifted_gib = shifted.bytes() as f64 / (1u64 << 30) as f64;
-            let mut shifted_samples = Vec::new();
-            for i in 0..self.warmup + self.runs {
-                timer.start()?;
-                let r = msm.run_device(&shifted, &d_scalars, n)?;
-                let ms = timer.stop()?;
-                anyhow::ensure!(r == last, "shifted and plain MSMs differ at 2^{log_n}");
-                if i >= self.warmup {
-                    shifted_samples.push(ms as f64);
-                }
-            }
+            let (shifted_ms, r) = self.median_ms(&timer, || Ok(msm.run_device(&shifted, &d_scalars, n)?))?;
+            anyhow::ensure!(r == last, "shifted and plain MSMs differ at 2^{log_n}");
             drop(shifted);
-            shifted_samples.sort_by(|a, b| a.total_cmp(b));
-            let shifted_ms = shifted_samples[shifted_samples.len() / 2];
             // The same MSM with the bases streamed from pinned host memory.
             let pinned = PinnedBases::new(&gpu, &all_bases[..n], STREAM_CHUNK)?;
-            let mut streamed = Vec::new();
-            for i in 0..self.warmup + self.runs {
-                timer.start()?;
-                let r = msm.run_streamed(&pinned, &d_scalars, n)?;
-                let ms = timer.stop()?;
-                anyhow::ensure!(r == last, "streamed and resident MSMs differ at 2^{log_n}");
-                if i >= self.warmup {
-                    streamed.push(ms as f64);
-                }
-            }
+            let (streamed_ms, r) =
+                self.median_ms(&timer, || Ok(msm.run_streamed(&pinned, &d_scalars, n)?))?;
+            anyhow::ensure!(r == last, "streamed and resident MSMs differ at 2^{log_n}");
             drop(pinned);
-            streamed.sort_by(|a, b| a.total_cmp(b));
-            let streamed_ms = streamed[streamed.len() / 2];
             let sppark_pinned = SPPARK_PINNED_MS.iter().find(|(k, _)| *k == log_n).map(|(_, ms)| *ms);
             let cpu_ms = if self.cpu_sizes.contains(&log_n) {
                 let mut t = Vec::new();
