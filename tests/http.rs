@@ -174,10 +174,13 @@ fn bad_input_gets_a_clear_4xx() {
         "{job}"
     );
     assert!(job["error"].as_str().unwrap().contains("'out0'"), "{job}");
-    // queue full: one permit, a job of 6 waiting, then 6 more → 429 with Retry-After
-    let six = format!(r#"{{"circuit":"bench-12","partitions":[{}]}}"#, [r#"{"seed":3}"#; 6].join(","));
-    assert_eq!(server.call("POST", "/v1/prove", Some(&six)).0, 202);
-    let (code, head, body) = raw_request(server.addr, "POST", "/v1/prove", Some(&six), &[]);
+    // Queue full: one permit, a job of 8 (the limit), then 8 more → 429 with
+    // Retry-After. Any partition still waiting makes it full; with one permit
+    // and a bounded GPU queue only a few can leave before a proof finishes
+    // (a job of 6 then 6 more raced: under CI load two had left once).
+    let eight = format!(r#"{{"circuit":"bench-12","partitions":[{}]}}"#, [r#"{"seed":3}"#; 8].join(","));
+    assert_eq!(server.call("POST", "/v1/prove", Some(&eight)).0, 202);
+    let (code, head, body) = raw_request(server.addr, "POST", "/v1/prove", Some(&eight), &[]);
     assert_eq!(code, 429, "{body}");
     assert!(head.to_ascii_lowercase().contains("retry-after: 5"), "{head}");
     // nothing a client sent crashed the process
