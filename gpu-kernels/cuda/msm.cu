@@ -161,12 +161,15 @@ DEVICE u32 bucket_at(const u32* __restrict__ offsets, u32 lo, u32 nbuckets, u32 
     return lo;
 }
 
+// The point kernels are templates over the curve (affine input A, XYZZ
+// accumulator X); MSM_KERNELS below instantiates them for G1 and G2.
+
 // The sorted list carries no keys: a thread finds its buckets' runs from the
 // scan's offsets, which halves the scatter's random writes.
-extern "C" __global__ void __launch_bounds__(128, 4) msm_accumulate(const g1_affine* __restrict__ bases, const u32* __restrict__ sorted_idx,
-                                          const u32* __restrict__ offsets, u32 nbuckets,
-                                          u32 threads, g1_xyzz* __restrict__ buckets, u32* __restrict__ part_key,
-                                          g1_xyzz* __restrict__ part_val) {
+template <class A, class X>
+DEVICE void accumulate(const A* __restrict__ bases, const u32* __restrict__ sorted_idx,
+                       const u32* __restrict__ offsets, u32 nbuckets, u32 threads, X* __restrict__ buckets,
+                       u32* __restrict__ part_key, X* __restrict__ part_val) {
     const u32 t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= threads) return;
     part_key[2 * t] = KEY_NONE;
@@ -177,7 +180,7 @@ extern "C" __global__ void __launch_bounds__(128, 4) msm_accumulate(const g1_aff
     if (s >= e) return;
 
     u32 key = bucket_at(offsets, 0, nbuckets, s), run_start = s, run_end = offsets[key + 1];
-    g1_xyzz acc = g1_xyzz::inf();
+    X acc = X::inf();
     for (u32 i = s;; i++) {
         const bool end = i == e;
         if (end || i == run_end) {
@@ -194,11 +197,24 @@ extern "C" __global__ void __launch_bounds__(128, 4) msm_accumulate(const g1_aff
             key = bucket_at(offsets, key + 1, nbuckets, i);
             run_start = i;
             run_end = offsets[key + 1];
-            acc = g1_xyzz::inf();
+            acc = X::inf();
         }
         const u32 idx = sorted_idx[i];
-        g1_affine p = bases[idx & ~SIGN_BIT];
+        A p = bases[idx & ~SIGN_BIT];
         acc.add((idx & SIGN_BIT) ? p.neg() : p);
+    }
+}
+
+// Adds every thread's `acc` as a tree in shared memory (blockDim.x entries);
+// the sum is in red[0]. Every thread of the block calls it.
+template <class X>
+DEVICE void block_tree_sum(X* red, const X& acc) {
+    const u32 t = threadIdx.x;
+    red[t] = acc;
+    __syncthreads();
+    for (u32 half = blockDim.x / 2; half > 0; half /= 2) {
+        if (t < half) red[t].add(red[t + half]);
+        __syncthreads();
     }
 }
 
@@ -208,46 +224,40 @@ extern "C" __global__ void __launch_bounds__(128, 4) msm_accumulate(const g1_aff
 // the block, then as a tree, so a bucket holding most of the digits (as with
 // mostly-0/1 witnesses) costs a few hundred additions per thread, not one
 // thread's walk over every partial.
-extern "C" __global__ void __launch_bounds__(128) msm_fixup(const u32* __restrict__ part_key,
-                                                            const g1_xyzz* __restrict__ part_val, u32 slots,
-                                                            g1_xyzz* __restrict__ buckets) {
-    extern __shared__ g1_xyzz red[];
+template <class X>
+DEVICE void fixup(const u32* __restrict__ part_key, const X* __restrict__ part_val, u32 slots,
+                  X* __restrict__ buckets, X* red) {
     const u32 j = blockIdx.x, t = threadIdx.x;
     const u32 k = part_key[j];
     if (k == KEY_NONE || !(k & PART_START)) return;
     const u32 bucket = k & ~PART_START;
-    g1_xyzz acc = t == 0 ? part_val[j] : g1_xyzz::inf();
+    X acc = t == 0 ? part_val[j] : X::inf();
     for (u32 i = j + 1 + t; i < slots; i += blockDim.x) {
         const u32 ki = part_key[i];
         if (ki == KEY_NONE) continue;
         if (ki != bucket) break;  // past the run: a later bucket, or the next start flag
         acc.add(part_val[i]);
     }
-    red[t] = acc;
-    __syncthreads();
-    for (u32 half = blockDim.x / 2; half > 0; half /= 2) {
-        if (t < half) red[t].add(red[t + half]);
-        __syncthreads();
-    }
+    block_tree_sum(red, acc);
     if (t == 0) buckets[bucket] = red[0];
 }
 
 // chunk_out[w·K + k] = Σ_{b in chunk k of window w} (b+1)·B_b.
-extern "C" __global__ void __launch_bounds__(128, 3) msm_bucket_reduce(const g1_xyzz* __restrict__ buckets, u32 c, u32 windows, u32 chunks,
-                                             g1_xyzz* __restrict__ chunk_out) {
+template <class X>
+DEVICE void bucket_reduce(const X* __restrict__ buckets, u32 c, u32 windows, u32 chunks, X* __restrict__ chunk_out) {
     const u32 j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= windows * chunks) return;
     const u32 w = j / chunks, k = j % chunks;
     const u32 B = 1u << (c - 1);
     const u32 per = (B + chunks - 1) / chunks;
     const u32 lo = min(k * per, B), hi = min(lo + per, B);
-    g1_xyzz running = g1_xyzz::inf(), sum = g1_xyzz::inf();
+    X running = X::inf(), sum = X::inf();
     for (u32 b = hi; b > lo; b--) {
         running.add(buckets[(u64)w * B + b - 1]);
         sum.add(running);
     }
     // sum = Σ (b − lo + 1)·B_b; add lo·Σ B_b by double-and-add.
-    g1_xyzz extra = g1_xyzz::inf();
+    X extra = X::inf();
     for (int bit = 31; bit >= 0; bit--) {
         extra = extra.dbl();
         if ((lo >> bit) & 1) extra.add(running);
@@ -260,21 +270,43 @@ extern "C" __global__ void __launch_bounds__(128, 3) msm_bucket_reduce(const g1_
 // and group g its elements [g·len, (g+1)·len); G = ⌈m / len⌉ groups per set.
 // One block per group: each thread adds a strided share, then the block adds
 // the threads' sums as a tree. Repeated until one sum per set is left.
-extern "C" __global__ void __launch_bounds__(128) msm_sum_groups(const g1_xyzz* __restrict__ in, u32 m, u32 len,
-                                                                 u32 groups, g1_xyzz* __restrict__ out) {
-    extern __shared__ g1_xyzz acc[];
+template <class X>
+DEVICE void sum_groups(const X* __restrict__ in, u32 m, u32 len, u32 groups, X* __restrict__ out, X* red) {
     const u32 w = blockIdx.x / groups, g = blockIdx.x % groups, t = threadIdx.x;
     const u32 lo = g * len, hi = min(lo + len, m);
-    g1_xyzz a = g1_xyzz::inf();
+    X a = X::inf();
     for (u32 k = lo + t; k < hi; k += blockDim.x) a.add(in[(u64)w * m + k]);
-    acc[t] = a;
-    __syncthreads();
-    for (u32 half = blockDim.x / 2; half > 0; half /= 2) {
-        if (t < half) acc[t].add(acc[t + half]);
-        __syncthreads();
-    }
-    if (t == 0) out[blockIdx.x] = acc[0];
+    block_tree_sum(red, a);
+    if (t == 0) out[blockIdx.x] = red[0];
 }
+
+// The kernels of one curve. Launch bounds: G1 caps registers so that 4 (3)
+// blocks of the accumulation (reduction) fit an SM (ncu: both FMA-bound);
+// G2's accumulators are twice as wide and are left to the compiler.
+extern __shared__ __align__(16) unsigned char msm_shared[];
+#define MSM_KERNELS(SFX, A, X, ACC_BLOCKS, REDUCE_BLOCKS)                                                    \
+    extern "C" __global__ void __launch_bounds__(128, ACC_BLOCKS)                                             \
+        msm_accumulate##SFX(const A* __restrict__ bases, const u32* __restrict__ sorted_idx,                 \
+                            const u32* __restrict__ offsets, u32 nbuckets, u32 threads, X* __restrict__ buckets, \
+                            u32* __restrict__ part_key, X* __restrict__ part_val) {                          \
+        accumulate<A, X>(bases, sorted_idx, offsets, nbuckets, threads, buckets, part_key, part_val);        \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(128) msm_fixup##SFX(                                        \
+        const u32* __restrict__ part_key, const X* __restrict__ part_val, u32 slots, X* __restrict__ buckets) { \
+        fixup<X>(part_key, part_val, slots, buckets, reinterpret_cast<X*>(msm_shared));                      \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(128, REDUCE_BLOCKS) msm_bucket_reduce##SFX(                 \
+        const X* __restrict__ buckets, u32 c, u32 windows, u32 chunks, X* __restrict__ chunk_out) {           \
+        bucket_reduce<X>(buckets, c, windows, chunks, chunk_out);                                             \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(128) msm_sum_groups##SFX(const X* __restrict__ in, u32 m,    \
+                                                                          u32 len, u32 groups,                \
+                                                                          X* __restrict__ out) {              \
+        sum_groups<X>(in, m, len, groups, out, reinterpret_cast<X*>(msm_shared));                            \
+    }
+
+MSM_KERNELS(, g1_affine, g1_xyzz, 4, 3)
+MSM_KERNELS(_g2, g2_affine, g2_xyzz, 1, 1)
 
 // table[k·n + i] = 2^(c·k)·in[i] for k < copies (affine; copy 0 is the input).
 // One thread per point: the doublings run in Jacobian coordinates, the

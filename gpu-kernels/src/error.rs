@@ -1,3 +1,5 @@
+use std::borrow::Cow;
+
 /// Why GPU work failed or no GPU can be used.
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
@@ -9,7 +11,7 @@ pub enum GpuError {
     Compile { arch: String, log: String },
     #[error("CUDA driver error during {during}: {source}")]
     Driver {
-        during: &'static str,
+        during: Cow<'static, str>,
         #[source]
         source: cudarc::driver::DriverError,
     },
@@ -19,11 +21,11 @@ pub enum GpuError {
 
 /// Attaches what was being done to a driver error.
 pub(crate) trait During<T> {
-    fn during(self, what: &'static str) -> Result<T, GpuError>;
+    fn during(self, what: impl Into<Cow<'static, str>>) -> Result<T, GpuError>;
 }
 
 impl<T> During<T> for Result<T, cudarc::driver::DriverError> {
-    fn during(self, during: &'static str) -> Result<T, GpuError> {
-        self.map_err(|source| GpuError::Driver { during, source })
+    fn during(self, what: impl Into<Cow<'static, str>>) -> Result<T, GpuError> {
+        self.map_err(|source| GpuError::Driver { during: what.into(), source })
     }
 }

@@ -18,7 +18,7 @@ pub use compile::{compile_cubin, kernel_source, CompileCache};
 pub use device::{DeviceInfo, Gpu, Timer};
 pub use error::GpuError;
 pub use field::{FpRaw, FrRaw};
-pub use msm::{G1Bases, Msm, PinnedBases};
+pub use msm::{Bases, G1Bases, G2Bases, Msm, MsmCurve, PinnedBases, G1, G2};
 pub use ntt::{FrBuffer, Ntt, Order};
 
 /// Opens the first CUDA device for tests, or says why not. GPU tests call this

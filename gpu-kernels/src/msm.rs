@@ -1,10 +1,12 @@
-//! Multi-scalar multiplication over G1 on the device (Pippenger, signed
-//! digits, counting sort by bucket, equal work per thread; see `cuda/msm.cu`).
+//! Multi-scalar multiplication over G1 and G2 on the device (Pippenger,
+//! signed digits, counting sort by bucket, equal work per thread; see
+//! `cuda/msm.cu`).
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 
-use blst::{blst_fp, blst_p1, blst_p1_affine};
-use blstrs::{G1Affine, G1Projective, Scalar};
+use blst::{blst_fp, blst_fp2, blst_p1, blst_p1_affine, blst_p2, blst_p2_affine};
+use blstrs::{G1Affine, G1Projective, G2Affine, G2Projective, Scalar};
 use cudarc::driver::{
     CudaSlice, CudaView, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
 };
@@ -38,6 +40,36 @@ unsafe impl ValidAsZeroBits for G1AffineRaw {}
 unsafe impl DeviceRepr for G1XyzzRaw {}
 unsafe impl ValidAsZeroBits for G1XyzzRaw {}
 
+/// An Fp2 element c0 + c1·u (blst's layout).
+pub type Fp2Raw = [FpRaw; 2];
+
+/// An affine G2 point as the kernels read it (blst's layout; infinity is zeros).
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct G2AffineRaw {
+    pub x: Fp2Raw,
+    pub y: Fp2Raw,
+}
+
+/// A G2 XYZZ accumulator as the kernels write it.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct G2XyzzRaw {
+    pub x: Fp2Raw,
+    pub y: Fp2Raw,
+    pub zz: Fp2Raw,
+    pub zzz: Fp2Raw,
+}
+
+// SAFETY: as for G1.
+unsafe impl DeviceRepr for G2AffineRaw {}
+unsafe impl ValidAsZeroBits for G2AffineRaw {}
+unsafe impl DeviceRepr for G2XyzzRaw {}
+unsafe impl ValidAsZeroBits for G2XyzzRaw {}
+
+const _: () = assert!(std::mem::size_of::<G2Affine>() == std::mem::size_of::<G2AffineRaw>());
+const _: () = assert!(std::mem::size_of::<G2Affine>() == std::mem::size_of::<blst_p2_affine>());
+const _: () = assert!(std::mem::size_of::<G2Projective>() == std::mem::size_of::<blst_p2>());
 const _: () = assert!(std::mem::size_of::<G1Affine>() == std::mem::size_of::<G1AffineRaw>());
 const _: () = assert!(std::mem::size_of::<G1Affine>() == std::mem::size_of::<blst_p1_affine>());
 const _: () = assert!(std::mem::size_of::<G1Projective>() == std::mem::size_of::<blst_p1>());
@@ -49,6 +81,68 @@ pub fn points_as_raw(points: &[G1Affine]) -> &[G1AffineRaw] {
     unsafe { std::slice::from_raw_parts(points.as_ptr().cast(), points.len()) }
 }
 
+/// A group the MSM kernels serve: its blstrs types, its device layouts and
+/// the suffix of its kernels' names.
+pub trait MsmCurve {
+    type Affine: Copy;
+    type Projective: Group + Copy;
+    type AffineRaw: DeviceRepr + ValidAsZeroBits + Copy + Default + Unpin;
+    type XyzzRaw: DeviceRepr + ValidAsZeroBits + Copy + Default + Unpin;
+    /// "" for G1, "_g2" for G2 (`MSM_KERNELS` in `cuda/msm.cu`).
+    const KERNEL_SUFFIX: &'static str;
+    fn as_raw(points: &[Self::Affine]) -> &[Self::AffineRaw];
+    fn xyzz_to_projective(p: &Self::XyzzRaw) -> Self::Projective;
+}
+
+/// G1 of BLS12-381.
+pub struct G1;
+/// G2 of BLS12-381.
+pub struct G2;
+
+impl MsmCurve for G1 {
+    type Affine = G1Affine;
+    type Projective = G1Projective;
+    type AffineRaw = G1AffineRaw;
+    type XyzzRaw = G1XyzzRaw;
+    const KERNEL_SUFFIX: &'static str = "";
+    fn as_raw(points: &[G1Affine]) -> &[G1AffineRaw] {
+        points_as_raw(points)
+    }
+    fn xyzz_to_projective(p: &G1XyzzRaw) -> G1Projective {
+        xyzz_to_projective(p)
+    }
+}
+
+impl MsmCurve for G2 {
+    type Affine = G2Affine;
+    type Projective = G2Projective;
+    type AffineRaw = G2AffineRaw;
+    type XyzzRaw = G2XyzzRaw;
+    const KERNEL_SUFFIX: &'static str = "_g2";
+    fn as_raw(points: &[G2Affine]) -> &[G2AffineRaw] {
+        // SAFETY: same size; G2Affine is blst_p2_affine {x, y: blst_fp2} = 2 × 2 × [u64; 6].
+        unsafe { std::slice::from_raw_parts(points.as_ptr().cast(), points.len()) }
+    }
+    fn xyzz_to_projective(p: &G2XyzzRaw) -> G2Projective {
+        if p.zz.iter().all(|c| c.0.iter().all(|l| *l == 0)) {
+            return G2Projective::identity();
+        }
+        let fp2 = |r: &Fp2Raw| blst_fp2 { fp: [blst_fp { l: r[0].0 }, blst_fp { l: r[1].0 }] };
+        let (mut zz_inv, mut zzz_inv) = (blst_fp2::default(), blst_fp2::default());
+        let mut aff = blst_p2_affine::default();
+        let mut out = blst_p2::default();
+        // SAFETY: blst field and point functions on valid, owned values.
+        unsafe {
+            blst::blst_fp2_inverse(&mut zz_inv, &fp2(&p.zz));
+            blst::blst_fp2_inverse(&mut zzz_inv, &fp2(&p.zzz));
+            blst::blst_fp2_mul(&mut aff.x, &fp2(&p.x), &zz_inv);
+            blst::blst_fp2_mul(&mut aff.y, &fp2(&p.y), &zzz_inv);
+            blst::blst_p2_from_affine(&mut out, &aff);
+            std::mem::transmute::<blst_p2, G2Projective>(out)
+        }
+    }
+}
+
 /// Bases resident on the device, reusable across MSMs (a proving key's
 /// queries are fixed, so they are uploaded once).
 ///
@@ -57,20 +151,45 @@ pub fn points_as_raw(points: &[G1Affine]) -> &[G1AffineRaw] {
 /// window into one set of buckets. That trades `copies`× the device memory for
 /// fewer point additions: a wider window costs one bucket reduction instead of
 /// one per window.
-pub struct G1Bases {
+pub struct Bases<C: MsmCurve> {
     /// `copies` runs of `len` points; copy 0 is the bases themselves.
-    points: CudaSlice<G1AffineRaw>,
+    points: CudaSlice<C::AffineRaw>,
     len: usize,
     /// Window width of the shifted copies, if any.
     shift_bits: Option<u32>,
+    curve: PhantomData<C>,
 }
 
-impl G1Bases {
-    pub fn upload(gpu: &Gpu, points: &[G1Affine]) -> Result<Self, GpuError> {
-        let points = gpu.stream().clone_htod(points_as_raw(points)).during("copying bases to the device")?;
-        Ok(Self { len: points.len(), points, shift_bits: None })
+pub type G1Bases = Bases<G1>;
+pub type G2Bases = Bases<G2>;
+
+impl<C: MsmCurve> Bases<C> {
+    pub fn upload(gpu: &Gpu, points: &[C::Affine]) -> Result<Self, GpuError> {
+        let points = gpu.stream().clone_htod(C::as_raw(points)).during("copying bases to the device")?;
+        Ok(Self { len: points.len(), points, shift_bits: None, curve: PhantomData })
     }
 
+    /// Number of bases (not counting shifted copies).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Device bytes held, shifted copies included.
+    pub fn bytes(&self) -> usize {
+        self.points.len() * std::mem::size_of::<C::AffineRaw>()
+    }
+
+    /// The window width of the shifted copies, if there are any.
+    pub fn shift_bits(&self) -> Option<u32> {
+        self.shift_bits
+    }
+}
+
+impl Bases<G1> {
     /// Uploads the bases and computes, on the device, their shifted copies
     /// for windows of [`shifted_window_bits`]`(len)` bits: ⌈256 / c⌉ copies in
     /// all (12 at 2^24 points, 11 at 2^26), each as large as the bases.
@@ -97,26 +216,7 @@ impl G1Bases {
         // SAFETY: argument types and order match the kernel's signature.
         unsafe { b.launch(heavy(n32)) }.during("launching msm_shift_bases")?;
         gpu.synchronize()?;
-        Ok(Self { points: table, len, shift_bits: Some(c) })
-    }
-
-    /// Number of bases (not counting shifted copies).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Device bytes held, shifted copies included.
-    pub fn bytes(&self) -> usize {
-        self.points.len() * std::mem::size_of::<G1AffineRaw>()
-    }
-
-    /// The window width of the shifted copies, if there are any.
-    pub fn shift_bits(&self) -> Option<u32> {
-        self.shift_bits
+        Ok(Self { points: table, len, shift_bits: Some(c), curve: PhantomData })
     }
 }
 
@@ -220,37 +320,37 @@ impl Msm {
     }
 
     /// Σ scalars[i]·bases[i] over the first `scalars.len()` bases.
-    pub fn run(&self, bases: &G1Bases, scalars: &[Scalar]) -> Result<G1Projective, GpuError> {
+    pub fn run<C: MsmCurve>(&self, bases: &Bases<C>, scalars: &[Scalar]) -> Result<C::Projective, GpuError> {
         let gpu = &*self.gpu;
         let n = scalars.len();
         if n > bases.len() {
             return Err(GpuError::Invalid(format!("{n} scalars for {} bases", bases.len())));
         }
         if n == 0 {
-            return Ok(G1Projective::identity());
+            return Ok(C::Projective::identity());
         }
         let scalars: CudaSlice<FrRaw> = gpu.stream().clone_htod(as_raw(scalars)).during("copying scalars")?;
         self.run_device(bases, &scalars, n)
     }
 
     /// As [`Msm::run`], with the scalars already on the device.
-    pub fn run_device(
+    pub fn run_device<C: MsmCurve>(
         &self,
-        bases: &G1Bases,
+        bases: &Bases<C>,
         scalars: &CudaSlice<FrRaw>,
         n: usize,
-    ) -> Result<G1Projective, GpuError> {
+    ) -> Result<C::Projective, GpuError> {
         check_terms(n, bases.len(), scalars.len())?;
         if n == 0 {
-            return Ok(G1Projective::identity());
+            return Ok(C::Projective::identity());
         }
         match bases.shift_bits {
             // Shifts pay once there are enough terms for the wide bucket set.
             Some(c) if n >= 1 << (c - 1) => {
                 let layout = Layout::Shifted { c, stride: bases.len as u32 };
-                self.run_views(&bases.points.slice(..), &scalars.slice(..n), n, layout)
+                self.run_views::<C>(&bases.points.slice(..), &scalars.slice(..n), n, layout)
             }
-            _ => self.run_views(&bases.points.slice(..n), &scalars.slice(..n), n, Layout::Plain),
+            _ => self.run_views::<C>(&bases.points.slice(..n), &scalars.slice(..n), n, Layout::Plain),
         }
     }
 
@@ -286,20 +386,25 @@ impl Msm {
                 copy.memcpy_htod(src, &mut next.slice_mut(..src.len())).during("copying bases")?;
                 ready = copy.record_event(None).during("recording an event")?;
             }
-            acc +=
-                self.run_views(&cur.slice(..len), &scalars.slice(start..start + len), len, Layout::Plain)?;
+            let chunk = self.run_views::<G1>(
+                &cur.slice(..len),
+                &scalars.slice(start..start + len),
+                len,
+                Layout::Plain,
+            )?;
+            acc += chunk;
         }
         Ok(acc)
     }
 
     /// The MSM of `n` > 0 terms over device views laid out as `layout` says.
-    fn run_views(
+    fn run_views<C: MsmCurve>(
         &self,
-        bases: &CudaView<G1AffineRaw>,
+        bases: &CudaView<C::AffineRaw>,
         scalars: &CudaView<FrRaw>,
         n: usize,
         layout: Layout,
-    ) -> Result<G1Projective, GpuError> {
+    ) -> Result<C::Projective, GpuError> {
         let gpu = &*self.gpu;
         let stream = gpu.stream();
         if n >= 1 << 31 {
@@ -315,13 +420,16 @@ impl Msm {
         let buckets_per_set = 1u32 << (c - 1);
         let nbuckets = (sets * buckets_per_set) as usize;
         let n32 = n as u32;
+        // Kernels over points carry the curve's suffix; the others serve both.
+        let curve_kernel = |name: &str| format!("{name}{}", C::KERNEL_SUFFIX);
         macro_rules! launch {
-            ($name:literal, $cfg:expr, $($arg:expr),+) => {{
-                let f = gpu.function($name)?;
+            ($name:expr, $cfg:expr, $($arg:expr),+) => {{
+                let name: &str = &$name;
+                let f = gpu.function(name)?;
                 let mut b = stream.launch_builder(&f);
                 $(b.arg($arg);)+
                 // SAFETY: argument types and order match the kernel's signature.
-                unsafe { b.launch($cfg) }.map(drop).during(concat!("launching ", $name))
+                unsafe { b.launch($cfg) }.map(drop).during(format!("launching {name}"))
             }};
         }
 
@@ -368,11 +476,11 @@ impl Msm {
         // 3. bucket sums, equal segments per thread
         // As many threads as fit the GPU at once (msm_accumulate's launch bounds).
         let threads = (gpu.info().multiprocessors * HEAVY_BLOCK * ACCUMULATE_BLOCKS_PER_SM).max(1);
-        let mut buckets = gpu.zeros::<G1XyzzRaw>(nbuckets)?;
+        let mut buckets = gpu.zeros::<C::XyzzRaw>(nbuckets)?;
         let mut part_key = gpu.zeros::<u32>(2 * threads as usize)?;
-        let mut part_val = gpu.zeros::<G1XyzzRaw>(2 * threads as usize)?;
+        let mut part_val = gpu.zeros::<C::XyzzRaw>(2 * threads as usize)?;
         launch!(
-            "msm_accumulate",
+            curve_kernel("msm_accumulate"),
             heavy(threads),
             bases,
             &sorted_idx,
@@ -387,27 +495,35 @@ impl Msm {
         let fixup_cfg = LaunchConfig {
             grid_dim: (slots, 1, 1),
             block_dim: (HEAVY_BLOCK, 1, 1),
-            shared_mem_bytes: HEAVY_BLOCK * std::mem::size_of::<G1XyzzRaw>() as u32,
+            shared_mem_bytes: HEAVY_BLOCK * std::mem::size_of::<C::XyzzRaw>() as u32,
         };
-        launch!("msm_fixup", fixup_cfg, &part_key, &part_val, &slots, &mut buckets)?;
+        launch!(curve_kernel("msm_fixup"), fixup_cfg, &part_key, &part_val, &slots, &mut buckets)?;
         drop((sorted_idx, offsets, part_key, part_val));
         // 4. Σ (b+1)·B_b per bucket set, in chunks
         let wave = gpu.info().multiprocessors * REDUCE_BLOCKS_PER_SM * HEAVY_BLOCK;
         let chunks = (wave / sets).clamp(1, (buckets_per_set / 16).max(1));
-        let mut sums = gpu.zeros::<G1XyzzRaw>((sets * chunks) as usize)?;
-        launch!("msm_bucket_reduce", heavy(sets * chunks), &buckets, &c, &sets, &chunks, &mut sums)?;
+        let mut sums = gpu.zeros::<C::XyzzRaw>((sets * chunks) as usize)?;
+        launch!(
+            curve_kernel("msm_bucket_reduce"),
+            heavy(sets * chunks),
+            &buckets,
+            &c,
+            &sets,
+            &chunks,
+            &mut sums
+        )?;
         drop(buckets);
         // 5. the chunk sums of each set added as trees, 128 at a time
         let mut m = chunks;
         while m > 1 {
             let groups = m.div_ceil(HEAVY_BLOCK);
-            let mut out = gpu.zeros::<G1XyzzRaw>((sets * groups) as usize)?;
+            let mut out = gpu.zeros::<C::XyzzRaw>((sets * groups) as usize)?;
             let cfg = LaunchConfig {
                 grid_dim: (sets * groups, 1, 1),
                 block_dim: (HEAVY_BLOCK, 1, 1),
-                shared_mem_bytes: HEAVY_BLOCK * std::mem::size_of::<G1XyzzRaw>() as u32,
+                shared_mem_bytes: HEAVY_BLOCK * std::mem::size_of::<C::XyzzRaw>() as u32,
             };
-            launch!("msm_sum_groups", cfg, &sums, &m, &HEAVY_BLOCK, &groups, &mut out)?;
+            launch!(curve_kernel("msm_sum_groups"), cfg, &sums, &m, &HEAVY_BLOCK, &groups, &mut out)?;
             sums = out;
             m = groups;
         }
@@ -415,12 +531,12 @@ impl Msm {
         let sums = stream.clone_dtoh(&window_out).during("copying window sums")?;
         gpu.synchronize()?;
         // Σ_w 2^(c·w)·W_w by Horner's rule (one term when the bases are shifted).
-        let mut acc = G1Projective::identity();
+        let mut acc = C::Projective::identity();
         for w in sums.iter().rev() {
             for _ in 0..c {
                 acc = acc.double();
             }
-            acc += xyzz_to_projective(w);
+            acc += C::xyzz_to_projective(w);
         }
         Ok(acc)
     }

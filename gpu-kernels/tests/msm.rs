@@ -1,10 +1,10 @@
 //! GPU MSM against blstrs's multi_exp: sizes, edge cases, skewed digits.
 
-use blstrs::{G1Affine, G1Projective, Scalar};
+use blstrs::{G1Affine, G1Projective, G2Affine, G2Projective, Scalar};
 use ff::Field;
 use group::{Curve, Group};
 
-use provd_kernels::{gpu_for_tests, G1Bases, Msm};
+use provd_kernels::{gpu_for_tests, G1Bases, G2Bases, Msm};
 use rand::SeedableRng;
 use rayon::prelude::*;
 
@@ -152,4 +152,48 @@ fn msm_with_bases_streamed_from_pinned_memory() {
     assert_eq!(small, G1Projective::multi_exp(&points[..1000], &scalars[..1000]));
     assert_eq!(msm.run_streamed(&pinned, &d_scalars, 0).unwrap(), G1Projective::identity());
     assert!(msm.run_streamed(&pinned, &d_scalars, n + 1).is_err());
+}
+
+fn random_g2(n: usize, seed: u64) -> Vec<G2Projective> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let (mut p, step) = (G2Projective::random(&mut rng), G2Projective::random(&mut rng));
+    (0..n)
+        .map(|_| {
+            p += step;
+            p
+        })
+        .collect()
+}
+
+fn check_g2(msm: &Msm, gpu: &provd_kernels::Gpu, points: &[G2Projective], scalars: &[Scalar], what: &str) {
+    let mut affine = vec![G2Affine::default(); points.len()];
+    G2Projective::batch_normalize(points, &mut affine);
+    let bases = G2Bases::upload(gpu, &affine).unwrap();
+    assert_eq!(bases.bytes(), 192 * points.len());
+    let got = msm.run(&bases, scalars).unwrap();
+    assert_eq!(got, G2Projective::multi_exp(points, scalars), "G2, {what}: n={}", scalars.len());
+}
+
+#[test]
+fn g2_msm_matches_blst() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    let msm = Msm::new(gpu.clone());
+    for (i, n) in [1usize, 2, 7, 1000, 1 << 14].into_iter().enumerate() {
+        check_g2(&msm, &gpu, &random_g2(n, 40 + i as u64), &random_scalars(n, 50 + i as u64), "random");
+    }
+    // zero scalars, r − 1, the identity, a repeated base with equal scalars
+    let n = 3000;
+    let mut points = random_g2(n, 60);
+    let mut scalars = random_scalars(n, 61);
+    for (i, s) in scalars.iter_mut().take(100).enumerate() {
+        *s = if i % 2 == 0 { Scalar::ZERO } else { -Scalar::ONE };
+    }
+    points[200] = G2Projective::identity();
+    let p299 = points[299];
+    points[300..340].fill(p299);
+    let s299 = scalars[299];
+    scalars[300..340].fill(s299);
+    check_g2(&msm, &gpu, &points, &scalars, "edge values");
+    check_g2(&msm, &gpu, &points, &vec![Scalar::from(777); n], "all equal");
+    check_g2(&msm, &gpu, &points, &vec![Scalar::ZERO; n], "all zero");
 }

@@ -141,6 +141,9 @@ enum BenchCommand {
         warmup: usize,
         #[arg(long, default_value = "bench-results/msm.json")]
         json: PathBuf,
+        /// Time the G2 MSM (the B query) instead of G1: resident bases against blst.
+        #[arg(long)]
+        g2: bool,
         #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = default_data_dir())]
         data_dir: PathBuf,
     },
@@ -289,9 +292,9 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             config.gpu_queue_capacity = queue.unwrap_or(config.gpu_queue_capacity);
             bench::pipeline::PipelineBench { circuit, jobs, partitions, config, json }.run(backend, key)
         }
-        BenchCommand::Msm { sizes, cpu_sizes, runs, warmup, json, data_dir } => {
+        BenchCommand::Msm { sizes, cpu_sizes, runs, warmup, json, g2, data_dir } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");
-            bench::msm::MsmBench { sizes, cpu_sizes, runs, warmup, json }.run(gpu(&data_dir, "MSM")?)
+            bench::msm::MsmBench { sizes, cpu_sizes, runs, warmup, json, g2 }.run(gpu(&data_dir, "MSM")?)
         }
         BenchCommand::Ntt { sizes, runs, warmup, json, data_dir } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use blstrs::{G1Affine, G1Projective};
+use blstrs::{G1Projective, G2Projective};
 use group::{Curve, Group};
-use provd_kernels::{G1Bases, Gpu, Msm, PinnedBases, Timer};
+use provd_kernels::{G1Bases, G2Bases, Gpu, Msm, PinnedBases, Timer};
 use rand::SeedableRng;
 use rayon::prelude::*;
 use serde_json::json;
@@ -33,23 +33,29 @@ pub struct MsmBench {
     pub runs: usize,
     pub warmup: usize,
     pub json: PathBuf,
+    /// Time the G2 MSM (B's query) instead of G1.
+    pub g2: bool,
 }
 
-fn random_bases(n: usize) -> Vec<G1Affine> {
+fn random_bases<P>(n: usize) -> Vec<P::AffineRepr>
+where
+    P: Curve + Send,
+    P::AffineRepr: Default + Copy + Send,
+{
     let distinct = n.min(1 << DISTINCT_LOG);
-    let mut pts: Vec<G1Affine> = (0..distinct.div_ceil(4096))
+    let mut pts: Vec<P::AffineRepr> = (0..distinct.div_ceil(4096))
         .into_par_iter()
         .flat_map_iter(|k| {
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(k as u64);
-            let (mut p, step) = (G1Projective::random(&mut rng), G1Projective::random(&mut rng));
-            let proj: Vec<G1Projective> = (0..4096)
+            let (mut p, step) = (P::random(&mut rng), P::random(&mut rng));
+            let proj: Vec<P> = (0..4096)
                 .map(|_| {
                     p += step;
                     p
                 })
                 .collect();
-            let mut aff = vec![G1Affine::default(); proj.len()];
-            G1Projective::batch_normalize(&proj, &mut aff);
+            let mut aff = vec![P::AffineRepr::default(); proj.len()];
+            P::batch_normalize(&proj, &mut aff);
             aff
         })
         .collect();
@@ -64,14 +70,59 @@ fn random_bases(n: usize) -> Vec<G1Affine> {
 }
 
 impl MsmBench {
+    /// G2: resident bases against blst on this host's cores.
+    fn run_g2(&self, gpu: Arc<Gpu>, max: u32) -> anyhow::Result<()> {
+        let msm = Msm::new(gpu.clone());
+        let timer = gpu.timer()?;
+        let all_bases = random_bases::<G2Projective>(1 << max);
+        let (mut rows, mut results) = (Vec::new(), Vec::new());
+        for &log_n in &self.sizes {
+            let n = 1usize << log_n;
+            let scalars = random_scalars(n, log_n as u64);
+            let bases = G2Bases::upload(&gpu, &all_bases[..n])?;
+            let d_scalars = gpu.upload(&scalars)?;
+            let (gpu_ms, last) = self.median_ms(&timer, || Ok(msm.run_device(&bases, &d_scalars, n)?))?;
+            drop(bases);
+            let cpu_ms = if self.cpu_sizes.contains(&log_n) {
+                let start = Instant::now();
+                let want = G2Projective::pippenger(&all_bases[..n], &scalars);
+                anyhow::ensure!(want == last, "GPU and CPU G2 MSMs differ at 2^{log_n}");
+                Some(start.elapsed().as_secs_f64() * 1e3)
+            } else {
+                None
+            };
+            rows.push(vec![
+                format!("2^{log_n}"),
+                format!("{gpu_ms:.2}"),
+                cpu_ms.map(|c| format!("{c:.1}")).unwrap_or_default(),
+                cpu_ms.map(|c| format!("{:.1}", c / gpu_ms)).unwrap_or_default(),
+            ]);
+            results.push(json!({
+                "log_n": log_n, "gpu_resident_ms": gpu_ms, "cpu_blst_ms": cpu_ms,
+                "cpu_threads": rayon::current_num_threads(),
+            }));
+        }
+        let info = gpu.info();
+        println!(
+            "G2 MSM on {} ({}), 255-bit random scalars and bases resident on the device; CUDA events, median of {} after {} warm-up; CPU: blst Pippenger on {} threads, one run",
+            info.name, info.arch, self.runs, self.warmup, rayon::current_num_threads()
+        );
+        print_table(&["size", "gpu ms", "cpu ms", "cpu/gpu"], &rows);
+        let report = json!({
+            "bench": "msm-g2", "env": environment(), "device": info.name, "arch": info.arch,
+            "runs": self.runs, "warmup": self.warmup, "results": results,
+        });
+        write_json(&self.json, &report)
+    }
+
     /// Median of `runs` timings (CUDA events) after `warmup`, and the last result.
-    fn median_ms(
+    fn median_ms<P: Group>(
         &self,
         timer: &Timer,
-        mut f: impl FnMut() -> anyhow::Result<G1Projective>,
-    ) -> anyhow::Result<(f64, G1Projective)> {
+        mut f: impl FnMut() -> anyhow::Result<P>,
+    ) -> anyhow::Result<(f64, P)> {
         let mut samples = Vec::new();
-        let mut last = G1Projective::identity();
+        let mut last = P::identity();
         for i in 0..self.warmup + self.runs {
             timer.start()?;
             last = f()?;
@@ -89,7 +140,10 @@ impl MsmBench {
         let timer = gpu.timer()?;
         let max = self.sizes.iter().chain(&self.cpu_sizes).copied().max().unwrap_or(0);
         anyhow::ensure!(max <= 28, "sizes above 2^28 are not supported");
-        let all_bases = random_bases(1 << max);
+        if self.g2 {
+            return self.run_g2(gpu, max);
+        }
+        let all_bases = random_bases::<G1Projective>(1 << max);
         let mut rows = Vec::new();
         let mut results = Vec::new();
         for &log_n in &self.sizes {
