@@ -137,13 +137,18 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_tiles(const u32*
     if (blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) out[len] = end;
 }
 
+// One launch places the keys of buckets [lo, hi) only: the host makes as many
+// passes as it takes for each pass's write positions (one partly written
+// sector per bucket) and cursors to stay in L2; a write to a random sector
+// that was evicted half written costs a DRAM read-modify-write.
 extern "C" __global__ void msm_scatter(const u32* __restrict__ keys, u64 count, u32* __restrict__ cursor,
-                                       u32* __restrict__ sorted_idx, u32 n, u32 stride) {
+                                       u32* __restrict__ sorted_idx, u32 n, u32 stride, u32 lo, u32 hi) {
     u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= count) return;
     u32 key = keys[j];
     if (key == KEY_NONE) return;
     u32 bucket = key & ~SIGN_BIT;
+    if (bucket < lo || bucket >= hi) return;
     u32 pos = atomicAdd(&cursor[bucket], 1u);
     sorted_idx[pos] = ((u32)(j / n) * stride + (u32)(j % n)) | (key & SIGN_BIT);
 }

@@ -294,6 +294,11 @@ fn check_terms(n: usize, bases: usize, scalars: usize) -> Result<(), GpuError> {
 /// registers per thread, and a block may hold 65536.
 const HEAVY_BLOCK: u32 = 128;
 
+/// Buckets per pass of the scatter: 2^20 partly written 32-byte sectors (32
+/// MiB) and their cursors fit the H200's 50 MB L2. Plain windows (2^19
+/// buckets at most) take one pass; shifted bases at 2^24 two, at 2^26 eight.
+const SCATTER_PASS_BUCKETS: u32 = 1 << 20;
+
 /// Threads per block and elements per tile of the scan kernels (SCAN_THREADS
 /// and SCAN_TILE in `cuda/msm.cu`).
 const SCAN_THREADS: u32 = 1024;
@@ -471,7 +476,21 @@ impl Msm {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        launch!("msm_scatter", scatter_cfg, &keys, &count, &mut cursor, &mut sorted_idx, &n32, &stride)?;
+        for lo in (0..nb32).step_by(SCATTER_PASS_BUCKETS as usize) {
+            let hi = nb32.min(lo + SCATTER_PASS_BUCKETS);
+            launch!(
+                "msm_scatter",
+                scatter_cfg,
+                &keys,
+                &count,
+                &mut cursor,
+                &mut sorted_idx,
+                &n32,
+                &stride,
+                &lo,
+                &hi
+            )?;
+        }
         drop((keys, cursor, counts));
         // 3. bucket sums, equal segments per thread
         // As many threads as fit the GPU at once (msm_accumulate's launch bounds).
