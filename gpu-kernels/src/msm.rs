@@ -247,7 +247,7 @@ const ACCUMULATE_BLOCKS_PER_SM: u32 = 4;
 /// by the chunk's first index) again.
 const REDUCE_BLOCKS_PER_SM: u32 = 3;
 
-/// The G1 MSM engine of one device.
+/// The MSM engine of one device (G1 and G2).
 pub struct Msm {
     gpu: Arc<Gpu>,
 }
@@ -578,5 +578,38 @@ pub fn xyzz_to_projective(p: &G1XyzzRaw) -> G1Projective {
         blst::blst_fp_mul(&mut aff.y, &fp(&p.y), &zzz_inv);
         blst::blst_p1_from_affine(&mut out, &aff);
         std::mem::transmute::<blst_p1, G1Projective>(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shifted_tables_fit_the_kernels_limits() {
+        assert_eq!(shifted_window_bits(1 << 24), 22);
+        assert_eq!(shifted_window_bits(1 << 26), 24);
+        for log in 0..=27 {
+            let len = 1usize << log;
+            let c = shifted_window_bits(len);
+            let copies = 256u32.div_ceil(c);
+            assert!(copies <= 32, "SHIFT_MAX_COPIES in msm.cu: 2^{log} takes {copies}");
+            assert!((len as u64) * (copies as u64) < 1 << 31, "2^{log}: indices with the sign bit");
+        }
+    }
+
+    /// The host's launch arithmetic mirrors constants of `cuda/msm.cu`.
+    #[test]
+    fn host_constants_match_the_kernels() {
+        let src = crate::compile::kernel_source();
+        for needle in [
+            format!("#define SCAN_THREADS {SCAN_THREADS}u"),
+            "#define SCAN_TILE (16u * SCAN_THREADS)".to_string(),
+            format!("MSM_KERNELS(, g1_affine, g1_xyzz, {ACCUMULATE_BLOCKS_PER_SM}, {REDUCE_BLOCKS_PER_SM})"),
+            "#define SHIFT_MAX_COPIES 32u".to_string(),
+        ] {
+            assert!(src.contains(&needle), "cuda/msm.cu no longer has `{needle}`");
+        }
+        assert_eq!(SCAN_TILE, 16 * SCAN_THREADS);
     }
 }

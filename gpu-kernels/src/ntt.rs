@@ -22,6 +22,8 @@ pub const MAX_LOG_N: u32 = 27;
 const MAX_PASS_STAGES: u32 = 10;
 const BLOCK_ELEMENTS_LOG: u32 = 10;
 const MAX_THREADS: u32 = 256;
+/// Tiles of the bit reversal are 2^4 × 2^4 elements (BR_LOG in `cuda/ntt.cu`).
+const BIT_REVERSE_TILE_LOG: u32 = 4;
 const LO_BITS: u32 = 10;
 
 /// Index order of a buffer's elements.
@@ -293,8 +295,8 @@ impl Ntt {
 
     /// Permutes into the other order.
     pub fn bit_reverse(&self, buf: &mut FrBuffer) -> Result<(), GpuError> {
-        // Tiles of 16 × 16 (BR_LOG in ntt.cu) once there are two whole tile sides.
-        const TILE_LOG: u32 = 4;
+        // Tiles once there are two whole tile sides.
+        const TILE_LOG: u32 = BIT_REVERSE_TILE_LOG;
         let (name, cfg) = if buf.log_n >= 2 * TILE_LOG {
             let blocks = 1u32 << (buf.log_n - 2 * TILE_LOG);
             let threads = 1u32 << (2 * TILE_LOG);
@@ -360,6 +362,18 @@ pub fn root_of_unity(log_n: u32) -> Scalar {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The host's launch arithmetic mirrors constants of `cuda/ntt.cu`.
+    #[test]
+    fn host_constants_match_the_kernels() {
+        let src = crate::compile::kernel_source();
+        for needle in [
+            format!("#define BR_LOG {BIT_REVERSE_TILE_LOG}u"),
+            format!("__launch_bounds__({MAX_THREADS}, 3) ntt_pass"),
+        ] {
+            assert!(src.contains(&needle), "cuda/ntt.cu no longer has `{needle}`");
+        }
+    }
 
     #[test]
     fn plans_cover_every_stage_once() {
