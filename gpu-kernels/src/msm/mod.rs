@@ -2,230 +2,24 @@
 //! signed digits, counting sort by bucket, equal work per thread; see
 //! `cuda/msm.cu`).
 
-use std::marker::PhantomData;
+mod bases;
+mod curve;
+
+pub use bases::{shifted_window_bits, Bases, G1Bases, G2Bases, PinnedBases};
+pub use curve::{
+    points_as_raw, xyzz_to_projective, Fp2Raw, G1AffineRaw, G1XyzzRaw, G2AffineRaw, G2XyzzRaw, MsmCurve, G1,
+    G2,
+};
+
 use std::sync::Arc;
 
-use blst::{blst_fp, blst_fp2, blst_p1, blst_p1_affine, blst_p2, blst_p2_affine};
-use blstrs::{G1Affine, G1Projective, G2Affine, G2Projective, Scalar};
-use cudarc::driver::{
-    CudaSlice, CudaView, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
-};
+use blstrs::{G1Projective, Scalar};
+use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 use group::Group;
 
 use crate::device::Gpu;
 use crate::error::{During, GpuError};
-use crate::field::{as_raw, FpRaw, FrRaw};
-
-/// An affine G1 point as the kernels read it (blst's layout; infinity is zeros).
-#[derive(Clone, Copy, Debug, Default)]
-#[repr(C)]
-pub struct G1AffineRaw {
-    pub x: FpRaw,
-    pub y: FpRaw,
-}
-
-/// An XYZZ accumulator as the kernels write it.
-#[derive(Clone, Copy, Debug, Default)]
-#[repr(C)]
-pub struct G1XyzzRaw {
-    pub x: FpRaw,
-    pub y: FpRaw,
-    pub zz: FpRaw,
-    pub zzz: FpRaw,
-}
-
-// SAFETY: plain integers in the kernels' layout; any bit pattern is valid.
-unsafe impl DeviceRepr for G1AffineRaw {}
-unsafe impl ValidAsZeroBits for G1AffineRaw {}
-unsafe impl DeviceRepr for G1XyzzRaw {}
-unsafe impl ValidAsZeroBits for G1XyzzRaw {}
-
-/// An Fp2 element c0 + c1·u (blst's layout).
-pub type Fp2Raw = [FpRaw; 2];
-
-/// An affine G2 point as the kernels read it (blst's layout; infinity is zeros).
-#[derive(Clone, Copy, Debug, Default)]
-#[repr(C)]
-pub struct G2AffineRaw {
-    pub x: Fp2Raw,
-    pub y: Fp2Raw,
-}
-
-/// A G2 XYZZ accumulator as the kernels write it.
-#[derive(Clone, Copy, Debug, Default)]
-#[repr(C)]
-pub struct G2XyzzRaw {
-    pub x: Fp2Raw,
-    pub y: Fp2Raw,
-    pub zz: Fp2Raw,
-    pub zzz: Fp2Raw,
-}
-
-// SAFETY: as for G1.
-unsafe impl DeviceRepr for G2AffineRaw {}
-unsafe impl ValidAsZeroBits for G2AffineRaw {}
-unsafe impl DeviceRepr for G2XyzzRaw {}
-unsafe impl ValidAsZeroBits for G2XyzzRaw {}
-
-const _: () = assert!(std::mem::size_of::<G2Affine>() == std::mem::size_of::<G2AffineRaw>());
-const _: () = assert!(std::mem::size_of::<G2Affine>() == std::mem::size_of::<blst_p2_affine>());
-const _: () = assert!(std::mem::size_of::<G2Projective>() == std::mem::size_of::<blst_p2>());
-const _: () = assert!(std::mem::size_of::<G1Affine>() == std::mem::size_of::<G1AffineRaw>());
-const _: () = assert!(std::mem::size_of::<G1Affine>() == std::mem::size_of::<blst_p1_affine>());
-const _: () = assert!(std::mem::size_of::<G1Projective>() == std::mem::size_of::<blst_p1>());
-
-/// Reinterprets blstrs affine points (repr(transparent) over blst's) in the
-/// kernels' layout, without a copy.
-pub fn points_as_raw(points: &[G1Affine]) -> &[G1AffineRaw] {
-    // SAFETY: same size; G1Affine is blst_p1_affine {x, y: blst_fp} = 2 × [u64; 6].
-    unsafe { std::slice::from_raw_parts(points.as_ptr().cast(), points.len()) }
-}
-
-/// A group the MSM kernels serve: its blstrs types, its device layouts and
-/// the suffix of its kernels' names.
-pub trait MsmCurve {
-    type Affine: Copy;
-    type Projective: Group + Copy;
-    type AffineRaw: DeviceRepr + ValidAsZeroBits + Copy + Default + Unpin;
-    type XyzzRaw: DeviceRepr + ValidAsZeroBits + Copy + Default + Unpin;
-    /// "" for G1, "_g2" for G2 (`MSM_KERNELS` in `cuda/msm.cu`).
-    const KERNEL_SUFFIX: &'static str;
-    fn as_raw(points: &[Self::Affine]) -> &[Self::AffineRaw];
-    fn xyzz_to_projective(p: &Self::XyzzRaw) -> Self::Projective;
-}
-
-/// G1 of BLS12-381.
-pub struct G1;
-/// G2 of BLS12-381.
-pub struct G2;
-
-impl MsmCurve for G1 {
-    type Affine = G1Affine;
-    type Projective = G1Projective;
-    type AffineRaw = G1AffineRaw;
-    type XyzzRaw = G1XyzzRaw;
-    const KERNEL_SUFFIX: &'static str = "";
-    fn as_raw(points: &[G1Affine]) -> &[G1AffineRaw] {
-        points_as_raw(points)
-    }
-    fn xyzz_to_projective(p: &G1XyzzRaw) -> G1Projective {
-        xyzz_to_projective(p)
-    }
-}
-
-impl MsmCurve for G2 {
-    type Affine = G2Affine;
-    type Projective = G2Projective;
-    type AffineRaw = G2AffineRaw;
-    type XyzzRaw = G2XyzzRaw;
-    const KERNEL_SUFFIX: &'static str = "_g2";
-    fn as_raw(points: &[G2Affine]) -> &[G2AffineRaw] {
-        // SAFETY: same size; G2Affine is blst_p2_affine {x, y: blst_fp2} = 2 × 2 × [u64; 6].
-        unsafe { std::slice::from_raw_parts(points.as_ptr().cast(), points.len()) }
-    }
-    fn xyzz_to_projective(p: &G2XyzzRaw) -> G2Projective {
-        if p.zz.iter().all(|c| c.0.iter().all(|l| *l == 0)) {
-            return G2Projective::identity();
-        }
-        let fp2 = |r: &Fp2Raw| blst_fp2 { fp: [blst_fp { l: r[0].0 }, blst_fp { l: r[1].0 }] };
-        let (mut zz_inv, mut zzz_inv) = (blst_fp2::default(), blst_fp2::default());
-        let mut aff = blst_p2_affine::default();
-        let mut out = blst_p2::default();
-        // SAFETY: blst field and point functions on valid, owned values.
-        unsafe {
-            blst::blst_fp2_inverse(&mut zz_inv, &fp2(&p.zz));
-            blst::blst_fp2_inverse(&mut zzz_inv, &fp2(&p.zzz));
-            blst::blst_fp2_mul(&mut aff.x, &fp2(&p.x), &zz_inv);
-            blst::blst_fp2_mul(&mut aff.y, &fp2(&p.y), &zzz_inv);
-            blst::blst_p2_from_affine(&mut out, &aff);
-            std::mem::transmute::<blst_p2, G2Projective>(out)
-        }
-    }
-}
-
-/// Bases resident on the device, reusable across MSMs (a proving key's
-/// queries are fixed, so they are uploaded once).
-///
-/// Optionally with shifted copies (see [`G1Bases::upload_shifted`]): copy k
-/// holds 2^(c·k)·P for every base P, so that an MSM puts the digits of every
-/// window into one set of buckets. That trades `copies`× the device memory for
-/// fewer point additions: a wider window costs one bucket reduction instead of
-/// one per window.
-pub struct Bases<C: MsmCurve> {
-    /// `copies` runs of `len` points; copy 0 is the bases themselves.
-    points: CudaSlice<C::AffineRaw>,
-    len: usize,
-    /// Window width of the shifted copies, if any.
-    shift_bits: Option<u32>,
-    curve: PhantomData<C>,
-}
-
-pub type G1Bases = Bases<G1>;
-pub type G2Bases = Bases<G2>;
-
-impl<C: MsmCurve> Bases<C> {
-    pub fn upload(gpu: &Gpu, points: &[C::Affine]) -> Result<Self, GpuError> {
-        let points = gpu.stream().clone_htod(C::as_raw(points)).during("copying bases to the device")?;
-        Ok(Self { len: points.len(), points, shift_bits: None, curve: PhantomData })
-    }
-
-    /// Number of bases (not counting shifted copies).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Device bytes held, shifted copies included.
-    pub fn bytes(&self) -> usize {
-        self.points.len() * std::mem::size_of::<C::AffineRaw>()
-    }
-
-    /// The window width of the shifted copies, if there are any.
-    pub fn shift_bits(&self) -> Option<u32> {
-        self.shift_bits
-    }
-}
-
-impl Bases<G1> {
-    /// Uploads the bases and computes, on the device, their shifted copies
-    /// for windows of [`shifted_window_bits`]`(len)` bits: ⌈256 / c⌉ copies in
-    /// all (12 at 2^24 points, 11 at 2^26), each as large as the bases.
-    pub fn upload_shifted(gpu: &Gpu, points: &[G1Affine]) -> Result<Self, GpuError> {
-        let len = points.len();
-        if len == 0 {
-            return Self::upload(gpu, points);
-        }
-        let c = shifted_window_bits(len);
-        let copies = 256u32.div_ceil(c);
-        if len as u64 * copies as u64 >= 1 << 31 {
-            return Err(GpuError::Invalid(format!(
-                "{len} bases with {copies} shifted copies exceed 2^31 points"
-            )));
-        }
-        let stream = gpu.stream();
-        let plain = stream.clone_htod(points_as_raw(points)).during("copying bases to the device")?;
-        let mut table = unsafe { stream.alloc::<G1AffineRaw>(len * copies as usize) }
-            .during("allocating the shifted bases")?;
-        let f = gpu.function("msm_shift_bases")?;
-        let mut b = stream.launch_builder(&f);
-        let n32 = len as u32;
-        b.arg(&plain).arg(&n32).arg(&c).arg(&copies).arg(&mut table);
-        // SAFETY: argument types and order match the kernel's signature.
-        unsafe { b.launch(heavy(n32)) }.during("launching msm_shift_bases")?;
-        gpu.synchronize()?;
-        Ok(Self { points: table, len, shift_bits: Some(c), curve: PhantomData })
-    }
-}
-
-/// Window width for shifted bases of `len` points: one set of 2^(c−1)
-/// buckets serves every window, so c can be wider than without shifts.
-pub fn shifted_window_bits(len: usize) -> u32 {
-    let log = usize::BITS - len.max(1).leading_zeros();
-    log.saturating_sub(3).clamp(8, 24)
-}
+use crate::field::{as_raw, FrRaw};
 
 /// How one MSM finds its bases.
 #[derive(Clone, Copy, Debug)]
@@ -250,36 +44,6 @@ const REDUCE_BLOCKS_PER_SM: u32 = 3;
 /// The MSM engine of one device (G1 and G2).
 pub struct Msm {
     gpu: Arc<Gpu>,
-}
-
-/// Bases kept in pinned host memory, in chunks, for MSMs whose bases do not
-/// stay on the device: each chunk is copied while the previous one is
-/// being summed.
-pub struct PinnedBases {
-    chunks: Vec<PinnedHostSlice<G1AffineRaw>>,
-    chunk: usize,
-    len: usize,
-}
-
-impl PinnedBases {
-    pub fn new(gpu: &Gpu, points: &[G1Affine], chunk: usize) -> Result<Self, GpuError> {
-        let chunk = chunk.max(1);
-        let mut chunks = Vec::new();
-        for c in points.chunks(chunk) {
-            let mut p = gpu.pinned::<G1AffineRaw>(c.len())?;
-            p.as_mut_slice().during("mapping pinned memory")?.copy_from_slice(points_as_raw(c));
-            chunks.push(p);
-        }
-        Ok(Self { chunks, chunk, len: points.len() })
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 /// An MSM of n terms needs at least n bases and n scalars.
@@ -558,26 +322,6 @@ impl Msm {
             acc += C::xyzz_to_projective(w);
         }
         Ok(acc)
-    }
-}
-
-/// (X, Y, ZZ, ZZZ) → the point (X/ZZ, Y/ZZZ).
-pub fn xyzz_to_projective(p: &G1XyzzRaw) -> G1Projective {
-    if p.zz.0.iter().all(|l| *l == 0) {
-        return G1Projective::identity();
-    }
-    let fp = |r: &FpRaw| blst_fp { l: r.0 };
-    let (mut zz_inv, mut zzz_inv) = (blst_fp::default(), blst_fp::default());
-    let mut aff = blst_p1_affine::default();
-    let mut out = blst_p1::default();
-    // SAFETY: blst field and point functions on valid, owned values.
-    unsafe {
-        blst::blst_fp_inverse(&mut zz_inv, &fp(&p.zz));
-        blst::blst_fp_inverse(&mut zzz_inv, &fp(&p.zzz));
-        blst::blst_fp_mul(&mut aff.x, &fp(&p.x), &zz_inv);
-        blst::blst_fp_mul(&mut aff.y, &fp(&p.y), &zzz_inv);
-        blst::blst_p1_from_affine(&mut out, &aff);
-        std::mem::transmute::<blst_p1, G1Projective>(out)
     }
 }
 

@@ -1,0 +1,126 @@
+//! Bases of an MSM on the device (plain, or with precomputed shifted copies)
+//! or in pinned host memory.
+
+use std::marker::PhantomData;
+
+use blstrs::G1Affine;
+use cudarc::driver::{CudaSlice, PinnedHostSlice, PushKernelArg};
+
+use super::curve::{points_as_raw, G1AffineRaw, MsmCurve, G1, G2};
+use super::heavy;
+use crate::device::Gpu;
+use crate::error::{During, GpuError};
+
+/// Bases resident on the device, reusable across MSMs (a proving key's
+/// queries are fixed, so they are uploaded once).
+///
+/// Optionally with shifted copies (see [`G1Bases::upload_shifted`]): copy k
+/// holds 2^(c·k)·P for every base P, so that an MSM puts the digits of every
+/// window into one set of buckets. That trades `copies`× the device memory for
+/// fewer point additions: a wider window costs one bucket reduction instead of
+/// one per window.
+pub struct Bases<C: MsmCurve> {
+    /// `copies` runs of `len` points; copy 0 is the bases themselves.
+    pub(super) points: CudaSlice<C::AffineRaw>,
+    pub(super) len: usize,
+    /// Window width of the shifted copies, if any.
+    pub(super) shift_bits: Option<u32>,
+    curve: PhantomData<C>,
+}
+
+pub type G1Bases = Bases<G1>;
+pub type G2Bases = Bases<G2>;
+
+impl<C: MsmCurve> Bases<C> {
+    pub fn upload(gpu: &Gpu, points: &[C::Affine]) -> Result<Self, GpuError> {
+        let points = gpu.stream().clone_htod(C::as_raw(points)).during("copying bases to the device")?;
+        Ok(Self { len: points.len(), points, shift_bits: None, curve: PhantomData })
+    }
+
+    /// Number of bases (not counting shifted copies).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Device bytes held, shifted copies included.
+    pub fn bytes(&self) -> usize {
+        self.points.len() * std::mem::size_of::<C::AffineRaw>()
+    }
+
+    /// The window width of the shifted copies, if there are any.
+    pub fn shift_bits(&self) -> Option<u32> {
+        self.shift_bits
+    }
+}
+
+impl Bases<G1> {
+    /// Uploads the bases and computes, on the device, their shifted copies
+    /// for windows of [`shifted_window_bits`]`(len)` bits: ⌈256 / c⌉ copies in
+    /// all (12 at 2^24 points, 11 at 2^26), each as large as the bases.
+    pub fn upload_shifted(gpu: &Gpu, points: &[G1Affine]) -> Result<Self, GpuError> {
+        let len = points.len();
+        if len == 0 {
+            return Self::upload(gpu, points);
+        }
+        let c = shifted_window_bits(len);
+        let copies = 256u32.div_ceil(c);
+        if len as u64 * copies as u64 >= 1 << 31 {
+            return Err(GpuError::Invalid(format!(
+                "{len} bases with {copies} shifted copies exceed 2^31 points"
+            )));
+        }
+        let stream = gpu.stream();
+        let plain = stream.clone_htod(points_as_raw(points)).during("copying bases to the device")?;
+        let mut table = unsafe { stream.alloc::<G1AffineRaw>(len * copies as usize) }
+            .during("allocating the shifted bases")?;
+        let f = gpu.function("msm_shift_bases")?;
+        let mut b = stream.launch_builder(&f);
+        let n32 = len as u32;
+        b.arg(&plain).arg(&n32).arg(&c).arg(&copies).arg(&mut table);
+        // SAFETY: argument types and order match the kernel's signature.
+        unsafe { b.launch(heavy(n32)) }.during("launching msm_shift_bases")?;
+        gpu.synchronize()?;
+        Ok(Self { points: table, len, shift_bits: Some(c), curve: PhantomData })
+    }
+}
+
+/// Window width for shifted bases of `len` points: one set of 2^(c−1)
+/// buckets serves every window, so c can be wider than without shifts.
+pub fn shifted_window_bits(len: usize) -> u32 {
+    let log = usize::BITS - len.max(1).leading_zeros();
+    log.saturating_sub(3).clamp(8, 24)
+}
+
+/// Bases kept in pinned host memory, in chunks, for MSMs whose bases do not
+/// stay on the device: each chunk is copied while the previous one is
+/// being summed.
+pub struct PinnedBases {
+    pub(super) chunks: Vec<PinnedHostSlice<G1AffineRaw>>,
+    pub(super) chunk: usize,
+    len: usize,
+}
+
+impl PinnedBases {
+    pub fn new(gpu: &Gpu, points: &[G1Affine], chunk: usize) -> Result<Self, GpuError> {
+        let chunk = chunk.max(1);
+        let mut chunks = Vec::new();
+        for c in points.chunks(chunk) {
+            let mut p = gpu.pinned::<G1AffineRaw>(c.len())?;
+            p.as_mut_slice().during("mapping pinned memory")?.copy_from_slice(points_as_raw(c));
+            chunks.push(p);
+        }
+        Ok(Self { chunks, chunk, len: points.len() })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
