@@ -1,11 +1,14 @@
 // The live view: keeps the last ten minutes of snapshots from /v1/events
-// (history on connect, one a second after) and draws them. EventSource
-// reconnects by itself; the state is on window.provd for tests.
+// (history on connect, one a second after) and draws them. The stream is read
+// with fetch() so that it can carry a bearer token when the worker wants one
+// (given as #token=… in the address, which never reaches the server, or typed
+// into the prompt; kept for this tab only). The state is on window.provd for
+// tests.
 (function () {
   "use strict";
   const C = window.Charts;
   const KEEP = 600;
-  const state = { samples: [], jobs: [], connected: false, updates: 0 };
+  const state = { samples: [], jobs: [], connected: false, updates: 0, needsToken: false };
   window.provd = state;
   const $ = (id) => document.getElementById(id);
   const color = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
@@ -110,38 +113,97 @@
     );
   }
 
-  function connect() {
-    const es = new EventSource("/v1/events");
+  const TOKEN_KEY = "provd-token";
+  const fragment = location.hash.match(/^#token=(.+)$/);
+  if (fragment) {
+    sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(fragment[1]));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  const authHeaders = () => {
+    const t = sessionStorage.getItem(TOKEN_KEY);
+    return t ? { Authorization: "Bearer " + t } : {};
+  };
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+  function setConn(text, cls) {
     const conn = $("conn");
-    es.addEventListener("open", () => {
-      state.connected = true;
-      conn.textContent = "live";
-      conn.className = "pill live";
+    conn.textContent = text;
+    conn.className = "pill " + cls;
+  }
+
+  /** Shows the token prompt; resolves once a token has been entered. */
+  function askToken(wrong) {
+    const form = $("auth");
+    form.hidden = false;
+    $("auth-msg").textContent = wrong ? "That token was refused." : "This worker wants a bearer token.";
+    state.needsToken = true;
+    return new Promise((resolve) => {
+      form.onsubmit = (e) => {
+        e.preventDefault();
+        sessionStorage.setItem(TOKEN_KEY, $("token").value.trim());
+        form.hidden = true;
+        state.needsToken = false;
+        resolve();
+      };
     });
-    es.addEventListener("error", () => {
-      state.connected = false;
-      conn.textContent = "reconnecting…";
-      conn.className = "pill down";
-    });
-    es.addEventListener("history", (e) => {
-      state.samples = JSON.parse(e.data).slice(-KEEP);
+  }
+
+  function handle(event, data) {
+    if (event === "history") {
+      state.samples = JSON.parse(data).slice(-KEEP);
       render();
-    });
-    es.addEventListener("snapshot", (e) => {
-      const m = JSON.parse(e.data);
+    } else if (event === "snapshot") {
+      const m = JSON.parse(data);
       state.samples.push(m.snapshot);
       if (state.samples.length > KEEP) state.samples.shift();
       state.jobs = m.jobs;
       state.updates += 1;
       render();
       renderJobs();
-    });
+    }
   }
 
-  fetch("/v1/status")
-    .then((r) => r.json())
-    .then((s) => ($("backend").textContent = "backend: " + s.backends.join(", ")))
-    .catch(() => {});
+  /** Reads /v1/events for as long as the page lives, reconnecting after 2 s. */
+  async function connect() {
+    for (;;) {
+      try {
+        const r = await fetch("/v1/events", { headers: authHeaders() });
+        if (r.status === 401) {
+          state.connected = false;
+          setConn("token needed", "down");
+          await askToken(Object.keys(authHeaders()).length > 0);
+          continue;
+        }
+        if (!r.ok) throw new Error("status " + r.status);
+        loadBackend();
+        state.connected = true;
+        setConn("live", "live");
+        const reader = r.body.getReader();
+        const decoder = new TextDecoder();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          const parsed = window.Sse.parseSse(buffer + decoder.decode(value, { stream: true }));
+          buffer = parsed.rest;
+          for (const e of parsed.events) handle(e.event, e.data);
+        }
+      } catch (e) {
+        // network error or the server went away: retry below
+      }
+      state.connected = false;
+      setConn("reconnecting…", "down");
+      await sleep(2000);
+    }
+  }
+
+  function loadBackend() {
+    fetch("/v1/status", { headers: authHeaders() })
+      .then((r) => r.json())
+      .then((s) => ($("backend").textContent = "backend: " + s.backends.join(", ")))
+      .catch(() => {});
+  }
+
   build();
   connect();
 })();

@@ -83,15 +83,80 @@ fn start_browser(chromium: &std::path::Path, chromedriver: &std::path::Path) -> 
     Driver { child, addr, session }
 }
 
-#[test]
-fn live_view_shows_partitions_moving() {
+/// Chromium and chromedriver, or None after saying why the test is skipped.
+fn browser() -> Option<(std::path::PathBuf, std::path::PathBuf)> {
     let (Some(chromium), Some(chromedriver)) = (find("chromium"), find("chromedriver")) else {
         assert!(std::env::var_os("PROVD_REQUIRE_BROWSER").is_none(), "chromium and chromedriver required");
         eprintln!(
             "skipped: chromium / chromedriver not installed (Debian packages chromium, chromium-driver)"
         );
-        return;
+        return None;
     };
+    Some((chromium, chromedriver))
+}
+
+/// Polls `js` until `done` accepts its value, for up to `secs` seconds.
+fn wait_until(driver: &Driver, js: &str, secs: u64, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let v = driver.script(js);
+        if done(&v) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}: {v}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn live_view_asks_for_the_token_when_auth_is_on() {
+    let Some((chromium, chromedriver)) = browser() else { return };
+    let server = Server::start("[[circuits]]\nname = \"bench-8\"\n", &[("PROVD_AUTH_TOKEN", "s3cret")]);
+    let driver = start_browser(&chromium, &chromedriver);
+    let open = |url: String| {
+        driver.call("POST", &format!("/session/{}/url", driver.session), Some(json!({ "url": url })))
+    };
+    let probe = "const p = window.provd; if (!p) return null; \
+                 return { connected: p.connected, updates: p.updates, needsToken: p.needsToken, \
+                          form: !document.getElementById('auth').hidden, hash: location.hash };";
+    // no token: the prompt shows, nothing streams
+    open(format!("http://{}/", server.addr));
+    let v = wait_until(&driver, probe, 20, "no token prompt", |v| v["form"] == true);
+    assert_eq!((v["connected"].clone(), v["needsToken"].clone()), (json!(false), json!(true)), "{v}");
+    // a wrong token typed in: refused, the prompt says so
+    let type_token = |t: &str| {
+        driver.script(&format!(
+            "document.getElementById('token').value = '{t}'; \
+             document.getElementById('auth').requestSubmit(); return true;"
+        ))
+    };
+    type_token("wrong");
+    wait_until(&driver, "return document.getElementById('auth-msg').textContent;", 20, "wrong token", |v| {
+        v.as_str().is_some_and(|s| s.contains("refused"))
+    });
+    // the right one: live, snapshots arriving
+    type_token("s3cret");
+    let v = wait_until(&driver, probe, 20, "never went live", |v| {
+        v["connected"] == true && v["updates"].as_i64() > Some(1)
+    });
+    assert_eq!(v["form"], false, "{v}");
+    // a fresh tab given the token in the fragment: live at once, fragment removed from the address
+    driver.call("POST", &format!("/session/{}/window/new", driver.session), Some(json!({ "type": "tab" })));
+    let handles = driver.call("GET", &format!("/session/{}/window/handles", driver.session), None);
+    let newest = handles.as_array().unwrap().last().unwrap().clone();
+    driver.call("POST", &format!("/session/{}/window", driver.session), Some(json!({ "handle": newest })));
+    open(format!("http://{}/#token=s3cret", server.addr));
+    let v = wait_until(&driver, probe, 20, "fragment token", |v| {
+        v["connected"] == true && v["updates"].as_i64() > Some(0)
+    });
+    assert_eq!(v["hash"], "", "{v}");
+    // the server never saw the token in a URL
+    assert!(!server.stderr().contains("s3cret"), "token in the server log");
+}
+
+#[test]
+fn live_view_shows_partitions_moving() {
+    let Some((chromium, chromedriver)) = browser() else { return };
     let server = Server::demo("bench-12");
     let driver = start_browser(&chromium, &chromedriver);
     driver.call(
