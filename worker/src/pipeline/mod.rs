@@ -93,30 +93,37 @@ pub enum SubmitError {
     ShuttingDown,
 }
 
+// The partition values below hold their Ticket as their *last* field: fields
+// drop in declaration order, so a partition dropped whole (a closed channel,
+// a cancelled job) releases its guards and stage gauge before the ticket ends
+// it, and a job is never seen ended while its gauges still count it. Code
+// that takes one apart drops the guards first (pattern bindings drop in
+// reverse, so binding the ticket first does it).
+
 /// A partition waiting for admission.
 struct Queued {
-    ticket: Ticket,
     synthesize: SynthesisFn,
+    ticket: Ticket,
 }
 
 /// A synthesized partition in the GPU queue, its buffers under guard.
 struct InGpuQueue {
-    ticket: Ticket,
     witness: Synthesized,
     abc: BufferGuard,
     held: Held,
     stage: InStage,
     enqueued: Instant,
+    ticket: Ticket,
 }
 
 /// A partition between prove_start and prove_finish.
 struct ToFinish {
     backend: Arc<dyn Backend>,
-    ticket: Ticket,
     pending: PendingProof,
     held: Held,
     pending_guard: BufferGuard,
     _stage: InStage,
+    ticket: Ticket,
 }
 
 /// Guards that live until prove_finish is done.
