@@ -8,56 +8,39 @@ use group::Group;
 
 use crate::field::FpRaw;
 
-/// An affine G1 point as the kernels read it (blst's layout; infinity is zeros).
+/// An affine point over field F as the kernels read it (`affine_t<F>`;
+/// blst's layout; infinity is zeros).
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C)]
-pub struct G1AffineRaw {
-    pub x: FpRaw,
-    pub y: FpRaw,
+pub struct AffineRaw<F> {
+    pub x: F,
+    pub y: F,
 }
 
-/// An XYZZ accumulator as the kernels write it.
+/// An XYZZ accumulator over field F as the kernels write it (`xyzz_t<F>`).
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C)]
-pub struct G1XyzzRaw {
-    pub x: FpRaw,
-    pub y: FpRaw,
-    pub zz: FpRaw,
-    pub zzz: FpRaw,
+pub struct XyzzRaw<F> {
+    pub x: F,
+    pub y: F,
+    pub zz: F,
+    pub zzz: F,
 }
-
-// SAFETY: plain integers in the kernels' layout; any bit pattern is valid.
-unsafe impl DeviceRepr for G1AffineRaw {}
-unsafe impl ValidAsZeroBits for G1AffineRaw {}
-unsafe impl DeviceRepr for G1XyzzRaw {}
-unsafe impl ValidAsZeroBits for G1XyzzRaw {}
 
 /// An Fp2 element c0 + c1·u (blst's layout).
 pub type Fp2Raw = [FpRaw; 2];
 
-/// An affine G2 point as the kernels read it (blst's layout; infinity is zeros).
-#[derive(Clone, Copy, Debug, Default)]
-#[repr(C)]
-pub struct G2AffineRaw {
-    pub x: Fp2Raw,
-    pub y: Fp2Raw,
-}
+pub type G1AffineRaw = AffineRaw<FpRaw>;
+pub type G1XyzzRaw = XyzzRaw<FpRaw>;
+pub type G2AffineRaw = AffineRaw<Fp2Raw>;
+pub type G2XyzzRaw = XyzzRaw<Fp2Raw>;
 
-/// A G2 XYZZ accumulator as the kernels write it.
-#[derive(Clone, Copy, Debug, Default)]
-#[repr(C)]
-pub struct G2XyzzRaw {
-    pub x: Fp2Raw,
-    pub y: Fp2Raw,
-    pub zz: Fp2Raw,
-    pub zzz: Fp2Raw,
-}
-
-// SAFETY: as for G1.
-unsafe impl DeviceRepr for G2AffineRaw {}
-unsafe impl ValidAsZeroBits for G2AffineRaw {}
-unsafe impl DeviceRepr for G2XyzzRaw {}
-unsafe impl ValidAsZeroBits for G2XyzzRaw {}
+// SAFETY: plain integers in the kernels' layout (repr(C) over field elements
+// that are themselves device-representable); any bit pattern is valid.
+unsafe impl<F: DeviceRepr> DeviceRepr for AffineRaw<F> {}
+unsafe impl<F: ValidAsZeroBits> ValidAsZeroBits for AffineRaw<F> {}
+unsafe impl<F: DeviceRepr> DeviceRepr for XyzzRaw<F> {}
+unsafe impl<F: ValidAsZeroBits> ValidAsZeroBits for XyzzRaw<F> {}
 
 const _: () = assert!(std::mem::size_of::<G2Affine>() == std::mem::size_of::<G2AffineRaw>());
 const _: () = assert!(std::mem::size_of::<G2Affine>() == std::mem::size_of::<blst_p2_affine>());
