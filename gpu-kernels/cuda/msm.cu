@@ -1,14 +1,17 @@
-// Multi-scalar multiplication over G1: Pippenger with signed c-bit digits.
+// Multi-scalar multiplication over G1 and G2: Pippenger with signed c-bit
+// digits. The digit, scan and scatter kernels serve both groups; the point
+// kernels are templates instantiated per group (MSM_KERNELS).
 //
 // Two layouts of bases: plain (each window has its own B = 2^(c−1) buckets,
 // and the host combines the window sums with c doublings each), or shifted
-// (a table holding 2^(c·w)·P for every window w, precomputed once by
+// (G1: a table holding 2^(c·w)·P for every window w, precomputed once by
 // msm_shift_bases: every window's digits then go into one set of buckets,
 // so a wider window costs one bucket reduction, not one per window).
 //
 //  1. msm_digits: each scalar's digits, one key per (window, scalar): the
 //     bucket (w·B or 0) + |d| − 1 and the sign; bucket sizes counted.
-//  2. scan + msm_scatter: a counting sort of the keys by bucket.
+//  2. scan + msm_scatter: a counting sort of the keys by bucket (the scatter
+//     in passes over bucket ranges, each small enough for L2).
 //  3. msm_accumulate: the sorted list is cut into equal segments, one per
 //     thread, so that work is balanced however the digits fall. A bucket run
 //     inside one segment is written straight to its bucket; runs that cross a
