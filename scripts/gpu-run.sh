@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, over .device-bundle/:
-#   scripts/gpu-run.sh [tests] [bench-ntt] [bench-msm] [bench-pipeline] [bench-prove] ...
+#   scripts/gpu-run.sh [tests] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] ...
 # TEST_BINS (e.g. "gpu-test msm-test") limits `tests` to those binaries.
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
@@ -24,6 +24,9 @@ for step in "${@:-tests}"; do
       "$bundle/provd" bench ntt --sizes "${NTT_SIZES:-20,22,24,26}" --json "$OUT/ntt.json" 2>&1 | tee "$OUT/bench-ntt.log" || status=1 ;;
     bench-msm)
       "$bundle/provd" bench msm --sizes "${MSM_SIZES:-20,22,24,26}" --json "$OUT/msm.json" 2>&1 | tee "$OUT/bench-msm.log" || status=1 ;;
+    bench-msm-g2)
+      sizes=${MSM_G2_SIZES:-16,18,20,22}
+      "$bundle/provd" bench msm --g2 --sizes "$sizes" --cpu-sizes "$sizes" --json "$OUT/msm-g2.json" 2>&1 | tee "$OUT/bench-msm-g2.log" || status=1 ;;
     bench-pipeline)
       "$bundle/provd" bench pipeline --circuit "${PIPE_CIRCUIT:-bench-18}" --jobs "${PIPE_JOBS:-8}" --partitions "${PIPE_PARTS:-4}" \
         --backend cuda --json "$OUT/pipeline.json" 2>&1 | tee "$OUT/bench-pipeline.log" || status=1 ;;
