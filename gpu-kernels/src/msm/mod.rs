@@ -30,6 +30,70 @@ enum Layout {
     Shifted { c: u32, stride: u32 },
 }
 
+/// The shape of one MSM: windows, bucket sets, and how each step's work is
+/// cut across the GPU. Host arithmetic only, so it is tested without a GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Plan {
+    /// Window width in bits, and windows to cover a 255-bit scalar with
+    /// signed digits (and the last carry).
+    c: u32,
+    windows: u32,
+    /// Bucket sets: one per window (plain), or one for all (shifted).
+    sets: u32,
+    /// 1 when every window shares one set (msm_digits' flag).
+    shared: u32,
+    /// Base index distance between windows' copies; 0 for plain bases.
+    stride: u32,
+    /// Threads of the accumulation: as many as fit the GPU at once.
+    accumulate_threads: u32,
+    /// Chunks per set in the bucket reduction: one full wave over all sets,
+    /// each chunk at least 16 buckets.
+    chunks: u32,
+}
+
+impl Plan {
+    fn new(n: usize, layout: Layout, multiprocessors: u32) -> Self {
+        let (c, shared, stride) = match layout {
+            Layout::Plain => (window_bits(n), 0, 0),
+            Layout::Shifted { c, stride } => (c, 1, stride),
+        };
+        let windows = 256u32.div_ceil(c);
+        let sets = if shared == 1 { 1 } else { windows };
+        let buckets_per_set = 1u32 << (c - 1);
+        let wave = multiprocessors * REDUCE_BLOCKS_PER_SM * HEAVY_BLOCK;
+        Self {
+            c,
+            windows,
+            sets,
+            shared,
+            stride,
+            accumulate_threads: (multiprocessors * HEAVY_BLOCK * ACCUMULATE_BLOCKS_PER_SM).max(1),
+            chunks: (wave / sets).clamp(1, (buckets_per_set / 16).max(1)),
+        }
+    }
+
+    /// Buckets over all sets.
+    fn buckets(&self) -> u32 {
+        self.sets << (self.c - 1)
+    }
+
+    /// Bucket ranges [lo, hi) of the scatter's passes.
+    fn scatter_passes(&self) -> impl Iterator<Item = (u32, u32)> {
+        let total = self.buckets();
+        (0..total)
+            .step_by(SCATTER_PASS_BUCKETS as usize)
+            .map(move |lo| (lo, total.min(lo + SCATTER_PASS_BUCKETS)))
+    }
+
+    /// (sums per set, groups per set) of each level of msm_sum_groups, until
+    /// one sum per set is left.
+    fn sum_levels(&self) -> impl Iterator<Item = (u32, u32)> {
+        std::iter::successors(Some(self.chunks), |m| Some(m.div_ceil(HEAVY_BLOCK)))
+            .take_while(|m| *m > 1)
+            .map(|m| (m, m.div_ceil(HEAVY_BLOCK)))
+    }
+}
+
 /// Blocks of msm_accumulate resident per SM: its `__launch_bounds__` caps
 /// registers at 128 so that four fit (three at 166 registers before).
 const ACCUMULATE_BLOCKS_PER_SM: u32 = 4;
@@ -179,15 +243,9 @@ impl Msm {
         if n >= 1 << 31 {
             return Err(GpuError::Invalid("an MSM takes fewer than 2^31 points".into()));
         }
-        let (c, shared, stride) = match layout {
-            Layout::Plain => (window_bits(n), 0u32, 0u32),
-            Layout::Shifted { c, stride } => (c, 1, stride),
-        };
-        let windows = 256u32.div_ceil(c);
-        // bucket sets: one per window, or one for all
-        let sets = if shared == 1 { 1 } else { windows };
-        let buckets_per_set = 1u32 << (c - 1);
-        let nbuckets = (sets * buckets_per_set) as usize;
+        let plan = Plan::new(n, layout, gpu.info().multiprocessors);
+        let Plan { c, windows, sets, shared, stride, .. } = plan;
+        let nbuckets = plan.buckets() as usize;
         let n32 = n as u32;
         // Kernels over points carry the curve's suffix; the others serve both.
         let curve_kernel = |name: &str| format!("{name}{}", C::KERNEL_SUFFIX);
@@ -240,8 +298,7 @@ impl Msm {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        for lo in (0..nb32).step_by(SCATTER_PASS_BUCKETS as usize) {
-            let hi = nb32.min(lo + SCATTER_PASS_BUCKETS);
+        for (lo, hi) in plan.scatter_passes() {
             launch!(
                 "msm_scatter",
                 scatter_cfg,
@@ -257,8 +314,7 @@ impl Msm {
         }
         drop((keys, cursor, counts));
         // 3. bucket sums, equal segments per thread
-        // As many threads as fit the GPU at once (msm_accumulate's launch bounds).
-        let threads = (gpu.info().multiprocessors * HEAVY_BLOCK * ACCUMULATE_BLOCKS_PER_SM).max(1);
+        let threads = plan.accumulate_threads;
         let mut buckets = gpu.zeros::<C::XyzzRaw>(nbuckets)?;
         let mut part_key = gpu.zeros::<u32>(2 * threads as usize)?;
         let mut part_val = gpu.zeros::<C::XyzzRaw>(2 * threads as usize)?;
@@ -283,8 +339,7 @@ impl Msm {
         launch!(curve_kernel("msm_fixup"), fixup_cfg, &part_key, &part_val, &slots, &mut buckets)?;
         drop((sorted_idx, offsets, part_key, part_val));
         // 4. Σ (b+1)·B_b per bucket set, in chunks
-        let wave = gpu.info().multiprocessors * REDUCE_BLOCKS_PER_SM * HEAVY_BLOCK;
-        let chunks = (wave / sets).clamp(1, (buckets_per_set / 16).max(1));
+        let chunks = plan.chunks;
         let mut sums = gpu.zeros::<C::XyzzRaw>((sets * chunks) as usize)?;
         launch!(
             curve_kernel("msm_bucket_reduce"),
@@ -297,9 +352,7 @@ impl Msm {
         )?;
         drop(buckets);
         // 5. the chunk sums of each set added as trees, 128 at a time
-        let mut m = chunks;
-        while m > 1 {
-            let groups = m.div_ceil(HEAVY_BLOCK);
+        for (m, groups) in plan.sum_levels() {
             let mut out = gpu.zeros::<C::XyzzRaw>((sets * groups) as usize)?;
             let cfg = LaunchConfig {
                 grid_dim: (sets * groups, 1, 1),
@@ -308,7 +361,6 @@ impl Msm {
             };
             launch!(curve_kernel("msm_sum_groups"), cfg, &sums, &m, &HEAVY_BLOCK, &groups, &mut out)?;
             sums = out;
-            m = groups;
         }
         let window_out = sums;
         let sums = stream.clone_dtoh(&window_out).during("copying window sums")?;
@@ -328,6 +380,30 @@ impl Msm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plans_on_an_h200() {
+        let sms = 132;
+        let plain = Plan::new(1 << 24, Layout::Plain, sms);
+        assert_eq!((plain.c, plain.windows, plain.sets, plain.shared, plain.stride), (16, 16, 16, 0, 0));
+        assert_eq!((plain.buckets(), plain.accumulate_threads, plain.chunks), (1 << 19, 132 * 128 * 4, 2048));
+        assert_eq!(plain.scatter_passes().collect::<Vec<_>>(), [(0, 1 << 19)]);
+        assert_eq!(plain.sum_levels().collect::<Vec<_>>(), [(2048, 16), (16, 1)]);
+
+        let shifted = Plan::new(1 << 24, Layout::Shifted { c: 22, stride: 1 << 24 }, sms);
+        assert_eq!((shifted.windows, shifted.sets, shifted.shared, shifted.buckets()), (12, 1, 1, 1 << 21));
+        assert_eq!(shifted.chunks, 132 * 3 * 128, "one full wave of the reduction");
+        assert_eq!(shifted.scatter_passes().collect::<Vec<_>>(), [(0, 1 << 20), (1 << 20, 1 << 21)]);
+        assert_eq!(shifted.sum_levels().collect::<Vec<_>>(), [(50688, 396), (396, 4), (4, 1)]);
+
+        let big = Plan::new(1 << 26, Layout::Shifted { c: 24, stride: 1 << 26 }, sms);
+        assert_eq!((big.windows, big.scatter_passes().count()), (11, 8));
+
+        // one term: 4-bit windows, one bucket per chunk, nothing left to sum
+        let one = Plan::new(1, Layout::Plain, sms);
+        assert_eq!((one.c, one.windows, one.buckets(), one.chunks), (4, 64, 64 * 8, 1));
+        assert_eq!(one.sum_levels().count(), 0);
+    }
 
     #[test]
     fn shifted_tables_fit_the_kernels_limits() {
