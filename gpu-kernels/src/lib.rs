@@ -1,5 +1,5 @@
 //! provd's CUDA kernels: BLS12-381 field and curve arithmetic, the NTT over Fr
-//! and the multi-scalar multiplication over G1.
+//! and the multi-scalar multiplication over G1 and G2.
 //!
 //! Kernels are CUDA C++ sources under `cuda/`, compiled at first use by NVRTC
 //! for the device's own architecture and cached on disk. The CUDA driver and

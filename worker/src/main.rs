@@ -127,7 +127,8 @@ enum BenchCommand {
         #[command(flatten)]
         common: Common,
     },
-    /// GPU G1 MSMs with resident bases, beside blst on the CPU.
+    /// GPU MSMs: G1 with bases resident (plain and shifted) and streamed from
+    /// pinned memory, or G2 (--g2), beside blst on the CPU.
     Msm {
         /// log2 sizes, comma separated.
         #[arg(long, value_delimiter = ',', default_value = "20,22,24,26")]
