@@ -25,10 +25,33 @@ pub fn random_scalars(n: usize, seed: u64) -> Vec<blstrs::Scalar> {
 }
 
 /// Median of a set of timings (upper median for even counts).
-pub fn median(samples: &[Duration]) -> Duration {
+pub fn median<T: Copy + PartialOrd>(samples: &[T]) -> T {
     let mut s = samples.to_vec();
-    s.sort();
+    s.sort_by(|a, b| a.partial_cmp(b).expect("timings are not NaN"));
     s[s.len() / 2]
+}
+
+/// Runs `setup` then `run` `warmup + runs` times, timing only `run` with CUDA
+/// events; returns the median of the timed runs in ms and the last result.
+pub fn gpu_median_ms<S, R>(
+    timer: &provd_kernels::Timer,
+    warmup: usize,
+    runs: usize,
+    mut setup: impl FnMut() -> anyhow::Result<S>,
+    mut run: impl FnMut(S) -> anyhow::Result<R>,
+) -> anyhow::Result<(f64, R)> {
+    let mut samples = Vec::with_capacity(runs);
+    let mut last = None;
+    for i in 0..warmup + runs.max(1) {
+        let input = setup()?;
+        timer.start()?;
+        last = Some(run(input)?);
+        let ms = timer.stop()? as f64;
+        if i >= warmup {
+            samples.push(ms);
+        }
+    }
+    Ok((median(&samples), last.expect("at least one run")))
 }
 
 /// What machine and build a result came from.

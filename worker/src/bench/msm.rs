@@ -13,7 +13,7 @@ use rand::SeedableRng;
 use rayon::prelude::*;
 use serde_json::json;
 
-use super::{environment, print_table, random_scalars, write_json};
+use super::{environment, gpu_median_ms, median, print_table, random_scalars, write_json};
 use crate::groth16::msm::MsmGroup;
 
 /// sppark's G1 MSM on the same H200 (255-bit random scalars, bases and
@@ -81,7 +81,7 @@ impl MsmBench {
             let scalars = random_scalars(n, log_n as u64);
             let bases = G2Bases::upload(&gpu, &all_bases[..n])?;
             let d_scalars = gpu.upload(&scalars)?;
-            let (gpu_ms, last) = self.median_ms(&timer, || Ok(msm.run_device(&bases, &d_scalars, n)?))?;
+            let (gpu_ms, last) = self.time(&timer, || Ok(msm.run_device(&bases, &d_scalars, n)?))?;
             drop(bases);
             let cpu_ms = if self.cpu_sizes.contains(&log_n) {
                 let start = Instant::now();
@@ -115,24 +115,9 @@ impl MsmBench {
         write_json(&self.json, &report)
     }
 
-    /// Median of `runs` timings (CUDA events) after `warmup`, and the last result.
-    fn median_ms<P: Group>(
-        &self,
-        timer: &Timer,
-        mut f: impl FnMut() -> anyhow::Result<P>,
-    ) -> anyhow::Result<(f64, P)> {
-        let mut samples = Vec::new();
-        let mut last = P::identity();
-        for i in 0..self.warmup + self.runs {
-            timer.start()?;
-            last = f()?;
-            let ms = timer.stop()?;
-            if i >= self.warmup {
-                samples.push(ms as f64);
-            }
-        }
-        samples.sort_by(|a, b| a.total_cmp(b));
-        Ok((samples[samples.len() / 2], last))
+    /// Median ms of an MSM (CUDA events, after warm-up) and its result.
+    fn time<P>(&self, timer: &Timer, mut msm: impl FnMut() -> anyhow::Result<P>) -> anyhow::Result<(f64, P)> {
+        gpu_median_ms(timer, self.warmup, self.runs, || Ok(()), |()| msm())
     }
 
     pub fn run(&self, gpu: Arc<Gpu>) -> anyhow::Result<()> {
@@ -151,7 +136,7 @@ impl MsmBench {
             let scalars = random_scalars(n, log_n as u64);
             let bases = G1Bases::upload(&gpu, &all_bases[..n])?;
             let d_scalars = gpu.upload(&scalars)?;
-            let (gpu_ms, last) = self.median_ms(&timer, || Ok(msm.run_device(&bases, &d_scalars, n)?))?;
+            let (gpu_ms, last) = self.time(&timer, || Ok(msm.run_device(&bases, &d_scalars, n)?))?;
             drop(bases);
             // The same MSM over precomputed shifted copies of the bases.
             let start = Instant::now();
@@ -159,13 +144,12 @@ impl MsmBench {
             let precompute_ms = start.elapsed().as_secs_f64() * 1e3;
             let shift_bits = shifted.shift_bits().unwrap_or(0);
             let shifted_gib = shifted.bytes() as f64 / (1u64 << 30) as f64;
-            let (shifted_ms, r) = self.median_ms(&timer, || Ok(msm.run_device(&shifted, &d_scalars, n)?))?;
+            let (shifted_ms, r) = self.time(&timer, || Ok(msm.run_device(&shifted, &d_scalars, n)?))?;
             anyhow::ensure!(r == last, "shifted and plain MSMs differ at 2^{log_n}");
             drop(shifted);
             // The same MSM with the bases streamed from pinned host memory.
             let pinned = PinnedBases::new(&gpu, &all_bases[..n], STREAM_CHUNK)?;
-            let (streamed_ms, r) =
-                self.median_ms(&timer, || Ok(msm.run_streamed(&pinned, &d_scalars, n)?))?;
+            let (streamed_ms, r) = self.time(&timer, || Ok(msm.run_streamed(&pinned, &d_scalars, n)?))?;
             anyhow::ensure!(r == last, "streamed and resident MSMs differ at 2^{log_n}");
             drop(pinned);
             let sppark_pinned = SPPARK_PINNED_MS.iter().find(|(k, _)| *k == log_n).map(|(_, ms)| *ms);
@@ -178,8 +162,7 @@ impl MsmBench {
                     t.push(start.elapsed().as_secs_f64() * 1e3);
                 }
                 anyhow::ensure!(want == last, "GPU and CPU MSMs differ at 2^{log_n}");
-                t.sort_by(|a, b| a.total_cmp(b));
-                Some(t[1])
+                Some(median(&t))
             } else {
                 None
             };

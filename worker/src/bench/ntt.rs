@@ -7,7 +7,7 @@ use std::sync::Arc;
 use provd_kernels::{FrBuffer, Gpu, Ntt, Order};
 use serde_json::json;
 
-use super::{environment, print_table, random_scalars, write_json};
+use super::{environment, gpu_median_ms, print_table, random_scalars, write_json};
 
 /// sppark's NTT on the same H200 (device-resident, natural order, median), ms:
 /// the goal figures.
@@ -18,11 +18,6 @@ pub struct NttBench {
     pub runs: usize,
     pub warmup: usize,
     pub json: PathBuf,
-}
-
-fn median(mut v: Vec<f32>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2] as f64
 }
 
 impl NttBench {
@@ -41,40 +36,33 @@ impl NttBench {
             let b = FrBuffer::upload(&gpu, &random_scalars(n, 2))?;
             let c = FrBuffer::upload(&gpu, &random_scalars(n, 3))?;
             ntt.prepare(log_n)?;
-            let mut time = |f: &mut dyn FnMut(&mut Ntt) -> anyhow::Result<()>| -> anyhow::Result<f64> {
-                let mut samples = Vec::new();
-                for i in 0..self.warmup + self.runs {
-                    timer.start()?;
-                    f(&mut ntt)?;
-                    let ms = timer.stop()?;
-                    if i >= self.warmup {
-                        samples.push(ms);
-                    }
-                }
-                Ok(median(samples))
-            };
-            let dif = time(&mut |ntt| {
-                ntt.forward(&mut a, Order::Natural)?;
-                Ok(())
-            })?;
-            let natural = time(&mut |ntt| {
-                ntt.forward(&mut a, Order::Natural)?;
-                ntt.bit_reverse(&mut a)?;
-                Ok(())
-            })?;
+            let (warmup, runs) = (self.warmup, self.runs);
+            let (dif, _) = gpu_median_ms(
+                &timer,
+                warmup,
+                runs,
+                || Ok(()),
+                |()| Ok(ntt.forward(&mut a, Order::Natural)?),
+            )?;
+            let (natural, ()) = gpu_median_ms(
+                &timer,
+                warmup,
+                runs,
+                || Ok(()),
+                |()| {
+                    ntt.forward(&mut a, Order::Natural)?;
+                    ntt.bit_reverse(&mut a)?;
+                    Ok(())
+                },
+            )?;
             // The H chain consumes b and c: copy them outside the timed region.
-            let mut h_samples = Vec::new();
-            for i in 0..self.warmup + self.runs {
-                let (b2, c2) = (b.try_clone(&gpu)?, c.try_clone(&gpu)?);
+            let copies = || {
+                let copies = (b.try_clone(&gpu)?, c.try_clone(&gpu)?);
                 gpu.synchronize()?;
-                timer.start()?;
-                ntt.quotient(&mut a, b2, c2)?;
-                let ms = timer.stop()?;
-                if i >= self.warmup {
-                    h_samples.push(ms);
-                }
-            }
-            let h = median(h_samples);
+                Ok(copies)
+            };
+            let (h, _) =
+                gpu_median_ms(&timer, warmup, runs, copies, |(b2, c2)| Ok(ntt.quotient(&mut a, b2, c2)?))?;
             let sppark = SPPARK_MS.iter().find(|(k, _)| *k == log_n).map(|(_, ms)| *ms);
             let ratio = sppark.map(|s| natural / s);
             rows.push(vec![
