@@ -88,22 +88,6 @@ impl CudaBackend {
         self.gpu.clone()
     }
 
-    /// H's coefficients (natural order, n − 1 of them) from a/b/c evaluations.
-    pub fn quotient(
-        &self,
-        log_n: u32,
-        a: &[Scalar],
-        b: &[Scalar],
-        c: &[Scalar],
-    ) -> Result<Vec<Scalar>, GpuError> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let mut h = self.quotient_on_device(&mut state.ntt, log_n, a, b, c)?;
-        state.ntt.bit_reverse(&mut h)?;
-        let mut h = h.download(&self.gpu)?;
-        h.truncate(h.len() - 1);
-        Ok(h)
-    }
-
     /// H's coefficients left on the device, in bit-reversed order.
     fn quotient_on_device(
         &self,
@@ -168,6 +152,16 @@ mod tests {
     use ff::Field;
     use rand::SeedableRng;
 
+    /// H's coefficients (natural order, n − 1 of them) from a/b/c evaluations.
+    fn quotient(gpu: &CudaBackend, log_n: u32, a: &[Scalar], b: &[Scalar], c: &[Scalar]) -> Vec<Scalar> {
+        let mut state = gpu.state.lock().unwrap();
+        let mut h = gpu.quotient_on_device(&mut state.ntt, log_n, a, b, c).unwrap();
+        state.ntt.bit_reverse(&mut h).unwrap();
+        let mut h = h.download(&gpu.gpu).unwrap();
+        h.truncate(h.len() - 1);
+        h
+    }
+
     fn backend() -> Option<CudaBackend> {
         match CudaBackend::open(0, &std::env::temp_dir().join("provd-test-data")) {
             Ok(b) => Some(b),
@@ -191,7 +185,7 @@ mod tests {
             };
             let (a, b, c) = (v(&mut rng), v(&mut rng), v(&mut rng));
             let want = cpu::quotient(&Domain::new(log_n), a.clone(), b.clone(), c.clone());
-            let got = gpu.quotient(log_n, &a, &b, &c).unwrap();
+            let got = quotient(&gpu, log_n, &a, &b, &c);
             assert_eq!(got, want, "n=2^{log_n}");
         }
     }

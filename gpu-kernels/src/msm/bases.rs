@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 use blstrs::G1Affine;
 use cudarc::driver::{CudaSlice, PinnedHostSlice, PushKernelArg};
 
-use super::curve::{points_as_raw, G1AffineRaw, MsmCurve, G1, G2};
+use super::curve::{G1AffineRaw, MsmCurve, G1, G2};
 use super::heavy;
 use crate::device::Gpu;
 use crate::error::{During, GpuError};
@@ -74,7 +74,7 @@ impl Bases<G1> {
             )));
         }
         let stream = gpu.stream();
-        let plain = stream.clone_htod(points_as_raw(points)).during("copying bases to the device")?;
+        let plain = stream.clone_htod(G1::as_raw(points)).during("copying bases to the device")?;
         let mut table = unsafe { stream.alloc::<G1AffineRaw>(len * copies as usize) }
             .during("allocating the shifted bases")?;
         let f = gpu.function("msm_shift_bases")?;
@@ -110,7 +110,7 @@ impl PinnedBases {
         let mut chunks = Vec::new();
         for c in points.chunks(chunk) {
             let mut p = gpu.pinned::<G1AffineRaw>(c.len())?;
-            p.as_mut_slice().during("mapping pinned memory")?.copy_from_slice(points_as_raw(c));
+            p.as_mut_slice().during("mapping pinned memory")?.copy_from_slice(G1::as_raw(c));
             chunks.push(p);
         }
         Ok(Self { chunks, chunk, len: points.len() })

@@ -49,13 +49,6 @@ const _: () = assert!(std::mem::size_of::<G1Affine>() == std::mem::size_of::<G1A
 const _: () = assert!(std::mem::size_of::<G1Affine>() == std::mem::size_of::<blst_p1_affine>());
 const _: () = assert!(std::mem::size_of::<G1Projective>() == std::mem::size_of::<blst_p1>());
 
-/// Reinterprets blstrs affine points (repr(transparent) over blst's) in the
-/// kernels' layout, without a copy.
-pub fn points_as_raw(points: &[G1Affine]) -> &[G1AffineRaw] {
-    // SAFETY: same size; G1Affine is blst_p1_affine {x, y: blst_fp} = 2 × [u64; 6].
-    unsafe { std::slice::from_raw_parts(points.as_ptr().cast(), points.len()) }
-}
-
 /// A group the MSM kernels serve: its blstrs types, its device layouts and
 /// the suffix of its kernels' names.
 pub trait MsmCurve {
@@ -65,7 +58,10 @@ pub trait MsmCurve {
     type XyzzRaw: DeviceRepr + ValidAsZeroBits + Copy + Default + Unpin;
     /// "" for G1, "_g2" for G2 (`MSM_KERNELS` in `cuda/msm.cu`).
     const KERNEL_SUFFIX: &'static str;
+    /// Reinterprets blstrs affine points (repr(transparent) over blst's) in
+    /// the kernels' layout, without a copy.
     fn as_raw(points: &[Self::Affine]) -> &[Self::AffineRaw];
+    /// (X, Y, ZZ, ZZZ) → the point (X/ZZ, Y/ZZZ).
     fn xyzz_to_projective(p: &Self::XyzzRaw) -> Self::Projective;
 }
 
@@ -81,10 +77,26 @@ impl MsmCurve for G1 {
     type XyzzRaw = G1XyzzRaw;
     const KERNEL_SUFFIX: &'static str = "";
     fn as_raw(points: &[G1Affine]) -> &[G1AffineRaw] {
-        points_as_raw(points)
+        // SAFETY: same size; G1Affine is repr(transparent) over blst_p1_affine {x, y: blst_fp} = 2 × [u64; 6].
+        unsafe { std::slice::from_raw_parts(points.as_ptr().cast(), points.len()) }
     }
     fn xyzz_to_projective(p: &G1XyzzRaw) -> G1Projective {
-        xyzz_to_projective(p)
+        if p.zz.0.iter().all(|l| *l == 0) {
+            return G1Projective::identity();
+        }
+        let fp = |r: &FpRaw| blst_fp { l: r.0 };
+        let (mut zz_inv, mut zzz_inv) = (blst_fp::default(), blst_fp::default());
+        let mut aff = blst_p1_affine::default();
+        let mut out = blst_p1::default();
+        // SAFETY: blst field and point functions on valid, owned values.
+        unsafe {
+            blst::blst_fp_inverse(&mut zz_inv, &fp(&p.zz));
+            blst::blst_fp_inverse(&mut zzz_inv, &fp(&p.zzz));
+            blst::blst_fp_mul(&mut aff.x, &fp(&p.x), &zz_inv);
+            blst::blst_fp_mul(&mut aff.y, &fp(&p.y), &zzz_inv);
+            blst::blst_p1_from_affine(&mut out, &aff);
+            std::mem::transmute::<blst_p1, G1Projective>(out)
+        }
     }
 }
 
@@ -115,25 +127,5 @@ impl MsmCurve for G2 {
             blst::blst_p2_from_affine(&mut out, &aff);
             std::mem::transmute::<blst_p2, G2Projective>(out)
         }
-    }
-}
-
-/// (X, Y, ZZ, ZZZ) → the point (X/ZZ, Y/ZZZ).
-pub fn xyzz_to_projective(p: &G1XyzzRaw) -> G1Projective {
-    if p.zz.0.iter().all(|l| *l == 0) {
-        return G1Projective::identity();
-    }
-    let fp = |r: &FpRaw| blst_fp { l: r.0 };
-    let (mut zz_inv, mut zzz_inv) = (blst_fp::default(), blst_fp::default());
-    let mut aff = blst_p1_affine::default();
-    let mut out = blst_p1::default();
-    // SAFETY: blst field and point functions on valid, owned values.
-    unsafe {
-        blst::blst_fp_inverse(&mut zz_inv, &fp(&p.zz));
-        blst::blst_fp_inverse(&mut zzz_inv, &fp(&p.zzz));
-        blst::blst_fp_mul(&mut aff.x, &fp(&p.x), &zz_inv);
-        blst::blst_fp_mul(&mut aff.y, &fp(&p.y), &zzz_inv);
-        blst::blst_p1_from_affine(&mut out, &aff);
-        std::mem::transmute::<blst_p1, G1Projective>(out)
     }
 }

@@ -7,8 +7,7 @@ mod curve;
 
 pub use bases::{shifted_window_bits, Bases, G1Bases, G2Bases, PinnedBases};
 pub use curve::{
-    points_as_raw, xyzz_to_projective, Fp2Raw, G1AffineRaw, G1XyzzRaw, G2AffineRaw, G2XyzzRaw, MsmCurve, G1,
-    G2,
+    AffineRaw, Fp2Raw, G1AffineRaw, G1XyzzRaw, G2AffineRaw, G2XyzzRaw, MsmCurve, XyzzRaw, G1, G2,
 };
 
 use std::sync::Arc;
@@ -142,7 +141,7 @@ fn heavy(threads: u32) -> LaunchConfig {
 
 /// Window width for n points: wide enough that buckets are few against the
 /// points, narrow enough that the bucket sums stay cheap.
-pub fn window_bits(n: usize) -> u32 {
+fn window_bits(n: usize) -> u32 {
     let log = usize::BITS - n.max(1).leading_zeros();
     log.saturating_sub(3).clamp(4, 16)
 }
