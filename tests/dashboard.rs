@@ -169,15 +169,9 @@ fn live_view_shows_partitions_moving() {
                  return { updates: p.updates, connected: p.connected, \
                           inflight: Math.max(0, ...p.samples.map(p.inFlight)), drawn: p.charts.stages.drawnMax, \
                           jobs: p.jobs.length, title: document.title };";
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let first = loop {
-        let v = driver.script(probe);
-        if v["inflight"].as_i64().unwrap_or(0) > 0 && v["drawn"].as_f64().unwrap_or(0.0) > 0.0 {
-            break v;
-        }
-        assert!(Instant::now() < deadline, "the main chart never showed in-flight partitions: {v}");
-        std::thread::sleep(Duration::from_millis(250));
-    };
+    let first = wait_until(&driver, probe, 60, "the main chart never showed in-flight partitions", |v| {
+        v["inflight"].as_i64().unwrap_or(0) > 0 && v["drawn"].as_f64().unwrap_or(0.0) > 0.0
+    });
     assert_eq!(first["title"], "provd — live");
     assert_eq!(first["connected"], true);
     std::thread::sleep(Duration::from_secs(3));
