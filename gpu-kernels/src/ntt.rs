@@ -296,10 +296,10 @@ impl Ntt {
     /// Permutes into the other order.
     pub fn bit_reverse(&self, buf: &mut FrBuffer) -> Result<(), GpuError> {
         // Tiles once there are two whole tile sides.
-        const TILE_LOG: u32 = BIT_REVERSE_TILE_LOG;
-        let (name, cfg) = if buf.log_n >= 2 * TILE_LOG {
-            let blocks = 1u32 << (buf.log_n - 2 * TILE_LOG);
-            let threads = 1u32 << (2 * TILE_LOG);
+        let tile = 2 * BIT_REVERSE_TILE_LOG;
+        let (name, cfg) = if buf.log_n >= tile {
+            let blocks = 1u32 << (buf.log_n - tile);
+            let threads = 1u32 << tile;
             (
                 "bit_reverse_tiled",
                 LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 },
