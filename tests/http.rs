@@ -266,6 +266,13 @@ fn events_stream_and_metrics_scrape() {
     assert!(seen.contains("text/event-stream"), "{seen}");
     assert!(seen.contains("event: history"), "{seen}");
     assert!(seen.contains("event: snapshot") && seen.contains("\"partitions_completed\":1"), "{seen}");
+    // The snapshot carries the recent jobs without their proofs.
+    let data =
+        seen.split("event: snapshot").nth(1).and_then(|e| e.lines().find_map(|l| l.strip_prefix("data: ")));
+    let snapshot: serde_json::Value = serde_json::from_str(data.expect("snapshot data")).unwrap();
+    let part = &snapshot["jobs"][0]["partitions"][0];
+    assert_eq!(part["stage"], "done", "{snapshot}");
+    assert!(part.get("proof").is_none() && part.get("public_inputs").is_none(), "{snapshot}");
     // /metrics passes promtool when it is installed (CI installs it).
     let (code, head, text) = raw_request(server.addr, "GET", "/metrics", None, &[]);
     assert_eq!(code, 200);

@@ -111,6 +111,15 @@ pub async fn cancel(
 
 /// The job document: state, per-partition stages and timings, proofs.
 pub fn job_json(s: &JobStatus) -> Value {
+    job_value(s, true)
+}
+
+/// A job without its proofs and public inputs, for the live view's table.
+pub fn job_summary(s: &JobStatus) -> Value {
+    job_value(s, false)
+}
+
+fn job_value(s: &JobStatus, results: bool) -> Value {
     let state = match s.outcome {
         Some(o) => o.name(),
         None if s.partitions.iter().all(|p| p.stage == Stage::Queued) => "queued",
@@ -120,13 +129,16 @@ pub fn job_json(s: &JobStatus) -> Value {
         .partitions
         .iter()
         .map(|p| {
-            json!({
-                "stage": p.stage,
-                "seconds": p.times,
-                "error": p.error,
-                "proof": p.proof.as_ref().map(|pr| hex::encode(pr.to_bytes())),
-                "public_inputs": (!p.public_inputs.is_empty()).then(|| p.public_inputs.iter().map(format_scalar).collect::<Vec<_>>()),
-            })
+            let mut v = json!({ "stage": p.stage, "seconds": p.times, "error": p.error });
+            if results {
+                v["proof"] = json!(p.proof.as_ref().map(|pr| hex::encode(pr.to_bytes())));
+                v["public_inputs"] = json!((!p.public_inputs.is_empty()).then(|| p
+                    .public_inputs
+                    .iter()
+                    .map(format_scalar)
+                    .collect::<Vec<_>>()));
+            }
+            v
         })
         .collect();
     json!({
@@ -179,36 +191,14 @@ pub async fn events(
     let first = Event::default().event("history").json_data(&history).unwrap_or_default();
     let rx = state.ticks.subscribe();
     let mut closing = state.closing.subscribe();
-    let service = state.service.clone();
-    let ticks = tokio_stream::wrappers::BroadcastStream::new(rx).filter_map(move |snap| {
-        let service = service.clone();
-        async move {
-            let snap = snap.ok()?;
-            let jobs: Vec<Value> = service.recent_jobs(20).iter().map(job_summary).collect();
-            Some(Ok(Event::default()
-                .event("snapshot")
-                .json_data(json!({ "snapshot": snap, "jobs": jobs }))
-                .unwrap_or_default()))
-        }
+    // The ticker encodes each snapshot once for every stream.
+    let ticks = tokio_stream::wrappers::BroadcastStream::new(rx).filter_map(|data| async move {
+        Some(Ok(Event::default().event("snapshot").data(data.ok()?.as_str())))
     });
     let stream = stream::once(async move { Ok(first) }).chain(ticks).take_until(async move {
         let _ = closing.wait_for(|c| *c).await;
     });
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-}
-
-/// A job without its proofs, for the live view's table.
-fn job_summary(s: &JobStatus) -> Value {
-    let mut v = job_json(s);
-    if let Some(parts) = v["partitions"].as_array_mut() {
-        for p in parts {
-            p.as_object_mut().map(|o| {
-                o.remove("proof");
-                o.remove("public_inputs")
-            });
-        }
-    }
-    v
 }
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {

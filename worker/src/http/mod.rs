@@ -20,7 +20,7 @@ use tokio::sync::{broadcast, watch};
 
 pub use error::ApiError;
 
-use crate::service::{Service, Snapshot};
+use crate::service::Service;
 
 /// What every handler shares.
 pub struct AppState {
@@ -28,7 +28,9 @@ pub struct AppState {
     token: Option<String>,
     draining: AtomicBool,
     /// One snapshot per tick, for /v1/events.
-    ticks: broadcast::Sender<Snapshot>,
+    /// Each tick's "snapshot" event data (the snapshot and the recent jobs),
+    /// encoded once for every event stream.
+    ticks: broadcast::Sender<Arc<String>>,
     /// Flips to true when streams must end (shutdown).
     closing: watch::Sender<bool>,
 }
@@ -97,8 +99,13 @@ pub async fn serve(
             loop {
                 every.tick().await;
                 let s = state.clone();
-                if let Ok(snap) = tokio::task::spawn_blocking(move || s.service.tick()).await {
-                    let _ = state.ticks.send(snap);
+                let data = tokio::task::spawn_blocking(move || {
+                    let snapshot = s.service.tick();
+                    let jobs: Vec<_> = s.service.recent_jobs(20).iter().map(api::job_summary).collect();
+                    serde_json::json!({ "snapshot": snapshot, "jobs": jobs }).to_string()
+                });
+                if let Ok(data) = data.await {
+                    let _ = state.ticks.send(Arc::new(data));
                 }
             }
         })
