@@ -10,22 +10,24 @@
 // the 2^k elements base + r + j·h_lo (j < 2^k). A block takes R consecutive
 // groups (consecutive r), so that a warp's loads are contiguous.
 
-#define NTT_DIT 1u
-#define NTT_INVERSE 2u
-
 // tw[e] = ω^e for e < n/2. The inverse twiddle ω^−e is −ω^(n/2−e).
-DEVICE fr_t twiddle(const fr_t* __restrict__ tw, u32 e, u32 half_n, bool inverse) {
+template <bool INVERSE>
+DEVICE fr_t twiddle(const fr_t* __restrict__ tw, u32 e, u32 half_n) {
     if (e == 0) return fr_t::one();
-    return inverse ? tw[half_n - e].neg() : tw[e];
+    return INVERSE ? tw[half_n - e].neg() : tw[e];
 }
 
-extern "C" __global__ void __launch_bounds__(256, 3) ntt_pass(fr_t* __restrict__ data, const fr_t* __restrict__ tw, u32 log_n,
-                                    u32 log_hlo, u32 k, u32 log_r, u32 flags) {
+// One pass; the direction is a template parameter so that each variant's
+// loop carries no flags. Shared memory: the block's E elements, then the
+// twiddles of its k stages, staged once so that the rounds read no global
+// memory.
+template <bool DIT, bool INVERSE>
+DEVICE void ntt_pass(fr_t* __restrict__ data, const fr_t* __restrict__ tw, u32 log_n, u32 log_hlo, u32 k,
+                     u32 log_r) {
     extern __shared__ fr_t sh[];
-    const bool dit = flags & NTT_DIT;
-    const bool inverse = flags & NTT_INVERSE;
     const u32 R = 1u << log_r;
     const u32 E = R << k;
+    fr_t* const tws = sh + E;
     const u32 half_n = 1u << (log_n - 1);
 
     const u64 g0 = (u64)blockIdx.x << log_r;  // first group of this block
@@ -37,20 +39,22 @@ extern "C" __global__ void __launch_bounds__(256, 3) ntt_pass(fr_t* __restrict__
         u32 rr = i & (R - 1), j = i >> log_r;
         sh[i] = data[base + rr + ((u64)j << log_hlo)];
     }
+    // Local stage j (half-size h = h_lo·2^j) multiplies by ω_{2h}^(x mod h),
+    // x mod h = r + m·h_lo for m < 2^j: stored at tws[(2^j − 1 + m)·R + rr].
+    for (u32 i = threadIdx.x; i < E - R; i += blockDim.x) {
+        const u32 rr = i & (R - 1), slot = (i >> log_r) + 1;  // 2^j + m
+        const u32 j = 31 - __clz(slot), m = slot - (1u << j);
+        tws[i] = twiddle<INVERSE>(tw, (r0 + rr + (m << log_hlo)) << (log_n - 1 - log_hlo - j), half_n);
+    }
     __syncthreads();
-
-    // ω_{2h}^{x mod h} for local half-size 2^log_hj (h = h_lo·2^log_hj) and
-    // x mod h = r + lo·h_lo.
-    auto exponent = [&](u32 rr, u32 log_hj, u32 lo) -> u32 {
-        return (r0 + rr + (lo << log_hlo)) << (log_n - 1 - log_hlo - log_hj);
-    };
+    auto w = [&](u32 rr, u32 j, u32 m) -> fr_t { return tws[(((1u << j) - 1 + m) << log_r) + rr]; };
 
     // Two stages at a time in registers (radix-4), one when a single stage is left.
     for (u32 s = 0; s < k;) {
         if (k - s >= 2) {
             // The two stages have local half-sizes H1 = 2^l and H2 = 2^(l−1);
             // each thread takes the four elements b, b+H2, b+H1, b+H1+H2.
-            const u32 l = dit ? s + 1 : k - 1 - s;
+            const u32 l = DIT ? s + 1 : k - 1 - s;
             const u32 H2 = 1u << (l - 1), H1 = 1u << l;
             for (u32 tid = threadIdx.x; tid < (E >> 2); tid += blockDim.x) {
                 const u32 rr = tid & (R - 1), t = tid >> log_r;
@@ -60,10 +64,10 @@ extern "C" __global__ void __launch_bounds__(256, 3) ntt_pass(fr_t* __restrict__
                 fr_t* p2 = &sh[(b + H1) * R + rr];
                 fr_t* p3 = &sh[(b + H1 + H2) * R + rr];
                 fr_t x0 = *p0, x1 = *p1, x2 = *p2, x3 = *p3;
-                const fr_t wa = twiddle(tw, exponent(rr, l, b & (H1 - 1)), half_n, inverse);
-                const fr_t wb = twiddle(tw, exponent(rr, l, (b + H2) & (H1 - 1)), half_n, inverse);
-                const fr_t wc = twiddle(tw, exponent(rr, l - 1, b & (H2 - 1)), half_n, inverse);
-                if (dit) {
+                const fr_t wa = w(rr, l, b & (H1 - 1));
+                const fr_t wb = w(rr, l, (b + H2) & (H1 - 1));
+                const fr_t wc = w(rr, l - 1, b & (H2 - 1));
+                if (DIT) {
                     fr_t t1 = x1 * wc, t3 = x3 * wc;
                     fr_t y0 = x0 + t1, y1 = x0 - t1, y2 = x2 + t3, y3 = x2 - t3;
                     fr_t u2 = y2 * wa, u3 = y3 * wb;
@@ -82,21 +86,21 @@ extern "C" __global__ void __launch_bounds__(256, 3) ntt_pass(fr_t* __restrict__
             }
             s += 2;
         } else {
-            const u32 log_hj = dit ? s : k - 1 - s;
+            const u32 log_hj = DIT ? s : k - 1 - s;
             for (u32 tid = threadIdx.x; tid < (E >> 1); tid += blockDim.x) {
                 const u32 rr = tid & (R - 1), t = tid >> log_r;
                 const u32 lo = t & ((1u << log_hj) - 1);
                 const u32 j0 = ((t >> log_hj) << (log_hj + 1)) + lo;
                 const u32 j1 = j0 + (1u << log_hj);
-                const fr_t w = twiddle(tw, exponent(rr, log_hj, lo), half_n, inverse);
+                const fr_t wj = w(rr, log_hj, lo);
                 fr_t x = sh[j0 * R + rr], y = sh[j1 * R + rr];
-                if (dit) {
-                    y = y * w;
+                if (DIT) {
+                    y = y * wj;
                     sh[j0 * R + rr] = x + y;
                     sh[j1 * R + rr] = x - y;
                 } else {
                     sh[j0 * R + rr] = x + y;
-                    sh[j1 * R + rr] = (x - y) * w;
+                    sh[j1 * R + rr] = (x - y) * wj;
                 }
             }
             s += 1;
@@ -109,6 +113,16 @@ extern "C" __global__ void __launch_bounds__(256, 3) ntt_pass(fr_t* __restrict__
         data[base + rr + ((u64)j << log_hlo)] = sh[i];
     }
 }
+
+#define NTT_PASS(NAME, DIT, INVERSE)                                                                      \
+    extern "C" __global__ void __launch_bounds__(256, 3)                                                  \
+        NAME(fr_t* __restrict__ data, const fr_t* __restrict__ tw, u32 log_n, u32 log_hlo, u32 k, u32 log_r) { \
+        ntt_pass<DIT, INVERSE>(data, tw, log_n, log_hlo, k, log_r);                                       \
+    }
+NTT_PASS(ntt_pass_dif, false, false)
+NTT_PASS(ntt_pass_dif_inverse, false, true)
+NTT_PASS(ntt_pass_dit, true, false)
+NTT_PASS(ntt_pass_dit_inverse, true, true)
 
 DEVICE u32 bitrev(u32 i, u32 log_n) {
     return log_n == 0 ? 0 : __brev(i) >> (32 - log_n);

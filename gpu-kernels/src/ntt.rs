@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use blstrs::Scalar;
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use ff::{Field, PrimeField};
 
@@ -110,6 +111,20 @@ struct Pass {
     log_r: u32,
 }
 
+impl Pass {
+    fn elements(&self) -> u32 {
+        1 << (self.log_r + self.k)
+    }
+
+    /// The block's elements, then its stages' twiddles: 2^log_r per stage j, times 2^j.
+    fn shared_bytes(&self) -> u32 {
+        (2 * self.elements() - (1 << self.log_r)) * std::mem::size_of::<FrRaw>() as u32
+    }
+}
+
+/// Shared memory of the largest pass (2^10 elements; `plans_cover_every_stage_once` checks every plan).
+const MAX_PASS_SHARED: u32 = 2 * (1 << BLOCK_ELEMENTS_LOG) * std::mem::size_of::<FrRaw>() as u32;
+
 /// Passes of a DIF transform (largest half-sizes first); a DIT transform runs
 /// them in reverse. Stages are split as evenly as possible.
 fn plan(log_n: u32) -> Vec<Pass> {
@@ -154,9 +169,6 @@ pub struct Ntt {
     gpu: Arc<Gpu>,
     tables: HashMap<u32, Tables>,
 }
-
-const FLAG_DIT: u32 = 1;
-const FLAG_INVERSE: u32 = 2;
 
 impl Ntt {
     pub fn new(gpu: Arc<Gpu>) -> Self {
@@ -250,19 +262,29 @@ impl Ntt {
         if dit {
             passes.reverse();
         }
-        let flags = if dit { FLAG_DIT } else { 0 } | if inverse { FLAG_INVERSE } else { 0 };
-        let f = self.gpu.function("ntt_pass")?;
+        let name = match (dit, inverse) {
+            (false, false) => "ntt_pass_dif",
+            (false, true) => "ntt_pass_dif_inverse",
+            (true, false) => "ntt_pass_dit",
+            (true, true) => "ntt_pass_dit_inverse",
+        };
+        let f = self.gpu.function(name)?;
+        // Elements and staged twiddles together exceed the 48 KiB a launch gets by default.
+        f.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            MAX_PASS_SHARED as i32,
+        )
+        .during("raising ntt_pass's shared memory")?;
         self.tables(log_n)?;
         let tw = &self.tables[&log_n].twiddles;
         for p in passes {
-            let elements = 1u32 << (p.log_r + p.k);
             let cfg = LaunchConfig {
-                grid_dim: ((1u64 << log_n) as u32 / elements, 1, 1),
-                block_dim: ((elements / 4).clamp(1, MAX_THREADS), 1, 1),
-                shared_mem_bytes: elements * 32,
+                grid_dim: ((1u64 << log_n) as u32 / p.elements(), 1, 1),
+                block_dim: ((p.elements() / 4).clamp(1, MAX_THREADS), 1, 1),
+                shared_mem_bytes: p.shared_bytes(),
             };
             let mut b = self.gpu.stream().launch_builder(&f);
-            b.arg(&mut buf.data).arg(tw).arg(&log_n).arg(&p.log_hlo).arg(&p.k).arg(&p.log_r).arg(&flags);
+            b.arg(&mut buf.data).arg(tw).arg(&log_n).arg(&p.log_hlo).arg(&p.k).arg(&p.log_r);
             unsafe { b.launch(cfg) }.map(drop).during("launching ntt_pass")?;
         }
         Ok(input.flip())
@@ -369,7 +391,7 @@ mod tests {
         let src = crate::compile::kernel_source();
         for needle in [
             format!("#define BR_LOG {BIT_REVERSE_TILE_LOG}u"),
-            format!("__launch_bounds__({MAX_THREADS}, 3) ntt_pass"),
+            format!("__launch_bounds__({MAX_THREADS}, 3)"),
         ] {
             assert!(src.contains(&needle), "cuda/ntt.cu no longer has `{needle}`");
         }
@@ -388,6 +410,7 @@ mod tests {
             for q in &p {
                 assert!(q.k <= MAX_PASS_STAGES && q.log_r <= q.log_hlo);
                 assert!(q.log_r + q.k <= BLOCK_ELEMENTS_LOG.max(q.k));
+                assert!(q.shared_bytes() <= MAX_PASS_SHARED);
             }
         }
     }
