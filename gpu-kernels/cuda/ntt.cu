@@ -10,6 +10,10 @@
 // the 2^k elements base + r + j·h_lo (j < 2^k). A block takes R consecutive
 // groups (consecutive r), so that a warp's loads are contiguous.
 
+DEVICE u32 bitrev(u32 i, u32 log_n) {
+    return log_n == 0 ? 0 : __brev(i) >> (32 - log_n);
+}
+
 // tw[e] = ω^e for e < n/2. The inverse twiddle ω^−e is −ω^(n/2−e).
 template <bool INVERSE>
 DEVICE fr_t twiddle(const fr_t* __restrict__ tw, u32 e, u32 half_n) {
@@ -21,8 +25,14 @@ DEVICE fr_t twiddle(const fr_t* __restrict__ tw, u32 e, u32 half_n) {
 // loop carries no flags. Shared memory: the block's E elements, then the
 // twiddles of its k stages, staged once so that the rounds read no global
 // memory.
-template <bool DIT, bool INVERSE>
-DEVICE void ntt_pass(fr_t* __restrict__ data, const fr_t* __restrict__ tw, u32 log_n, u32 log_hlo, u32 k,
+//
+// REVERSED_OUT (the last DIF pass only, h_lo = 1) writes to `out` at
+// bit-reversed positions, so that a natural-order transform needs no separate
+// reversal. Its block takes the groups q = blockIdx.x + rr·2^(G − log_r),
+// G = log_n − k, whose reversed indices are consecutive in rr: each output
+// row is a run of R elements.
+template <bool DIT, bool INVERSE, bool REVERSED_OUT>
+DEVICE void ntt_pass(const fr_t* in, fr_t* out, const fr_t* __restrict__ tw, u32 log_n, u32 log_hlo, u32 k,
                      u32 log_r) {
     extern __shared__ fr_t sh[];
     const u32 R = 1u << log_r;
@@ -32,17 +42,23 @@ DEVICE void ntt_pass(fr_t* __restrict__ data, const fr_t* __restrict__ tw, u32 l
 
     const u64 g0 = (u64)blockIdx.x << log_r;  // first group of this block
     const u64 q = g0 >> log_hlo;
-    const u32 r0 = (u32)(g0 & ((1u << log_hlo) - 1));
+    const u32 r0 = REVERSED_OUT ? 0 : (u32)(g0 & ((1u << log_hlo) - 1));
     const u64 base = (q << (log_hlo + k)) + r0;
+    const u32 G = log_n - k;
+    // Where element j of the block's group rr lives.
+    auto at = [&](u32 rr, u32 j) -> u64 {
+        if (REVERSED_OUT) return ((u64)(blockIdx.x + (rr << (G - log_r))) << k) + j;
+        return base + rr + ((u64)j << log_hlo);
+    };
 
     for (u32 i = threadIdx.x; i < E; i += blockDim.x) {
         u32 rr = i & (R - 1), j = i >> log_r;
-        sh[i] = data[base + rr + ((u64)j << log_hlo)];
+        sh[i] = in[at(rr, j)];
     }
     // Local stage j (half-size h = h_lo·2^j) multiplies by ω_{2h}^(x mod h),
     // x mod h = r + m·h_lo for m < 2^j: stored at tws[(2^j − 1 + m)·R + rr].
     for (u32 i = threadIdx.x; i < E - R; i += blockDim.x) {
-        const u32 rr = i & (R - 1), slot = (i >> log_r) + 1;  // 2^j + m
+        const u32 rr = REVERSED_OUT ? 0 : i & (R - 1), slot = (i >> log_r) + 1;  // 2^j + m
         const u32 j = 31 - __clz(slot), m = slot - (1u << j);
         tws[i] = twiddle<INVERSE>(tw, (r0 + rr + (m << log_hlo)) << (log_n - 1 - log_hlo - j), half_n);
     }
@@ -108,25 +124,39 @@ DEVICE void ntt_pass(fr_t* __restrict__ data, const fr_t* __restrict__ tw, u32 l
         __syncthreads();
     }
 
-    for (u32 i = threadIdx.x; i < E; i += blockDim.x) {
-        u32 rr = i & (R - 1), j = i >> log_r;
-        data[base + rr + ((u64)j << log_hlo)] = sh[i];
+    if (REVERSED_OUT) {
+        // Index q·2^k + j reversed is rev(j)·2^G + rev(blockIdx.x)·R + rev(rr).
+        const u64 mid = (u64)bitrev(blockIdx.x, G - log_r) << log_r;
+        for (u32 i = threadIdx.x; i < E; i += blockDim.x) {
+            const u32 rr_rev = i & (R - 1), j_rev = i >> log_r;
+            out[((u64)j_rev << G) | mid | rr_rev] = sh[bitrev(j_rev, k) * R + bitrev(rr_rev, log_r)];
+        }
+    } else {
+        for (u32 i = threadIdx.x; i < E; i += blockDim.x) {
+            u32 rr = i & (R - 1), j = i >> log_r;
+            out[at(rr, j)] = sh[i];
+        }
     }
 }
 
-#define NTT_PASS(NAME, DIT, INVERSE)                                                                      \
-    extern "C" __global__ void __launch_bounds__(256, 3)                                                  \
-        NAME(fr_t* __restrict__ data, const fr_t* __restrict__ tw, u32 log_n, u32 log_hlo, u32 k, u32 log_r) { \
-        ntt_pass<DIT, INVERSE>(data, tw, log_n, log_hlo, k, log_r);                                       \
+#define NTT_PASS(NAME, DIT, INVERSE)                                                                  \
+    extern "C" __global__ void __launch_bounds__(256, 3)                                              \
+        NAME(fr_t* data, const fr_t* __restrict__ tw, u32 log_n, u32 log_hlo, u32 k, u32 log_r) {       \
+        ntt_pass<DIT, INVERSE, false>(data, data, tw, log_n, log_hlo, k, log_r);                      \
     }
 NTT_PASS(ntt_pass_dif, false, false)
 NTT_PASS(ntt_pass_dif_inverse, false, true)
 NTT_PASS(ntt_pass_dit, true, false)
 NTT_PASS(ntt_pass_dit_inverse, true, true)
 
-DEVICE u32 bitrev(u32 i, u32 log_n) {
-    return log_n == 0 ? 0 : __brev(i) >> (32 - log_n);
-}
+#define NTT_LAST_PASS_REVERSED(NAME, INVERSE)                                                             \
+    extern "C" __global__ void __launch_bounds__(256, 3)                                                  \
+        NAME(const fr_t* __restrict__ in, fr_t* __restrict__ out, const fr_t* __restrict__ tw, u32 log_n, \
+             u32 k, u32 log_r) {                                                                          \
+        ntt_pass<false, INVERSE, true>(in, out, tw, log_n, 0, k, log_r);                                  \
+    }
+NTT_LAST_PASS_REVERSED(ntt_last_pass_reversed, false)
+NTT_LAST_PASS_REVERSED(ntt_last_pass_reversed_inverse, true)
 
 extern "C" __global__ void bit_reverse(fr_t* __restrict__ data, u32 log_n) {
     u32 i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use blstrs::Scalar;
 use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use ff::{Field, PrimeField};
 
 use crate::device::Gpu;
@@ -116,6 +116,22 @@ impl Pass {
         1 << (self.log_r + self.k)
     }
 
+    fn launch_config(&self, log_n: u32) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: ((1u64 << log_n) as u32 / self.elements(), 1, 1),
+            block_dim: ((self.elements() / 4).clamp(1, MAX_THREADS), 1, 1),
+            shared_mem_bytes: self.shared_bytes(),
+        }
+    }
+
+    /// A DIF transform's last pass (h_lo = 1) when it writes bit-reversed: its
+    /// block takes 2^log_r groups whose reversed indices are consecutive, so
+    /// that it writes runs of that many elements.
+    fn reversed_out(self, log_n: u32) -> Pass {
+        debug_assert_eq!(self.log_hlo, 0);
+        Pass { log_r: (log_n - self.k).min(BLOCK_ELEMENTS_LOG.saturating_sub(self.k)), ..self }
+    }
+
     /// The block's elements, then its stages' twiddles: 2^log_r per stage j, times 2^j.
     fn shared_bytes(&self) -> u32 {
         (2 * self.elements() - (1 << self.log_r)) * std::mem::size_of::<FrRaw>() as u32
@@ -150,6 +166,8 @@ struct Tables {
     twiddles: CudaSlice<FrRaw>,
     /// Coset scalings: (lo, hi) power tables keyed by what they multiply by.
     powers: HashMap<Scaling, (CudaSlice<FrRaw>, CudaSlice<FrRaw>)>,
+    /// The other half of a natural-order transform's double buffer, once one ran.
+    spare: Option<CudaSlice<FrRaw>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -185,7 +203,7 @@ impl Ntt {
             let half = 1usize << log_n.saturating_sub(1);
             let omega = root_of_unity(log_n);
             let twiddles = self.fill_powers(half, Scalar::ONE, omega)?;
-            self.tables.insert(log_n, Tables { twiddles, powers: HashMap::new() });
+            self.tables.insert(log_n, Tables { twiddles, powers: HashMap::new(), spare: None });
         }
         Ok(self.tables.get_mut(&log_n).unwrap())
     }
@@ -254,40 +272,94 @@ impl Ntt {
         unsafe { b.launch(LaunchConfig::for_num_elems(n as u32)) }.map(drop).during("launching scale_powers")
     }
 
+    /// A pass kernel, allowed the shared memory of the largest pass (elements
+    /// and staged twiddles together exceed the 48 KiB a launch gets by default).
+    fn pass_function(&self, name: &str) -> Result<CudaFunction, GpuError> {
+        let f = self.gpu.function(name)?;
+        f.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            MAX_PASS_SHARED as i32,
+        )
+        .during("raising a pass kernel's shared memory")?;
+        Ok(f)
+    }
+
     /// The unscaled transform: DIF from natural order, DIT from bit-reversed.
     fn transform(&mut self, buf: &mut FrBuffer, input: Order, inverse: bool) -> Result<Order, GpuError> {
-        let log_n = buf.log_n;
-        let mut passes = plan(log_n);
+        let mut passes = plan(buf.log_n);
         let dit = input == Order::BitReversed;
         if dit {
             passes.reverse();
         }
+        self.run_passes(buf, &passes, dit, inverse)?;
+        Ok(input.flip())
+    }
+
+    fn run_passes(
+        &mut self,
+        buf: &mut FrBuffer,
+        passes: &[Pass],
+        dit: bool,
+        inverse: bool,
+    ) -> Result<(), GpuError> {
         let name = match (dit, inverse) {
             (false, false) => "ntt_pass_dif",
             (false, true) => "ntt_pass_dif_inverse",
             (true, false) => "ntt_pass_dit",
             (true, true) => "ntt_pass_dit_inverse",
         };
-        let f = self.gpu.function(name)?;
-        // Elements and staged twiddles together exceed the 48 KiB a launch gets by default.
-        f.set_attribute(
-            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            MAX_PASS_SHARED as i32,
-        )
-        .during("raising ntt_pass's shared memory")?;
-        self.tables(log_n)?;
-        let tw = &self.tables[&log_n].twiddles;
+        let f = self.pass_function(name)?;
+        self.tables(buf.log_n)?;
+        let tw = &self.tables[&buf.log_n].twiddles;
         for p in passes {
-            let cfg = LaunchConfig {
-                grid_dim: ((1u64 << log_n) as u32 / p.elements(), 1, 1),
-                block_dim: ((p.elements() / 4).clamp(1, MAX_THREADS), 1, 1),
-                shared_mem_bytes: p.shared_bytes(),
-            };
             let mut b = self.gpu.stream().launch_builder(&f);
-            b.arg(&mut buf.data).arg(tw).arg(&log_n).arg(&p.log_hlo).arg(&p.k).arg(&p.log_r);
-            unsafe { b.launch(cfg) }.map(drop).during("launching ntt_pass")?;
+            b.arg(&mut buf.data).arg(tw).arg(&buf.log_n).arg(&p.log_hlo).arg(&p.k).arg(&p.log_r);
+            unsafe { b.launch(p.launch_config(buf.log_n)) }.map(drop).during("launching ntt_pass")?;
         }
-        Ok(input.flip())
+        Ok(())
+    }
+
+    /// The unscaled DIF transform from natural order to natural order: its
+    /// last pass writes bit-reversed into a second buffer, which becomes
+    /// `buf`'s storage; `buf`'s old storage is kept for the next call of this
+    /// size.
+    fn transform_natural(&mut self, buf: &mut FrBuffer, inverse: bool) -> Result<(), GpuError> {
+        let log_n = buf.log_n;
+        let mut passes = plan(log_n);
+        let Some(last) = passes.pop() else { return Ok(()) }; // a single element
+        self.run_passes(buf, &passes, false, inverse)?;
+        let last = last.reversed_out(log_n);
+        let f = self.pass_function(if inverse {
+            "ntt_last_pass_reversed_inverse"
+        } else {
+            "ntt_last_pass_reversed"
+        })?;
+        let mut out = match self.tables(log_n)?.spare.take() {
+            Some(spare) => spare,
+            None => self.gpu.zeros::<FrRaw>(1 << log_n)?,
+        };
+        let tw = &self.tables[&log_n].twiddles;
+        let mut b = self.gpu.stream().launch_builder(&f);
+        b.arg(&buf.data).arg(&mut out).arg(tw).arg(&log_n).arg(&last.k).arg(&last.log_r);
+        unsafe { b.launch(last.launch_config(log_n)) }
+            .map(drop)
+            .during("launching ntt_last_pass_reversed")?;
+        std::mem::swap(&mut buf.data, &mut out);
+        self.tables(log_n)?.spare = Some(out);
+        Ok(())
+    }
+
+    /// Coefficients → evaluations at ω^i, both in natural order, with no
+    /// separate bit-reversal pass. Holds a second buffer of `buf`'s size
+    /// from the first call of each size on.
+    pub fn forward_natural(&mut self, buf: &mut FrBuffer) -> Result<(), GpuError> {
+        self.transform_natural(buf, false)
+    }
+
+    /// Evaluations at ω^i → coefficients, both in natural order (see [`Ntt::forward_natural`]).
+    pub fn inverse_natural(&mut self, buf: &mut FrBuffer) -> Result<(), GpuError> {
+        self.transform_natural(buf, true)?;
+        self.scale(buf, Scaling::OverN, Order::Natural)
     }
 
     /// Coefficients → evaluations at ω^i. Returns the output order.
@@ -411,6 +483,12 @@ mod tests {
                 assert!(q.k <= MAX_PASS_STAGES && q.log_r <= q.log_hlo);
                 assert!(q.log_r + q.k <= BLOCK_ELEMENTS_LOG.max(q.k));
                 assert!(q.shared_bytes() <= MAX_PASS_SHARED);
+            }
+            let last = p.last().unwrap().reversed_out(log_n);
+            assert!(last.log_r + last.k <= BLOCK_ELEMENTS_LOG.max(last.k) && last.log_r + last.k <= log_n);
+            assert!(last.shared_bytes() <= MAX_PASS_SHARED);
+            if log_n >= 16 && last.k <= 8 {
+                assert!(last.log_r >= 2, "2^{log_n}: runs of at least 4 elements");
             }
         }
     }

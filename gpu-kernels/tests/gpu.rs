@@ -190,6 +190,26 @@ fn ntt_forward_inverse_and_cosets() {
         ntt.bit_reverse(&mut buf).unwrap();
         let rev = buf.download(&gpu).unwrap();
         assert!((0..n).all(|p| rev[p] == coeffs[bitrev(p, log_n)]));
+
+        // Natural order in and out (the last pass writes reversed into a second
+        // buffer): every element equals forward + bit reversal, checked above.
+        // Twice, so that the second call writes over the first's stale buffer.
+        ntt.forward(&mut buf, Order::BitReversed).unwrap(); // bit-reversed coefficients → natural evaluations
+        let expected = buf.download(&gpu).unwrap();
+        for round in 0..2 {
+            let mut nat = FrBuffer::upload(&gpu, &coeffs).unwrap();
+            ntt.forward_natural(&mut nat).unwrap();
+            let got = nat.download(&gpu).unwrap();
+            let wrong = (0..n).filter(|&i| got[i] != expected[i]).count();
+            assert_eq!(wrong, 0, "forward_natural, n=2^{log_n}, round {round}: {wrong} elements differ");
+            check_evals(&coeffs, &got, Order::Natural, Scalar::ONE, "forward natural");
+            ntt.inverse_natural(&mut nat).unwrap();
+            assert_eq!(
+                nat.download(&gpu).unwrap(),
+                coeffs,
+                "inverse_natural(forward_natural(x)) = x, n=2^{log_n}"
+            );
+        }
     }
 }
 
