@@ -64,16 +64,6 @@ struct g1_jacobian {
     }
 };
 
-// Whether a field's point formulas are inlined (see xyzz_t::dbl).
-template <class F>
-struct inline_formulas {
-    static constexpr bool value = true;
-};
-template <>
-struct inline_formulas<fp2_t> {
-    static constexpr bool value = false;
-};
-
 template <class F>
 struct xyzz_t {
     F X, Y, ZZ, ZZZ;
@@ -95,24 +85,9 @@ struct xyzz_t {
         return r;
     }
 
-    // Doubling and full addition serve the reductions and the rare cases of
-    // the mixed addition. G1's are inlined where the reductions use them (a
-    // call keeps both points in local memory, at several times the cost);
-    // G2's never are, because inlining the Fp2 formulas everywhere multiplies
-    // NVRTC's compile time.
-    DEVICE xyzz_t dbl() const {
-        if constexpr (inline_formulas<F>::value) return dbl_body();
-        else return dbl_outlined();
-    }
-    __device__ __noinline__ xyzz_t dbl_outlined() const { return dbl_body(); }
-    DEVICE void add(const xyzz_t& q) {
-        if constexpr (inline_formulas<F>::value) add_body(q);
-        else add_outlined(q);
-    }
-    __device__ __noinline__ void add_outlined(const xyzz_t& q) { add_body(q); }
-
-    // dbl-2008-s-1 (a = 0)
-    DEVICE xyzz_t dbl_body() const {
+    // dbl-2008-s-1 (a = 0). Not inlined: it is off the hot path, and inlining
+    // every use multiplies NVRTC's compile time.
+    __device__ __noinline__ xyzz_t dbl() const {
         if (is_inf()) return *this;
         F U = Y.dbl();
         F V = U.sqr();
@@ -140,7 +115,7 @@ struct xyzz_t {
         F P = U2 - X;
         F R = S2 - Y;
         if (P.is_zero()) {
-            *this = R.is_zero() ? from_affine(q).dbl_outlined() : inf();
+            *this = R.is_zero() ? from_affine(q).dbl() : inf();
             return;
         }
         F PP = P.sqr();
@@ -153,8 +128,8 @@ struct xyzz_t {
         ZZZ = ZZZ * PPP;
     }
 
-    // add-2008-s: this += q
-    DEVICE void add_body(const xyzz_t& q) {
+    // add-2008-s: this += q (bucket reduction; not inlined, as dbl)
+    __device__ __noinline__ void add(const xyzz_t& q) {
         if (q.is_inf()) return;
         if (is_inf()) {
             *this = q;
@@ -167,7 +142,7 @@ struct xyzz_t {
         F P = U2 - U1;
         F R = S2 - S1;
         if (P.is_zero()) {
-            *this = R.is_zero() ? dbl_outlined() : inf();
+            *this = R.is_zero() ? dbl() : inf();
             return;
         }
         F PP = P.sqr();

@@ -267,10 +267,10 @@ DEVICE void bucket_reduce(const X* __restrict__ buckets, u32 c, u32 windows, u32
     // sum = Σ (b − lo + 1)·B_b; add lo·Σ B_b by double-and-add.
     X extra = X::inf();
     for (int bit = 31; bit >= 0; bit--) {
-        extra = extra.dbl_outlined();  // 32 doublings against 2·(hi − lo) additions: not worth its code
-        if ((lo >> bit) & 1) extra.add_outlined(running);
+        extra = extra.dbl();
+        if ((lo >> bit) & 1) extra.add(running);
     }
-    sum.add_outlined(extra);
+    sum.add(extra);
     chunk_out[j] = sum;
 }
 
