@@ -15,7 +15,8 @@
 //  3. msm_accumulate: the sorted list is cut into equal segments, one per
 //     thread, so that work is balanced however the digits fall. A bucket run
 //     inside one segment is written straight to its bucket; runs that cross a
-//     segment boundary leave partial sums, which msm_fixup adds up.
+//     segment boundary leave partial sums, which msm_fixup (a thread per
+//     bucket) and msm_fixup_long (a block per bucket with many) add up.
 //  4. msm_bucket_reduce: Σ (b+1)·B_b per bucket set, in chunks (running sums).
 //  5. msm_sum_groups, repeated: the chunk sums added as trees, one block per
 //     group, until one sum per bucket set is left.
@@ -226,28 +227,55 @@ DEVICE void block_tree_sum(X* red, const X& acc) {
     }
 }
 
-// One block per partial slot; blocks whose slot does not start a crossing
-// bucket exit at once. The others sum the bucket's partials (which follow
-// their slot contiguously, with empty slots interspersed) with all threads of
-// the block, then as a tree, so a bucket holding most of the digits (as with
-// mostly-0/1 witnesses) costs a few hundred additions per thread, not one
-// thread's walk over every partial.
+// Buckets whose runs cross segment boundaries get their partial sums added
+// here. The partials of one bucket occupy consecutive slots, its first
+// flagged PART_START, with empty slots interspersed. Most such buckets have
+// two or three partials: one thread per slot adds them (fixup). A thread
+// that finds no end within FIXUP_SCAN slots (a digit held by most scalars, as
+// with mostly-0/1 witnesses) lists its bucket for fixup_long, whose blocks
+// sum each listed bucket's partials with all their threads, then as a tree.
+#define FIXUP_SCAN 16u
+
 template <class X>
 DEVICE void fixup(const u32* __restrict__ part_key, const X* __restrict__ part_val, u32 slots,
-                  X* __restrict__ buckets, X* red) {
-    const u32 j = blockIdx.x, t = threadIdx.x;
+                  X* __restrict__ buckets, u32* __restrict__ long_starts, u32* __restrict__ long_count) {
+    const u32 j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= slots) return;
     const u32 k = part_key[j];
     if (k == KEY_NONE || !(k & PART_START)) return;
     const u32 bucket = k & ~PART_START;
-    X acc = t == 0 ? part_val[j] : X::inf();
-    for (u32 i = j + 1 + t; i < slots; i += blockDim.x) {
+    X acc = part_val[j];
+    for (u32 i = j + 1; i < slots; i++) {
+        if (i - j > FIXUP_SCAN) {
+            long_starts[atomicAdd(long_count, 1u)] = j;
+            return;
+        }
         const u32 ki = part_key[i];
         if (ki == KEY_NONE) continue;
         if (ki != bucket) break;  // past the run: a later bucket, or the next start flag
         acc.add(part_val[i]);
     }
-    block_tree_sum(red, acc);
-    if (t == 0) buckets[bucket] = red[0];
+    buckets[bucket] = acc;
+}
+
+template <class X>
+DEVICE void fixup_long(const u32* __restrict__ part_key, const X* __restrict__ part_val, u32 slots,
+                       const u32* __restrict__ long_starts, const u32* __restrict__ long_count,
+                       X* __restrict__ buckets, X* red) {
+    const u32 t = threadIdx.x, listed = *long_count;
+    for (u32 e = blockIdx.x; e < listed; e += gridDim.x) {
+        const u32 j = long_starts[e];
+        const u32 bucket = part_key[j] & ~PART_START;
+        X acc = t == 0 ? part_val[j] : X::inf();
+        for (u32 i = j + 1 + t; i < slots; i += blockDim.x) {
+            const u32 ki = part_key[i];
+            if (ki == KEY_NONE) continue;
+            if (ki != bucket) break;
+            acc.add(part_val[i]);
+        }
+        block_tree_sum(red, acc);  // ends with a barrier: red is free for the next bucket
+        if (t == 0) buckets[bucket] = red[0];
+    }
 }
 
 // chunk_out[w·K + k] = Σ_{b in chunk k of window w} (b+1)·B_b.
@@ -300,8 +328,15 @@ extern __shared__ __align__(16) unsigned char msm_shared[];
         accumulate<A, X>(bases, sorted_idx, offsets, nbuckets, threads, buckets, part_key, part_val);        \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(128) msm_fixup##SFX(                                        \
-        const u32* __restrict__ part_key, const X* __restrict__ part_val, u32 slots, X* __restrict__ buckets) { \
-        fixup<X>(part_key, part_val, slots, buckets, reinterpret_cast<X*>(msm_shared));                      \
+        const u32* __restrict__ part_key, const X* __restrict__ part_val, u32 slots, X* __restrict__ buckets, \
+        u32* __restrict__ long_starts, u32* __restrict__ long_count) {                                        \
+        fixup<X>(part_key, part_val, slots, buckets, long_starts, long_count);                               \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(128) msm_fixup_long##SFX(                                   \
+        const u32* __restrict__ part_key, const X* __restrict__ part_val, u32 slots,                         \
+        const u32* __restrict__ long_starts, const u32* __restrict__ long_count, X* __restrict__ buckets) {   \
+        fixup_long<X>(part_key, part_val, slots, long_starts, long_count, buckets,                            \
+                      reinterpret_cast<X*>(msm_shared));                                                      \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(128, REDUCE_BLOCKS) msm_bucket_reduce##SFX(                 \
         const X* __restrict__ buckets, u32 c, u32 windows, u32 chunks, X* __restrict__ chunk_out) {           \

@@ -48,6 +48,8 @@ struct Plan {
     /// Chunks per set in the bucket reduction: one full wave over all sets,
     /// each chunk at least 16 buckets.
     chunks: u32,
+    /// Blocks of msm_fixup_long, which loop over the buckets listed for them.
+    fixup_long_blocks: u32,
 }
 
 impl Plan {
@@ -68,6 +70,7 @@ impl Plan {
             stride,
             accumulate_threads: (multiprocessors * HEAVY_BLOCK * ACCUMULATE_BLOCKS_PER_SM).max(1),
             chunks: (wave / sets).clamp(1, (buckets_per_set / 16).max(1)),
+            fixup_long_blocks: (2 * multiprocessors).max(1),
         }
     }
 
@@ -329,14 +332,36 @@ impl Msm {
             &mut part_key,
             &mut part_val
         )?;
+        // Crossing buckets: a thread each, then a block each for those with many partials.
         let slots = 2 * threads;
-        let fixup_cfg = LaunchConfig {
-            grid_dim: (slots, 1, 1),
+        let mut long_starts = gpu.zeros::<u32>(threads as usize)?;
+        let mut long_count = gpu.zeros::<u32>(1)?;
+        launch!(
+            curve_kernel("msm_fixup"),
+            heavy(slots),
+            &part_key,
+            &part_val,
+            &slots,
+            &mut buckets,
+            &mut long_starts,
+            &mut long_count
+        )?;
+        let long_cfg = LaunchConfig {
+            grid_dim: (plan.fixup_long_blocks, 1, 1),
             block_dim: (HEAVY_BLOCK, 1, 1),
             shared_mem_bytes: HEAVY_BLOCK * std::mem::size_of::<C::XyzzRaw>() as u32,
         };
-        launch!(curve_kernel("msm_fixup"), fixup_cfg, &part_key, &part_val, &slots, &mut buckets)?;
-        drop((sorted_idx, offsets, part_key, part_val));
+        launch!(
+            curve_kernel("msm_fixup_long"),
+            long_cfg,
+            &part_key,
+            &part_val,
+            &slots,
+            &long_starts,
+            &long_count,
+            &mut buckets
+        )?;
+        drop((sorted_idx, offsets, part_key, part_val, long_starts, long_count));
         // 4. Σ (b+1)·B_b per bucket set, in chunks
         let chunks = plan.chunks;
         let mut sums = gpu.zeros::<C::XyzzRaw>((sets * chunks) as usize)?;
@@ -394,6 +419,7 @@ mod tests {
         assert_eq!(shifted.chunks, 132 * 3 * 128, "one full wave of the reduction");
         assert_eq!(shifted.scatter_passes().collect::<Vec<_>>(), [(0, 1 << 20), (1 << 20, 1 << 21)]);
         assert_eq!(shifted.sum_levels().collect::<Vec<_>>(), [(50688, 396), (396, 4), (4, 1)]);
+        assert_eq!(shifted.fixup_long_blocks, 2 * 132);
 
         let big = Plan::new(1 << 26, Layout::Shifted { c: 24, stride: 1 << 26 }, sms);
         assert_eq!((big.windows, big.scatter_passes().count()), (11, 8));
