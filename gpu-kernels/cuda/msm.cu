@@ -294,7 +294,7 @@ DEVICE void bucket_reduce(const X* __restrict__ buckets, u32 c, u32 windows, u32
     }
     // sum = Σ (b − lo + 1)·B_b; add lo·Σ B_b by double-and-add.
     X extra = X::inf();
-    for (int bit = 31; bit >= 0; bit--) {
+    for (int bit = 31 - __clz(lo); bit >= 0; bit--) {  // from lo's top bit (none when lo = 0)
         extra = extra.dbl();
         if ((lo >> bit) & 1) extra.add(running);
     }
@@ -348,20 +348,20 @@ extern __shared__ __align__(16) unsigned char msm_shared[];
         sum_groups<X>(in, m, len, groups, out, reinterpret_cast<X*>(msm_shared));                            \
     }
 
-MSM_KERNELS(, g1_affine, g1_xyzz, 4, 3)
+MSM_KERNELS(, g1_affine, g1_xyzz, 4, 4)
 MSM_KERNELS(_g2, g2_affine, g2_xyzz, 1, 1)
 
-// table[k·n + i] = 2^(c·k)·in[i] for k < copies (affine; copy 0 is the input).
+// table[k·n + i] = 2^(c·k)·table[i] for 0 < k < copies (affine; copy 0
+// holds the bases, so that the table is all the memory this needs).
 // One thread per point: the doublings run in Jacobian coordinates, the
 // copies' X, Y parked in the table and their Z in local memory, and all
 // copies are normalised with one inversion (Montgomery's trick).
 #define SHIFT_MAX_COPIES 32u
-extern "C" __global__ void __launch_bounds__(128) msm_shift_bases(const g1_affine* __restrict__ in, u32 n, u32 c,
-                                                                  u32 copies, g1_affine* __restrict__ table) {
+extern "C" __global__ void __launch_bounds__(128) msm_shift_bases(u32 n, u32 c, u32 copies,
+                                                                  g1_affine* __restrict__ table) {
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n || copies > SHIFT_MAX_COPIES) return;
-    const g1_affine p = in[i];
-    table[i] = p;
+    const g1_affine p = table[i];
     if (p.is_inf()) {
         for (u32 k = 1; k < copies; k++) table[(u64)k * n + i] = p;
         return;

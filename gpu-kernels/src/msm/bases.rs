@@ -74,13 +74,16 @@ impl Bases<G1> {
             )));
         }
         let stream = gpu.stream();
-        let plain = stream.clone_htod(G1::as_raw(points)).during("copying bases to the device")?;
+        // The bases go straight into copy 0, from which the kernel computes the others.
         let mut table = unsafe { stream.alloc::<G1AffineRaw>(len * copies as usize) }
             .during("allocating the shifted bases")?;
+        stream
+            .memcpy_htod(G1::as_raw(points), &mut table.slice_mut(..len))
+            .during("copying bases to the device")?;
         let f = gpu.function("msm_shift_bases")?;
         let mut b = stream.launch_builder(&f);
         let n32 = len as u32;
-        b.arg(&plain).arg(&n32).arg(&c).arg(&copies).arg(&mut table);
+        b.arg(&n32).arg(&c).arg(&copies).arg(&mut table);
         // SAFETY: argument types and order match the kernel's signature.
         unsafe { b.launch(heavy(n32)) }.during("launching msm_shift_bases")?;
         gpu.synchronize()?;
