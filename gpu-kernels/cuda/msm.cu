@@ -348,7 +348,7 @@ extern __shared__ __align__(16) unsigned char msm_shared[];
         sum_groups<X>(in, m, len, groups, out, reinterpret_cast<X*>(msm_shared));                            \
     }
 
-MSM_KERNELS(, g1_affine, g1_xyzz, 4, 4)
+MSM_KERNELS(, g1_affine, g1_xyzz, 4, 3)
 MSM_KERNELS(_g2, g2_affine, g2_xyzz, 1, 1)
 
 // table[k·n + i] = 2^(c·k)·table[i] for 0 < k < copies (affine; copy 0
