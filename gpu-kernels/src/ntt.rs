@@ -2,7 +2,10 @@
 //!
 //! Forward transforms taking natural order return bit-reversed order (DIF);
 //! those taking bit-reversed order return natural order (DIT). Chaining them
-//! (as [`Ntt::quotient`] does) avoids every bit-reversal pass.
+//! (as [`Ntt::quotient`] does) avoids every bit-reversal pass. Where natural
+//! order is wanted on both sides, [`Ntt::forward_natural`] and
+//! [`Ntt::inverse_natural`] fold the reversal into the last pass, at the cost
+//! of a second buffer of the transform's size kept per size.
 
 use std::collections::HashMap;
 use std::sync::Arc;
