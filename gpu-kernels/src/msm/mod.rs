@@ -157,7 +157,7 @@ impl Msm {
         Self { gpu }
     }
 
-    /// Σ scalars[i]·bases[i] over the first `scalars.len()` bases.
+    /// Σ `scalars[i]·bases[i]` over the first `scalars.len()` bases.
     pub fn run<C: MsmCurve>(&self, bases: &Bases<C>, scalars: &[Scalar]) -> Result<C::Projective, GpuError> {
         let gpu = &*self.gpu;
         let n = scalars.len();
@@ -192,7 +192,7 @@ impl Msm {
         }
     }
 
-    /// Σ scalars[i]·bases[i] with the bases streamed from pinned host memory:
+    /// Σ `scalars[i]·bases[i]` with the bases streamed from pinned host memory:
     /// chunk k+1 is copied on a second stream while chunk k is summed.
     pub fn run_streamed(
         &self,
