@@ -121,7 +121,7 @@ fn powers(x: Scalar, len: usize) -> Vec<Scalar> {
     out
 }
 
-/// v[i] *= c · x^i.
+/// `v[i] *= c · x^i`.
 pub fn distribute_powers(v: &mut [Scalar], c: Scalar, x: Scalar) {
     distribute_or_fill(v, c, x, false);
 }

@@ -62,7 +62,7 @@ fn scalar_bytes(scalars: &[Scalar]) -> Vec<u8> {
     out
 }
 
-/// Σ scalars[i] · bases[i]; the slices must have equal length.
+/// Σ `scalars[i] · bases[i]`; the slices must have equal length.
 pub fn msm<G: MsmGroup>(bases: &[G::Affine], scalars: &[Scalar]) -> G {
     assert_eq!(bases.len(), scalars.len(), "MSM needs one scalar per base");
     const CHUNK: usize = 1 << 14;
