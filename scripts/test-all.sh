@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test provd has, on any machine: installs what the tests need, checks
-# formatting and lints, builds the binary the end-to-end tests start, runs the
+# formatting, lints and doc links, builds the binary the end-to-end tests start, runs the
 # whole workspace's tests, then shows what the GPU tests did (ran, or were
 # skipped and why). GPU tests run for real with scripts/gpu-run.sh on a GPU.
 set -euo pipefail
@@ -41,6 +41,7 @@ node --test dashboard/test/
 
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 cargo build --release --bins
 cargo test --release --workspace
 echo "GPU tests here (on a GPU machine they run for real: scripts/gpu-run.sh):"
