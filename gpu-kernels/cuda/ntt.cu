@@ -57,6 +57,7 @@ DEVICE void ntt_pass(const fr_t* in, fr_t* out, const fr_t* __restrict__ tw, u32
     }
     // Local stage j (half-size h = h_lo·2^j) multiplies by ω_{2h}^(x mod h),
     // x mod h = r + m·h_lo for m < 2^j: stored at tws[(2^j − 1 + m)·R + rr].
+    // (With REVERSED_OUT every group has r = 0: the R copies are equal.)
     for (u32 i = threadIdx.x; i < E - R; i += blockDim.x) {
         const u32 rr = REVERSED_OUT ? 0 : i & (R - 1), slot = (i >> log_r) + 1;  // 2^j + m
         const u32 j = 31 - __clz(slot), m = slot - (1u << j);
