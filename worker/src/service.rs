@@ -171,13 +171,11 @@ impl Service {
         })?)
     }
 
-    /// The state of everything now.
-    pub fn snapshot(&self) -> Snapshot {
+    /// Device memory per GPU now; also sets the GPU memory gauges, which
+    /// nothing else updates (a scrape of /metrics calls this).
+    pub fn gpu_memory(&self) -> Vec<GpuMemory> {
         let m = self.engine.metrics();
-        let ledger = self.engine.ledger();
-        let count = |v: &prometheus::IntCounterVec, o: Outcome| v.with_label_values(&[o.name()]).get();
-        let gpus = self
-            .gpus
+        self.gpus
             .iter()
             .filter_map(|g| {
                 let (free, total) = g.memory().ok()?;
@@ -190,7 +188,14 @@ impl Service {
                     total_bytes: total as u64,
                 })
             })
-            .collect();
+            .collect()
+    }
+
+    /// The state of everything now.
+    pub fn snapshot(&self) -> Snapshot {
+        let m = self.engine.metrics();
+        let ledger = self.engine.ledger();
+        let count = |v: &prometheus::IntCounterVec, o: Outcome| v.with_label_values(&[o.name()]).get();
         Snapshot {
             t: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
             stages: crate::pipeline::STAGES
@@ -210,7 +215,7 @@ impl Service {
             jobs_succeeded: count(&m.jobs, Outcome::Succeeded),
             jobs_failed: count(&m.jobs, Outcome::Failed),
             jobs_cancelled: count(&m.jobs, Outcome::Cancelled),
-            gpus,
+            gpus: self.gpu_memory(),
         }
     }
 

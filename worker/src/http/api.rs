@@ -17,8 +17,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{ApiError, AppState};
-use crate::pipeline::{JobId, JobStatus, Stage};
-use crate::service::{format_scalar, PartitionRequest};
+use crate::pipeline::{JobId, JobStatus, Stage, SubmitError};
+use crate::service::{format_scalar, PartitionRequest, RequestError};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -39,11 +39,7 @@ pub async fn prove(
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ApiError> {
     if state.draining.load(Ordering::Acquire) {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "provd is shutting down; send the job elsewhere",
-        )
-        .retry_after(10));
+        return Err(RequestError::Submit(SubmitError::ShuttingDown).into());
     }
     let body = body.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
@@ -203,8 +199,7 @@ pub async fn events(
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let service = state.service.clone();
-    // Refreshes the GPU memory gauges as a side effect.
-    let _ = tokio::task::spawn_blocking(move || service.snapshot()).await;
+    let _ = tokio::task::spawn_blocking(move || service.gpu_memory()).await; // refreshes their gauges
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         state.service.engine.metrics().render(),

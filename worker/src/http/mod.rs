@@ -27,7 +27,6 @@ pub struct AppState {
     pub service: Arc<Service>,
     token: Option<String>,
     draining: AtomicBool,
-    /// One snapshot per tick, for /v1/events.
     /// Each tick's "snapshot" event data (the snapshot and the recent jobs),
     /// encoded once for every event stream.
     ticks: broadcast::Sender<Arc<String>>,
