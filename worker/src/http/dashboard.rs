@@ -40,8 +40,16 @@ mod tests {
     #[test]
     fn every_file_the_page_loads_is_embedded() {
         let index = String::from_utf8(Assets::get("index.html").unwrap().data.into_owned()).unwrap();
-        for f in ["style.css", "charts.js", "app.js"] {
-            assert!(index.contains(f), "index.html loads {f}");
+        // Every local src="…" / href="…" of the page (not data: URLs).
+        let loaded: Vec<&str> = ["src=\"", "href=\""]
+            .iter()
+            .flat_map(|attr| index.split(attr).skip(1).filter_map(|rest| rest.split('"').next()))
+            .filter(|f| !f.contains(':'))
+            .collect();
+        for f in ["style.css", "charts.js", "sse.js", "app.js"] {
+            assert!(loaded.contains(&f), "index.html loads {f}: {loaded:?}");
+        }
+        for f in &loaded {
             assert!(Assets::get(f).is_some(), "{f} embedded");
         }
         assert!(Assets::get("test/charts.test.js").is_none(), "tests are not shipped");
