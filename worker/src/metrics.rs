@@ -211,12 +211,16 @@ impl Default for Metrics {
     }
 }
 
-/// This process's resident memory, from /proc (0 where there is none).
+/// This process's resident memory, from /proc/self/status's VmRSS (in KiB,
+/// whatever the page size; 0 where there is no /proc).
 pub fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
+    std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
-        .map_or(0, |pages| pages * 4096)
+        .and_then(|s| {
+            let kib = s.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+            kib.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib * 1024)
 }
 
 /// Runs `promtool check metrics` on an exposition. `None` when promtool is

@@ -43,7 +43,7 @@ fn rss_growth_of_a_partition_matches_its_estimate() {
         let id = engine.submit(spec).unwrap();
         assert_eq!(engine.wait(id, None).unwrap().outcome, Some(Outcome::Succeeded));
     };
-    assert!(rss_bytes() > 0, "/proc/self/statm is readable");
+    assert!(rss_bytes() > 0, "VmRSS in /proc/self/status is readable");
     run(1); // warm-up: thread pools, blst's scratch, lazily built tables
     unsafe { malloc_trim(0) };
     std::thread::sleep(Duration::from_millis(50));
