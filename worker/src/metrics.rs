@@ -183,7 +183,7 @@ impl Metrics {
             m.buffer_bytes.with_label_values(&[c.name()]).set(0);
         }
         for stage in crate::pipeline::STAGES {
-            m.partitions_in_stage.with_label_values(&[stage]).set(0);
+            m.partitions_in_stage.with_label_values(&[stage.name()]).set(0);
         }
         for o in ["succeeded", "failed", "cancelled"] {
             m.jobs.with_label_values(&[o]);

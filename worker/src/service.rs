@@ -200,7 +200,7 @@ impl Service {
             t: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
             stages: crate::pipeline::STAGES
                 .iter()
-                .map(|st| (*st, m.partitions_in_stage.with_label_values(&[st]).get()))
+                .map(|st| (st.name(), m.partitions_in_stage.with_label_values(&[st.name()]).get()))
                 .collect(),
             buffers: ledger.counts(),
             buffer_bytes: ledger.bytes(),

@@ -38,6 +38,22 @@ pub enum Stage {
     Cancelled,
 }
 
+impl Stage {
+    /// The stage's name in JSON and in metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Queued => "queued",
+            Stage::Synthesis => "synthesis",
+            Stage::GpuQueue => "gpu_queue",
+            Stage::ProveStart => "prove_start",
+            Stage::ProveFinish => "prove_finish",
+            Stage::Done => "done",
+            Stage::Failed => "failed",
+            Stage::Cancelled => "cancelled",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {

@@ -34,14 +34,14 @@ pub use job::{JobId, JobSpec, JobStatus, Outcome, PartitionStatus, Stage, StageT
 use memory::{Budget, Reservation};
 
 /// The stages an admitted partition is counted in (`provd_partitions_in_stage`).
-pub const STAGES: [&str; 4] = ["synthesis", "gpu_queue", "prove_start", "prove_finish"];
+pub const STAGES: [Stage; 4] = [Stage::Synthesis, Stage::GpuQueue, Stage::ProveStart, Stage::ProveFinish];
 
 /// Counts a partition in one stage for as long as it lives.
 struct InStage(prometheus::IntGauge);
 
 impl InStage {
-    fn enter(s: &Shared, stage: &'static str) -> Self {
-        let g = s.metrics.partitions_in_stage.with_label_values(&[stage]);
+    fn enter(s: &Shared, stage: Stage) -> Self {
+        let g = s.metrics.partitions_in_stage.with_label_values(&[stage.name()]);
         g.inc();
         Self(g)
     }
@@ -122,7 +122,7 @@ struct ToFinish {
     pending: PendingProof,
     held: Held,
     pending_guard: BufferGuard,
-    _stage: InStage,
+    stage: InStage,
     ticket: Ticket,
 }
 
@@ -387,13 +387,13 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     let (job, index) = (ticket.job.clone(), ticket.index);
     let fp = Footprint::of(&job.key);
     let synth = s.ledger.guard(BufferClass::Synth, 0, None);
-    let in_stage = InStage::enter(s, "synthesis");
+    let in_stage = InStage::enter(s, Stage::Synthesis);
     job.set_stage(index, Stage::Synthesis);
     transition(s, job.id, index, "synthesis start");
     let t = Instant::now();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(synthesize));
     let secs = t.elapsed().as_secs_f64();
-    s.metrics.stage_duration.with_label_values(&["synthesis"]).observe(secs);
+    s.metrics.stage_duration.with_label_values(&[Stage::Synthesis.name()]).observe(secs);
     job.record(index, |t| t.synthesis = Some(secs));
     // Every guard is dropped before the ticket ends the partition, so that a
     // job is never seen ended while its gauges still count it.
@@ -426,7 +426,7 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     drop((synth, in_stage));
     job.set_stage(index, Stage::GpuQueue);
     transition(s, job.id, index, "synthesis end");
-    let stage = InStage::enter(s, "gpu_queue");
+    let stage = InStage::enter(s, Stage::GpuQueue);
     let item = InGpuQueue { ticket, witness, abc, held, stage, enqueued: Instant::now() };
     // Rule 1: the permit is held while this blocks on a full queue, so at most
     // `partition_permits` synthesized partitions wait in front of it. (Dropping
@@ -455,20 +455,20 @@ fn gpu_worker(s: &Arc<Shared>, backend: Arc<dyn Backend>, rx: Receiver<InGpuQueu
         drop(stage);
         let (job, index) = (ticket.job.clone(), ticket.index);
         let waited = enqueued.elapsed().as_secs_f64();
-        s.metrics.stage_duration.with_label_values(&["gpu_queue"]).observe(waited);
+        s.metrics.stage_duration.with_label_values(&[Stage::GpuQueue.name()]).observe(waited);
         job.record(index, |t| t.gpu_queue = Some(waited));
         if job.is_cancelled() {
             continue; // dropping the item frees its buffers and memory
         }
         job.set_stage(index, Stage::ProveStart);
-        let on_gpu = InStage::enter(s, "prove_start");
+        let on_gpu = InStage::enter(s, Stage::ProveStart);
         let t = Instant::now();
         let result =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| backend.prove_start(&job.key, witness)));
         let secs = t.elapsed().as_secs_f64();
         busy.inc_by(secs);
         drop((abc, on_gpu)); // a/b/c are gone once prove_start returns
-        s.metrics.stage_duration.with_label_values(&["prove_start"]).observe(secs);
+        s.metrics.stage_duration.with_label_values(&[Stage::ProveStart.name()]).observe(secs);
         job.record(index, |t| t.prove_start = Some(secs));
         transition(s, job.id, index, "abc freed");
         let pending = match result {
@@ -485,8 +485,8 @@ fn gpu_worker(s: &Arc<Shared>, backend: Arc<dyn Backend>, rx: Receiver<InGpuQueu
             }
         };
         let pending_guard = s.ledger.guard(BufferClass::Pending, 0, None);
-        let stage = InStage::enter(s, "prove_finish");
-        let item = ToFinish { backend: backend.clone(), ticket, pending, held, pending_guard, _stage: stage };
+        let stage = InStage::enter(s, Stage::ProveFinish);
+        let item = ToFinish { backend: backend.clone(), ticket, pending, held, pending_guard, stage };
         // Blocks while every finalize thread is busy and its queue is full.
         if s.finalize_tx.send(item).is_err() {
             return;
@@ -507,7 +507,7 @@ fn finalizer(s: &Shared, rx: Receiver<ToFinish>) {
 }
 
 fn finish_partition(s: &Shared, item: ToFinish) {
-    let ToFinish { backend, ticket, pending, held, pending_guard, _stage } = item;
+    let ToFinish { backend, ticket, pending, held, pending_guard, stage } = item;
     let (job, index) = (ticket.job.clone(), ticket.index);
     if job.is_cancelled() {
         return;
@@ -519,9 +519,9 @@ fn finish_partition(s: &Shared, item: ToFinish) {
         backend.prove_finish(&job.key, pending, Blinding::random(&mut rand::rngs::OsRng))
     }));
     let secs = t.elapsed().as_secs_f64();
-    s.metrics.stage_duration.with_label_values(&["prove_finish"]).observe(secs);
+    s.metrics.stage_duration.with_label_values(&[Stage::ProveFinish.name()]).observe(secs);
     job.record(index, |t| t.prove_finish = Some(secs));
-    drop((held, pending_guard, _stage));
+    drop((held, pending_guard, stage));
     transition(s, job.id, index, "dealloc");
     match result {
         Ok(Ok(proof)) => ticket.succeed(proof, public),

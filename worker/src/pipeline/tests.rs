@@ -53,7 +53,10 @@ fn engine(config: PipelineConfig, gpu_delay: Duration) -> Engine {
 fn assert_all_released(e: &Engine) {
     // Guards drop on the worker threads just after a job ends; allow a moment.
     let in_stages = || {
-        STAGES.iter().map(|st| e.metrics().partitions_in_stage.with_label_values(&[st]).get()).sum::<i64>()
+        STAGES
+            .iter()
+            .map(|st| e.metrics().partitions_in_stage.with_label_values(&[st.name()]).get())
+            .sum::<i64>()
     };
     for _ in 0..100 {
         if e.ledger().counts() == buffers::ClassCounts::default()
@@ -74,7 +77,8 @@ fn assert_all_released(e: &Engine) {
     }
     assert_eq!(m.memory_reserved_bytes.get(), 0);
     for stage in STAGES {
-        assert_eq!(m.partitions_in_stage.with_label_values(&[stage]).get(), 0, "partitions in {stage}");
+        let left = m.partitions_in_stage.with_label_values(&[stage.name()]).get();
+        assert_eq!(left, 0, "partitions in {}", stage.name());
     }
 }
 
@@ -227,5 +231,13 @@ fn exposition_passes_promtool() {
             );
             eprintln!("skipped: promtool not installed (Debian package `prometheus`)");
         }
+    }
+}
+
+#[test]
+fn stage_names_are_their_json_names() {
+    use Stage::*;
+    for st in [Queued, Synthesis, GpuQueue, ProveStart, ProveFinish, Done, Failed, Cancelled] {
+        assert_eq!(serde_json::to_value(st).unwrap(), st.name(), "{st:?}");
     }
 }
