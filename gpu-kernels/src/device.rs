@@ -95,8 +95,9 @@ impl Gpu {
     }
 
     /// Page-locked host memory for `len` elements, so copies to the device
-    /// are asynchronous DMA.
-    pub fn pinned<T: cudarc::driver::DeviceRepr>(
+    /// are asynchronous DMA. Uninitialised: crate-private, for callers that
+    /// fill all of it before reading it.
+    pub(crate) fn pinned<T: cudarc::driver::DeviceRepr>(
         &self,
         len: usize,
     ) -> Result<cudarc::driver::PinnedHostSlice<T>, GpuError> {

@@ -161,9 +161,7 @@ impl Msm {
     pub fn run<C: MsmCurve>(&self, bases: &Bases<C>, scalars: &[Scalar]) -> Result<C::Projective, GpuError> {
         let gpu = &*self.gpu;
         let n = scalars.len();
-        if n > bases.len() {
-            return Err(GpuError::Invalid(format!("{n} scalars for {} bases", bases.len())));
-        }
+        check_terms(n, bases.len(), n)?; // before copying the scalars
         if n == 0 {
             return Ok(C::Projective::identity());
         }
