@@ -121,13 +121,13 @@ impl MsmBench {
     }
 
     pub fn run(&self, gpu: Arc<Gpu>) -> anyhow::Result<()> {
-        let msm = Msm::new(gpu.clone());
-        let timer = gpu.timer()?;
         let max = self.sizes.iter().chain(&self.cpu_sizes).copied().max().unwrap_or(0);
         anyhow::ensure!(max <= 28, "sizes above 2^28 are not supported");
         if self.g2 {
             return self.run_g2(gpu, max);
         }
+        let msm = Msm::new(gpu.clone());
+        let timer = gpu.timer()?;
         let all_bases = random_bases::<G1Projective>(1 << max);
         let mut rows = Vec::new();
         let mut results = Vec::new();
@@ -191,12 +191,11 @@ impl MsmBench {
                 "ratio_vs_sppark": sppark.map(|s| gpu_ms / s), "cpu_blst_ms": cpu_ms,
                 "cpu_threads": rayon::current_num_threads(),
             }));
-            let _ = last.to_affine();
         }
         let info = gpu.info();
         println!(
-            "G1 MSM on {} ({}), 255-bit random scalars on the device; bases resident (plain, or with precomputed shifted copies: window c bits, table GiB, precompute ms incl. upload), or streamed from pinned memory in chunks of 2^22; CUDA events, median of {} after {} warm-up; CPU: blst Pippenger on {} threads, median of 3",
-            info.name, info.arch, self.runs, self.warmup, rayon::current_num_threads()
+            "G1 MSM on {} ({}), 255-bit random scalars on the device; bases resident (plain, or with precomputed shifted copies: window c bits, table GiB, precompute ms incl. upload), or streamed from pinned memory in chunks of 2^{}; CUDA events, median of {} after {} warm-up; CPU: blst Pippenger on {} threads, median of 3",
+            info.name, info.arch, STREAM_CHUNK.trailing_zeros(), self.runs, self.warmup, rayon::current_num_threads()
         );
         print_table(
             &[
