@@ -8,14 +8,14 @@ use provd_kernels::{gpu_for_tests, G1Bases, G2Bases, Msm};
 use rand::SeedableRng;
 use rayon::prelude::*;
 
-/// n distinct points quickly: per chunk, a random start and a running sum.
-fn random_points(n: usize, seed: u64) -> Vec<G1Projective> {
+/// n distinct points of G1 or G2 quickly: per chunk, a random start and a running sum.
+fn random_points<P: Group + Send>(n: usize, seed: u64) -> Vec<P> {
     let chunks: Vec<usize> = (0..n.div_ceil(4096)).collect();
     chunks
         .par_iter()
         .flat_map_iter(|&k| {
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ (k as u64) << 32);
-            let (mut p, step) = (G1Projective::random(&mut rng), G1Projective::random(&mut rng));
+            let (mut p, step) = (P::random(&mut rng), P::random(&mut rng));
             let len = 4096.min(n - k * 4096);
             (0..len).map(move |_| {
                 p += step;
@@ -66,7 +66,7 @@ fn msm_matches_blst_at_many_sizes() {
     let Some(gpu) = gpu_for_tests() else { return };
     let msm = Msm::new(gpu.clone());
     for (i, n) in [1usize, 2, 7, 1000, 1 << 16, 1 << 20, 1 << 22].into_iter().enumerate() {
-        let points = random_points(n, i as u64);
+        let points = random_points::<G1Projective>(n, i as u64);
         check(&msm, &gpu, &points, &random_scalars(n, 100 + i as u64), "random");
     }
 }
@@ -76,7 +76,7 @@ fn msm_edge_cases() {
     let Some(gpu) = gpu_for_tests() else { return };
     let msm = Msm::new(gpu.clone());
     let n = 5000;
-    let mut points = random_points(n, 7);
+    let mut points = random_points::<G1Projective>(n, 7);
     let mut scalars = random_scalars(n, 8);
     // zero scalars, r − 1, one, small values
     for (i, s) in scalars.iter_mut().take(200).enumerate() {
@@ -102,7 +102,7 @@ fn msm_edge_cases() {
     check(
         &msm,
         &gpu,
-        &random_points(big, 9),
+        &random_points::<G1Projective>(big, 9),
         &vec![Scalar::from(12345); big],
         "all equal (one bucket per window)",
     );
@@ -111,7 +111,8 @@ fn msm_edge_cases() {
 #[test]
 fn msm_with_mostly_bit_scalars() {
     // Witnesses are mostly 0/1: nearly every digit lands in one bucket, which
-    // the equal-segment accumulation and the partial-sum fixup must handle.
+    // the equal-segment accumulation and the partial-sum fixup must handle
+    // (that bucket's partials span many segments: msm_fixup_long sums them).
     let Some(gpu) = gpu_for_tests() else { return };
     let msm = Msm::new(gpu.clone());
     let n = 1 << 18;
@@ -121,9 +122,9 @@ fn msm_with_mostly_bit_scalars() {
             *s = Scalar::from((i % 2) as u64);
         }
     }
-    check(&msm, &gpu, &random_points(n, 12), &scalars, "bits");
+    check(&msm, &gpu, &random_points::<G1Projective>(n, 12), &scalars, "bits");
     // fewer scalars than bases
-    let points = random_points(1000, 13);
+    let points = random_points::<G1Projective>(1000, 13);
     let bases = G1Bases::upload(&gpu, &affine(&points)).unwrap();
     let s = random_scalars(600, 14);
     assert_eq!(msm.run(&bases, &s).unwrap(), G1Projective::multi_exp(&points[..600], &s));
@@ -141,7 +142,7 @@ fn msm_with_bases_streamed_from_pinned_memory() {
     let msm = Msm::new(gpu.clone());
     // not a multiple of the chunk, and fewer terms than bases
     let n = (1 << 18) + 12345;
-    let points = random_points(n + 100, 21);
+    let points = random_points::<G1Projective>(n + 100, 21);
     let scalars = random_scalars(n, 22);
     let pinned = provd_kernels::PinnedBases::new(&gpu, &affine(&points), 1 << 16).unwrap();
     let d_scalars = gpu.upload(&scalars).unwrap();
@@ -152,17 +153,6 @@ fn msm_with_bases_streamed_from_pinned_memory() {
     assert_eq!(small, G1Projective::multi_exp(&points[..1000], &scalars[..1000]));
     assert_eq!(msm.run_streamed(&pinned, &d_scalars, 0).unwrap(), G1Projective::identity());
     assert!(msm.run_streamed(&pinned, &d_scalars, n + 1).is_err());
-}
-
-fn random_g2(n: usize, seed: u64) -> Vec<G2Projective> {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let (mut p, step) = (G2Projective::random(&mut rng), G2Projective::random(&mut rng));
-    (0..n)
-        .map(|_| {
-            p += step;
-            p
-        })
-        .collect()
 }
 
 fn check_g2(msm: &Msm, gpu: &provd_kernels::Gpu, points: &[G2Projective], scalars: &[Scalar], what: &str) {
@@ -179,11 +169,17 @@ fn g2_msm_matches_blst() {
     let Some(gpu) = gpu_for_tests() else { return };
     let msm = Msm::new(gpu.clone());
     for (i, n) in [1usize, 2, 7, 1000, 1 << 14].into_iter().enumerate() {
-        check_g2(&msm, &gpu, &random_g2(n, 40 + i as u64), &random_scalars(n, 50 + i as u64), "random");
+        check_g2(
+            &msm,
+            &gpu,
+            &random_points::<G2Projective>(n, 40 + i as u64),
+            &random_scalars(n, 50 + i as u64),
+            "random",
+        );
     }
     // zero scalars, r − 1, the identity, a repeated base with equal scalars
     let n = 3000;
-    let mut points = random_g2(n, 60);
+    let mut points = random_points::<G2Projective>(n, 60);
     let mut scalars = random_scalars(n, 61);
     for (i, s) in scalars.iter_mut().take(100).enumerate() {
         *s = if i % 2 == 0 { Scalar::ZERO } else { -Scalar::ONE };
