@@ -223,9 +223,28 @@ pub fn rss_bytes() -> u64 {
         .map_or(0, |kib| kib * 1024)
 }
 
+/// For tests: panics unless `promtool check metrics` accepts the exposition.
+/// Without promtool it says the check is skipped, or fails when
+/// PROVD_REQUIRE_PROMTOOL is set (as CI sets it).
+#[doc(hidden)]
+pub fn assert_promtool_accepts(exposition: &str) {
+    match promtool_check(exposition) {
+        Some(verdict) => {
+            verdict.unwrap_or_else(|problems| panic!("promtool check metrics failed:\n{problems}"))
+        }
+        None => {
+            assert!(
+                std::env::var_os("PROVD_REQUIRE_PROMTOOL").is_none(),
+                "promtool required but not on PATH"
+            );
+            eprintln!("skipped: promtool not installed (Debian package `prometheus`)");
+        }
+    }
+}
+
 /// Runs `promtool check metrics` on an exposition. `None` when promtool is
 /// not installed (Debian package `prometheus`); otherwise its verdict.
-pub fn promtool_check(exposition: &str) -> Option<Result<(), String>> {
+fn promtool_check(exposition: &str) -> Option<Result<(), String>> {
     use std::io::Write;
     let promtool = std::env::var_os("PATH")
         .and_then(|p| std::env::split_paths(&p).map(|d| d.join("promtool")).find(|p| p.exists()))?;
