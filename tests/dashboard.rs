@@ -22,6 +22,8 @@ struct Driver {
     child: std::process::Child,
     addr: std::net::SocketAddr,
     session: String,
+    /// Chromium's profile, removed after the browser is gone.
+    _profile: tempfile::TempDir,
 }
 
 impl Driver {
@@ -33,12 +35,17 @@ impl Driver {
         v["value"].clone()
     }
 
+    /// A command of this session (`path` after /session/{id}).
+    fn session_call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        self.call(method, &format!("/session/{}{path}", self.session), body)
+    }
+
+    fn open(&self, url: String) -> Value {
+        self.session_call("POST", "/url", Some(json!({ "url": url })))
+    }
+
     fn script(&self, js: &str) -> Value {
-        self.call(
-            "POST",
-            &format!("/session/{}/execute/sync", self.session),
-            Some(json!({ "script": js, "args": [] })),
-        )
+        self.session_call("POST", "/execute/sync", Some(json!({ "script": js, "args": [] })))
     }
 }
 
@@ -64,7 +71,7 @@ fn start_browser(chromium: &std::path::Path, chromedriver: &std::path::Path) -> 
         assert!(Instant::now() < deadline, "chromedriver did not start");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let profile = tempfile::tempdir().unwrap().keep();
+    let profile = tempfile::tempdir().unwrap();
     let caps = json!({ "capabilities": { "alwaysMatch": {
         "browserName": "chrome",
         "goog:loggingPrefs": { "browser": "ALL" },
@@ -73,14 +80,14 @@ fn start_browser(chromium: &std::path::Path, chromedriver: &std::path::Path) -> 
             "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                      "--disable-background-networking", "--disable-component-update", "--disable-sync",
                      "--disable-dev-shm-usage", "--window-size=1400,1100",
-                     format!("--user-data-dir={}", profile.display())],
+                     format!("--user-data-dir={}", profile.path().display())],
         },
     }}});
     let (code, _, text) = raw_request(addr, "POST", "/session", Some(&caps.to_string()), &[]);
     assert_eq!(code, 200, "new session: {text}");
     let v: Value = serde_json::from_str(&text).unwrap();
     let session = v["value"]["sessionId"].as_str().expect("session id").to_string();
-    Driver { child, addr, session }
+    Driver { child, addr, session, _profile: profile }
 }
 
 /// Chromium and chromedriver, or None after saying why the test is skipped.
@@ -113,14 +120,11 @@ fn live_view_asks_for_the_token_when_auth_is_on() {
     let Some((chromium, chromedriver)) = browser() else { return };
     let server = Server::start("[[circuits]]\nname = \"bench-8\"\n", &[("PROVD_AUTH_TOKEN", "s3cret")]);
     let driver = start_browser(&chromium, &chromedriver);
-    let open = |url: String| {
-        driver.call("POST", &format!("/session/{}/url", driver.session), Some(json!({ "url": url })))
-    };
     let probe = "const p = window.provd; if (!p) return null; \
                  return { connected: p.connected, updates: p.updates, needsToken: p.needsToken, \
                           form: !document.getElementById('auth').hidden, hash: location.hash };";
     // no token: the prompt shows, nothing streams
-    open(format!("http://{}/", server.addr));
+    driver.open(format!("http://{}/", server.addr));
     let v = wait_until(&driver, probe, 20, "no token prompt", |v| v["form"] == true);
     assert_eq!((v["connected"].clone(), v["needsToken"].clone()), (json!(false), json!(true)), "{v}");
     // a wrong token typed in: refused, the prompt says so
@@ -141,11 +145,11 @@ fn live_view_asks_for_the_token_when_auth_is_on() {
     });
     assert_eq!(v["form"], false, "{v}");
     // a fresh tab given the token in the fragment: live at once, fragment removed from the address
-    driver.call("POST", &format!("/session/{}/window/new", driver.session), Some(json!({ "type": "tab" })));
-    let handles = driver.call("GET", &format!("/session/{}/window/handles", driver.session), None);
+    driver.session_call("POST", "/window/new", Some(json!({ "type": "tab" })));
+    let handles = driver.session_call("GET", "/window/handles", None);
     let newest = handles.as_array().unwrap().last().unwrap().clone();
-    driver.call("POST", &format!("/session/{}/window", driver.session), Some(json!({ "handle": newest })));
-    open(format!("http://{}/#token=s3cret", server.addr));
+    driver.session_call("POST", "/window", Some(json!({ "handle": newest })));
+    driver.open(format!("http://{}/#token=s3cret", server.addr));
     let v = wait_until(&driver, probe, 20, "fragment token", |v| {
         v["connected"] == true && v["updates"].as_i64() > Some(0)
     });
@@ -159,11 +163,7 @@ fn live_view_shows_partitions_moving() {
     let Some((chromium, chromedriver)) = browser() else { return };
     let server = Server::demo("bench-12");
     let driver = start_browser(&chromium, &chromedriver);
-    driver.call(
-        "POST",
-        &format!("/session/{}/url", driver.session),
-        Some(json!({ "url": format!("http://{}/", server.addr) })),
-    );
+    driver.open(format!("http://{}/", server.addr));
 
     let probe = "const p = window.provd; if (!p || !p.charts) return null; \
                  return { updates: p.updates, connected: p.connected, \
@@ -182,15 +182,11 @@ fn live_view_shows_partitions_moving() {
     );
     assert!(later["jobs"].as_i64().unwrap_or(0) > 0, "recent jobs table is empty: {later}");
 
-    let logs = driver.call(
-        "POST",
-        &format!("/session/{}/se/log", driver.session),
-        Some(json!({ "type": "browser" })),
-    );
+    let logs = driver.session_call("POST", "/se/log", Some(json!({ "type": "browser" })));
     let errors: Vec<&Value> = logs.as_array().unwrap().iter().filter(|e| e["level"] == "SEVERE").collect();
     assert!(errors.is_empty(), "console errors: {errors:?}");
 
-    let png = driver.call("GET", &format!("/session/{}/screenshot", driver.session), None);
+    let png = driver.session_call("GET", "/screenshot", None);
     let png = base64::engine::general_purpose::STANDARD.decode(png.as_str().unwrap()).unwrap();
     assert!(png.starts_with(b"\x89PNG"));
     let out = std::env::var_os("PROVD_SCREENSHOT")
