@@ -34,7 +34,8 @@ pub struct AppState {
     closing: watch::Sender<bool>,
 }
 
-/// The router, for a service and an optional bearer token.
+/// The routes: the API and /metrics behind the bearer-token check (when one
+/// is set), health and the live view's files outside it.
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.service.config.server.max_body_bytes;
     Router::new()
