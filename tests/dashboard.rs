@@ -118,7 +118,10 @@ fn wait_until(driver: &Driver, js: &str, secs: u64, what: &str, done: impl Fn(&V
 #[test]
 fn live_view_asks_for_the_token_when_auth_is_on() {
     let Some((chromium, chromedriver)) = browser() else { return };
-    let server = Server::start("[[circuits]]\nname = \"bench-8\"\n", &[("PROVD_AUTH_TOKEN", "s3cret")]);
+    let server = Server::start(
+        "[[circuits]]\nkind = \"bench\"\nname = \"bench-8\"\n",
+        &[("PROVD_AUTH_TOKEN", "s3cret")],
+    );
     let driver = start_browser(&chromium, &chromedriver);
     let probe = "const p = window.provd; if (!p) return null; \
                  return { connected: p.connected, updates: p.updates, needsToken: p.needsToken, \

@@ -131,7 +131,8 @@ impl Drop for Server {
     }
 }
 
-/// A plain HTTP/1.1 request (provd's own client); returns (status, head, body).
+/// One request through ureq (statuses are answers, not errors); returns
+/// (status, head as "name: value" lines, body). JSON content type on bodies.
 pub fn raw_request(
     addr: std::net::SocketAddr,
     method: &str,
@@ -139,7 +140,25 @@ pub fn raw_request(
     body: Option<&str>,
     headers: &[(&str, &str)],
 ) -> (u16, String, String) {
-    let r = provd::demo::request(addr, method, path, body, headers)
-        .unwrap_or_else(|e| panic!("{method} {path} to {addr}: {e}"));
-    (r.status, r.head, r.body)
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(std::time::Duration::from_secs(120)))
+        .build()
+        .into();
+    let mut req = ureq::http::Request::builder().method(method).uri(format!("http://{addr}{path}"));
+    if body.is_some() && !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-type")) {
+        req = req.header("Content-Type", "application/json");
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(body.unwrap_or("").to_string()).expect("a valid request");
+    let mut res = agent.run(req).unwrap_or_else(|e| panic!("{method} {path} to {addr}: {e}"));
+    let head: String = res
+        .headers()
+        .iter()
+        .map(|(k, v)| format!("{}: {}\n", k.as_str(), v.to_str().unwrap_or("")))
+        .collect();
+    let text = res.body_mut().read_to_string().unwrap_or_default();
+    (res.status().as_u16(), head, text)
 }

@@ -29,3 +29,11 @@ impl<T> During<T> for Result<T, cudarc::driver::DriverError> {
         self.map_err(|source| GpuError::Driver { during: what.into(), source })
     }
 }
+
+impl GpuError {
+    /// Whether the device ran out of memory (freeing something may help).
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, GpuError::Driver { source, .. }
+            if source.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY)
+    }
+}

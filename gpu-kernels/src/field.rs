@@ -43,12 +43,10 @@ impl DeviceField for Scalar {
     type Raw = FrRaw;
     const POISON: FrRaw = FrRaw([u64::MAX; 4]);
     fn to_raw(self) -> FrRaw {
-        // SAFETY: same size, Scalar is repr(transparent) over [u64; 4].
-        FrRaw(unsafe { std::mem::transmute::<Scalar, [u64; 4]>(self) })
+        FrRaw(crate::blst_repr::scalar_limbs(self))
     }
     fn from_raw(raw: FrRaw) -> Self {
-        // SAFETY: as above; the kernels only produce reduced values.
-        unsafe { std::mem::transmute::<[u64; 4], Scalar>(raw.0) }
+        crate::blst_repr::scalar_from_limbs(raw.0)
     }
 }
 
@@ -65,15 +63,13 @@ impl DeviceField for Fp {
 
 /// Reinterprets field elements as their device form, for a copy to the device.
 pub fn as_raw<F: DeviceField>(v: &[F]) -> &[F::Raw] {
-    const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<F::Raw>()) };
-    // SAFETY: same size and alignment (8), every bit pattern valid for Raw.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), v.len()) }
+    // SAFETY: same size and alignment (asserted by cast_slice), every bit pattern valid for Raw.
+    unsafe { crate::blst_repr::cast_slice(v) }
 }
 
 /// Reinterprets field elements as their device form, for a copy from the device.
 /// The kernels write only reduced Montgomery values.
 pub fn as_raw_mut<F: DeviceField>(v: &mut [F]) -> &mut [F::Raw] {
-    const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<F::Raw>()) };
     // SAFETY: as above.
-    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), v.len()) }
+    unsafe { crate::blst_repr::cast_slice_mut(v) }
 }

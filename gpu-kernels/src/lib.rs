@@ -6,6 +6,7 @@
 //! NVRTC are loaded dynamically, so this crate builds without a CUDA toolkit
 //! and a binary using it runs (on the CPU) where there is no GPU.
 
+pub mod blst_repr;
 mod compile;
 mod device;
 mod error;

@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::circuits::Builtin;
-use crate::pipeline::PipelineConfig;
+pub use crate::circuits::CircuitConfig;
+use crate::circuits::{BenchConfig, Builtin};
+use crate::pipeline::{MemoryBudget, PipelineConfig};
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -16,15 +17,48 @@ pub struct Config {
     pub server: ServerConfig,
     pub circuits: Vec<CircuitConfig>,
     pub pipeline: PipelineConfig,
+    pub gpu: GpuConfig,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Self {
             server: ServerConfig::default(),
-            circuits: vec![CircuitConfig { name: "bench-14".parse().expect("a built-in circuit") }],
+            circuits: vec![CircuitConfig::builtin("bench-14".parse().expect("a built-in circuit"))],
             pipeline: PipelineConfig::default(),
+            gpu: GpuConfig::default(),
         }
+    }
+}
+
+impl CircuitConfig {
+    /// A built-in circuit under its own name, with a generated TEST-ONLY key.
+    pub fn builtin(circuit: Builtin) -> Self {
+        CircuitConfig::Bench(BenchConfig { name: circuit.to_string(), log_size: None, params: None })
+    }
+}
+
+/// The `[gpu]` table.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct GpuConfig {
+    /// Device bytes the resident keys' bases may take together ("24GiB");
+    /// unset: whatever the device has free. Beyond it, the least recently
+    /// used key is evicted.
+    pub key_memory_limit: Option<MemoryBudget>,
+}
+
+impl GpuConfig {
+    /// The backend's options; a percentage is refused (sizes only).
+    pub fn cuda_options(&self) -> anyhow::Result<crate::backend::CudaOptions> {
+        let key_memory_limit = match self.key_memory_limit {
+            None => None,
+            Some(MemoryBudget::Bytes(b)) => Some(b),
+            Some(MemoryBudget::Fraction(_)) => {
+                anyhow::bail!("gpu.key_memory_limit takes a size such as \"24GiB\", not a percentage")
+            }
+        };
+        Ok(crate::backend::CudaOptions { key_memory_limit })
     }
 }
 
@@ -59,21 +93,6 @@ impl Default for ServerConfig {
     }
 }
 
-/// A circuit to load at start-up.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct CircuitConfig {
-    /// A built-in circuit (`bench-K`); its TEST-ONLY key is generated and
-    /// cached under the data directory on first use.
-    #[serde(deserialize_with = "builtin")]
-    pub name: Builtin,
-}
-
-fn builtin<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Builtin, D::Error> {
-    let s = String::deserialize(d)?;
-    s.parse().map_err(serde::de::Error::custom)
-}
-
 impl Config {
     /// Reads a config file; errors name the file and the problem.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
@@ -82,6 +101,16 @@ impl Config {
         let config: Config = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         config.pipeline.validate().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         anyhow::ensure!(!config.circuits.is_empty(), "{}: no [[circuits]] to serve", path.display());
+        let mut names = std::collections::BTreeSet::new();
+        for c in &config.circuits {
+            anyhow::ensure!(
+                names.insert(c.name()),
+                "{}: two [[circuits]] are named '{}'",
+                path.display(),
+                c.name()
+            );
+        }
+        config.gpu.cuda_options().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         Ok(config)
     }
 
@@ -116,9 +145,19 @@ mod tests {
         std::fs::write(&p, "[server]\nlisten = \"nowhere\"\n").unwrap();
         let e = Config::load(&p).unwrap_err().to_string();
         assert!(e.contains("provd.toml") && e.contains("listen"), "{e}");
-        std::fs::write(&p, "[[circuits]]\nname = \"sha9\"\n").unwrap();
+        std::fs::write(&p, "[[circuits]]\nkind = \"bench\"\nname = \"sha9\"\nfoo = 1\n").unwrap();
         let e = Config::load(&p).unwrap_err().to_string();
-        assert!(e.contains("unknown circuit 'sha9'"), "{e}");
+        assert!(e.contains("unknown field `foo`"), "{e}");
+        std::fs::write(
+            &p,
+            "[[circuits]]\nkind = \"bench\"\nname = \"a\"\n[[circuits]]\nkind = \"bench\"\nname = \"a\"\n",
+        )
+        .unwrap();
+        let e = Config::load(&p).unwrap_err().to_string();
+        assert!(e.contains("two [[circuits]] are named 'a'"), "{e}");
+        std::fs::write(&p, "[gpu]\nkey_memory_limit = \"50%\"\n").unwrap();
+        let e = Config::load(&p).unwrap_err().to_string();
+        assert!(e.contains("not a percentage"), "{e}");
         assert!(Config::load(&dir.path().join("missing.toml"))
             .unwrap_err()
             .to_string()

@@ -6,9 +6,9 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use provd::backend::BackendChoice;
-use provd::circuits::Builtin;
-use provd::{bench, groth16, params};
+use provd::backend::{BackendChoice, CudaOptions};
+use provd::circuits::{Builtin, CircuitConfig};
+use provd::{bench, params};
 
 #[derive(Parser)]
 #[command(name = "provd", version, about = "GPU proving worker: split Groth16 over BLS12-381")]
@@ -20,7 +20,7 @@ struct Cli {
 #[derive(clap::Args, Clone)]
 struct Common {
     /// Where cached keys and compiled kernels live.
-    #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = default_data_dir())]
+    #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = params::default_data_dir())]
     data_dir: PathBuf,
     /// auto: the GPU if one is usable, else the CPU (and say why).
     #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
@@ -68,6 +68,25 @@ enum Command {
         #[command(subcommand)]
         command: ParamsCommand,
     },
+    /// Verifying keys.
+    Vk {
+        #[command(subcommand)]
+        command: VkCommand,
+    },
+    /// Check a proof against a verifying key and public inputs: prints
+    /// "valid" and exits 0, or says why not and exits 1 (2: unreadable input).
+    Verify {
+        /// Verifying key in bellperson's encoding (`provd vk export`, or
+        /// GET /v1/circuits/{name}/verifying-key).
+        #[arg(long)]
+        vk: PathBuf,
+        /// The proof: bellperson's 192 bytes, raw or as hex (as /v1/jobs returns it).
+        #[arg(long)]
+        proof: PathBuf,
+        /// The public inputs: a JSON array of "0x…" hex or decimal strings.
+        #[arg(long)]
+        public: PathBuf,
+    },
     /// Benchmarks: each prints a table and writes JSON.
     Bench {
         #[command(subcommand)]
@@ -87,7 +106,28 @@ enum ParamsCommand {
         /// Also time bellperson's generate_random_parameters on the same circuit.
         #[arg(long, value_parser = ["bellperson"])]
         vs: Option<String>,
-        #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = default_data_dir())]
+        #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = params::default_data_dir())]
+        data_dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum VkCommand {
+    /// Write a served circuit's verifying key to a file (or stdout).
+    Export {
+        /// The circuit's name in the config (or a built-in bench-K without one).
+        #[arg(long)]
+        circuit: String,
+        /// Config file naming the circuit and its key (see provd.example.toml).
+        #[arg(long, env = "PROVD_CONFIG")]
+        config: Option<PathBuf>,
+        /// Encoding: one the circuit's kind offers (default: its first, bellperson's).
+        #[arg(long)]
+        encoding: Option<String>,
+        /// Output file; `-` or absent: stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = params::default_data_dir())]
         data_dir: PathBuf,
     },
 }
@@ -145,7 +185,7 @@ enum BenchCommand {
         /// Time the G2 MSM (the B query) instead of G1: resident bases against blst.
         #[arg(long)]
         g2: bool,
-        #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = default_data_dir())]
+        #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = params::default_data_dir())]
         data_dir: PathBuf,
     },
     /// GPU NTTs over Fr (forward, natural order, and the H chain).
@@ -159,20 +199,22 @@ enum BenchCommand {
         warmup: usize,
         #[arg(long, default_value = "bench-results/ntt.json")]
         json: PathBuf,
-        #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = default_data_dir())]
+        #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = params::default_data_dir())]
         data_dir: PathBuf,
     },
 }
 
-fn default_data_dir() -> PathBuf {
-    std::env::var_os("XDG_DATA_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
-        .unwrap_or_else(|| PathBuf::from("."))
-        .join("provd")
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
 }
 
-fn main() -> anyhow::Result<()> {
+fn run() -> anyhow::Result<std::process::ExitCode> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PROVD_LOG").unwrap_or_else(|_| "info".into()),
@@ -183,18 +225,47 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Prove { circuit, seed, common } => {
             let key = params::load_or_generate(&common.data_dir, circuit)?;
-            let backend = provd::backend::select(common.backend, &common.data_dir)?;
+            let prover = provd::Prover::with_data_dir(common.backend, &common.data_dir)?;
             let t = Instant::now();
-            let (proof, public) = groth16::prove(backend.as_ref(), &key, circuit.circuit(Some(seed)))?;
-            let elapsed = t.elapsed();
-            anyhow::ensure!(proof.verify(&key.vk, &public), "the proof does not verify");
+            let proved = prover.prove(&key, circuit.circuit(Some(seed)))?;
             println!(
                 "{circuit}: proof verified ({} backend, {:.1} ms): {}",
-                backend.name(),
-                elapsed.as_secs_f64() * 1e3,
-                hex(&proof.to_bytes())
+                prover.backend_name(),
+                t.elapsed().as_secs_f64() * 1e3,
+                hex::encode(proved.proof.to_bytes())
             );
         }
+        Command::Vk { command: VkCommand::Export { circuit, config, encoding, out, data_dir } } => {
+            let entry = match config {
+                Some(path) => provd::config::Config::load(&path)?
+                    .circuits
+                    .into_iter()
+                    .find(|c| c.name() == circuit)
+                    .with_context(|| format!("{} has no circuit named '{circuit}'", path.display()))?,
+                None => CircuitConfig::builtin(circuit.parse()?),
+            };
+            let kind = entry.load(&data_dir)?;
+            let encoding = match encoding {
+                Some(e) => e.parse().map_err(anyhow::Error::msg)?,
+                None => kind.verifying_key_encodings()[0],
+            };
+            let bytes = kind.verifying_key(encoding).with_context(|| {
+                format!("{circuit} has no '{}' encoding of its verifying key", encoding.name())
+            })?;
+            match out.filter(|p| p.as_os_str() != "-") {
+                Some(path) => {
+                    std::fs::write(&path, &bytes).with_context(|| format!("writing {}", path.display()))?;
+                    eprintln!(
+                        "{circuit}: verifying key ({}, {} bytes) written to {}",
+                        encoding.name(),
+                        bytes.len(),
+                        path.display()
+                    );
+                }
+                None => std::io::Write::write_all(&mut std::io::stdout().lock(), &bytes)?,
+            }
+        }
+        Command::Verify { vk, proof, public } => return verify(&vk, &proof, &public),
         Command::Params { command: ParamsCommand::Gen { circuit, force, vs, data_dir } } => {
             let path = params::key_path(&data_dir, circuit);
             if force && path.exists() {
@@ -235,11 +306,48 @@ fn main() -> anyhow::Result<()> {
             anyhow::ensure!(partitions > 0, "--partitions must be at least 1");
             let mut config = provd::config::Config::default();
             config.server.listen = listen;
-            config.circuits = vec![provd::config::CircuitConfig { name: circuit }];
+            config.circuits = vec![CircuitConfig::builtin(circuit)];
             serve(config, common, Some((circuit, partitions)))?;
         }
     }
-    Ok(())
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `provd verify`: exit 0 for a valid proof, 1 for an invalid one.
+fn verify(
+    vk: &std::path::Path,
+    proof: &std::path::Path,
+    public: &std::path::Path,
+) -> anyhow::Result<std::process::ExitCode> {
+    let read = |p: &std::path::Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
+    let vk =
+        provd::groth16::VerifyingKey::from_bytes(&read(vk)?).with_context(|| format!("{}", vk.display()))?;
+    let raw = read(proof)?;
+    let bytes = if raw.len() == provd::groth16::Proof::BYTES {
+        raw
+    } else {
+        let text = String::from_utf8_lossy(&raw);
+        hex::decode(text.trim().trim_matches('"'))
+            .with_context(|| format!("{}: neither 192 raw bytes nor hex", proof.display()))?
+    };
+    let proof = provd::groth16::Proof::from_bytes(&bytes)?;
+    let inputs: Vec<String> = serde_json::from_slice(&read(public)?)
+        .with_context(|| format!("{}: expected a JSON array of strings", public.display()))?;
+    let inputs = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| provd::circuits::parse_scalar(s).map_err(|e| anyhow::anyhow!("public input {i}: {e}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    match provd::groth16::Verifier::new(&vk).verify(&proof, &inputs) {
+        Ok(()) => {
+            println!("valid");
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            println!("invalid: {e}");
+            Ok(std::process::ExitCode::from(1))
+        }
+    }
 }
 
 /// Starts the service and serves until SIGTERM/SIGINT; with `demo`, also the
@@ -263,7 +371,7 @@ fn serve(
             std::thread::Builder::new()
                 .name("demo-client".into())
                 .spawn(move || provd::demo::feed(addr, circuit.to_string(), partitions, low_water))?;
-            println!("provd demo: {circuit} on {}; live view at http://{addr}/", service.backends.join(", "));
+            println!("provd demo: {circuit} on {}; live view at http://{addr}/", service.backend().name);
         }
         provd::http::serve(service, listener, token).await
     })
@@ -271,7 +379,7 @@ fn serve(
 
 fn bench(command: BenchCommand) -> anyhow::Result<()> {
     let gpu = |data_dir: &std::path::Path, what: &str| -> anyhow::Result<_> {
-        Ok(provd::gpu::CudaBackend::open(0, data_dir)
+        Ok(provd::backend::CudaBackend::open(0, data_dir, CudaOptions::default())
             .with_context(|| format!("the {what} benchmark needs a GPU"))?
             .gpu())
     };
@@ -279,15 +387,16 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Prove { circuit, runs, vs, json, common } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");
             let key = params::load_or_generate(&common.data_dir, circuit)?;
-            let backend = provd::backend::select(common.backend, &common.data_dir)?;
+            let backend =
+                provd::backend::select(common.backend, &common.data_dir, &CudaOptions::default())?.backend;
             bench::prove::ProveBench { circuit, runs, vs_bellperson: vs.is_some(), json }
                 .run(backend.as_ref(), &key)
         }
         BenchCommand::Pipeline { circuit, jobs, partitions, permits, queue, json, common } => {
             anyhow::ensure!(jobs > 0 && partitions > 0, "--jobs and --partitions must be at least 1");
             let key = std::sync::Arc::new(params::load_or_generate(&common.data_dir, circuit)?);
-            let backend: std::sync::Arc<dyn provd::groth16::Backend> =
-                provd::backend::select(common.backend, &common.data_dir)?.into();
+            let backend =
+                provd::backend::select(common.backend, &common.data_dir, &CudaOptions::default())?.backend;
             let mut config = provd::pipeline::PipelineConfig::default();
             config.partition_permits = permits.unwrap_or(config.partition_permits);
             config.gpu_queue_capacity = queue.unwrap_or(config.gpu_queue_capacity);
@@ -302,8 +411,4 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             bench::ntt::NttBench { sizes, runs, warmup, json }.run(gpu(&data_dir, "NTT")?)
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

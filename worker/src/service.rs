@@ -7,34 +7,23 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use blstrs::Scalar;
-use ff::PrimeField;
 use serde::Serialize;
 
-use crate::backend::BackendChoice;
-use crate::circuits::Builtin;
+use crate::backend::{Backend, BackendChoice};
+use crate::circuits::{CircuitKind, VkEncoding};
 use crate::config::Config;
-use crate::groth16::{synthesize, ProvingKey};
-use crate::metrics::Metrics;
+use crate::groth16::Verifier;
 use crate::pipeline::buffers::ClassCounts;
+use crate::pipeline::memory::Reservation;
 use crate::pipeline::{Engine, JobId, JobSpec, JobStatus, Outcome, SubmitError, SynthesisFn};
+use crate::telemetry::Metrics;
 
-/// A circuit the service proves, with its key resident.
-pub struct LoadedCircuit {
-    pub circuit: Builtin,
-    pub key: Arc<ProvingKey>,
-}
-
-/// One partition as a client describes it.
-#[derive(Clone, Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PartitionRequest {
-    /// The bench witness's seed.
-    pub seed: u64,
-    /// The public inputs the client expects ("0x…" big-endian hex); when
-    /// given, a proof is made only if the witness produces exactly these.
-    #[serde(default)]
-    pub public_inputs: Option<Vec<String>>,
+/// A circuit the service proves: its kind (key resident), the prepared
+/// verifying key, and the key's hold on the memory budget.
+pub struct Served {
+    pub kind: Arc<dyn CircuitKind>,
+    verifier: Arc<Verifier>,
+    _budget: Reservation,
 }
 
 /// Why a request was refused before a job existed.
@@ -50,6 +39,23 @@ pub enum RequestError {
     Submit(#[from] SubmitError),
 }
 
+/// Why a verifying key could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum VkError {
+    #[error("unknown circuit '{name}'; this worker serves: {available}")]
+    UnknownCircuit { name: String, available: String },
+    #[error("{0}")]
+    Encoding(String),
+}
+
+/// The backend the service proves on, as chosen.
+#[derive(Clone, Debug, Serialize)]
+pub struct BackendInfo {
+    pub name: String,
+    /// Why the GPU is unused, when `auto` fell back to the CPU.
+    pub fallback: Option<String>,
+}
+
 /// What the live view and /v1/status show at one moment.
 #[derive(Clone, Debug, Serialize)]
 pub struct Snapshot {
@@ -60,6 +66,8 @@ pub struct Snapshot {
     pub buffers: ClassCounts,
     pub buffer_bytes: ClassCounts,
     pub reserved_bytes: u64,
+    /// The part of `reserved_bytes` held by resident proving keys.
+    pub key_bytes: u64,
     pub budget_bytes: u64,
     pub rss_bytes: u64,
     pub gpu_queue_depth: i64,
@@ -83,48 +91,99 @@ pub struct GpuMemory {
 /// Snapshots kept for clients that connect later: ten minutes at one a second.
 const HISTORY: usize = 600;
 
+/// The one facade over the engine and the circuits that the HTTP layer and
+/// `provd demo` use.
 pub struct Service {
-    pub engine: Engine,
-    pub circuits: BTreeMap<String, LoadedCircuit>,
+    engine: Engine,
+    circuits: BTreeMap<String, Served>,
     pub config: Config,
-    pub backends: Vec<String>,
+    backend: Arc<dyn Backend>,
+    backend_info: BackendInfo,
     gpus: Vec<Arc<provd_kernels::Gpu>>,
     history: Mutex<VecDeque<Snapshot>>,
 }
 
 impl Service {
-    /// Loads (or generates) every configured circuit's key and starts the engine.
+    /// Loads every configured circuit's key (generating TEST-ONLY keys where
+    /// none is named), picks the backend and starts the engine.
     pub fn start(config: Config, data_dir: &Path, backend: BackendChoice) -> anyhow::Result<Arc<Self>> {
+        let kinds = config
+            .circuits
+            .iter()
+            .map(|c| Ok((c.name().to_string(), c.load(data_dir)?)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let selected = crate::backend::select(backend, data_dir, &config.gpu.cuda_options()?)?;
+        let info = BackendInfo { name: selected.backend.name().to_string(), fallback: selected.fallback };
+        Self::start_with(config, kinds, selected.backend, info, selected.gpu.into_iter().collect())
+    }
+
+    /// Starts the service on circuits and a backend the caller made: any
+    /// [`CircuitKind`], whether or not the config knows its kind.
+    pub fn start_with(
+        config: Config,
+        kinds: Vec<(String, Arc<dyn CircuitKind>)>,
+        backend: Arc<dyn Backend>,
+        backend_info: BackendInfo,
+        gpus: Vec<Arc<provd_kernels::Gpu>>,
+    ) -> anyhow::Result<Arc<Self>> {
         let metrics = Arc::new(Metrics::new());
+        let engine = Engine::start(config.pipeline.clone(), vec![backend.clone()], metrics.clone())?;
         let mut circuits = BTreeMap::new();
-        for c in &config.circuits {
-            let key = Arc::new(crate::params::load_or_generate(data_dir, c.name)?);
-            metrics
-                .srs_bytes
-                .with_label_values(&[&c.name.to_string(), "host"])
-                .set(key.resident_bytes() as i64);
-            circuits.insert(c.name.to_string(), LoadedCircuit { circuit: c.name, key });
+        for (name, kind) in kinds {
+            let bytes = kind.key().resident_bytes() as u64;
+            let hold = engine.hold_key(&name, bytes)?;
+            metrics.srs_bytes.with_label_values(&[&name, "host"]).set(bytes as i64);
+            metrics.srs_bytes.with_label_values(&[&name, "device"]).set(0);
+            let verifier = Arc::new(Verifier::new(&kind.key().vk));
+            tracing::info!(circuit = %name, kind = kind.kind(), key_mib = bytes >> 20, "serving");
+            anyhow::ensure!(
+                circuits.insert(name.clone(), Served { kind, verifier, _budget: hold }).is_none(),
+                "two circuits are named '{name}'"
+            );
         }
-        let (backend, gpu) = crate::backend::select_with_gpu(backend, data_dir)?;
-        let backend: Arc<dyn crate::groth16::Backend> = backend.into();
-        let backends = vec![backend.name().to_string()];
-        let engine = Engine::start(config.pipeline.clone(), vec![backend], metrics)?;
         Ok(Arc::new(Self {
             engine,
             circuits,
             config,
-            backends,
-            gpus: gpu.into_iter().collect(),
+            backend,
+            backend_info,
+            gpus,
             history: Mutex::new(VecDeque::with_capacity(HISTORY)),
         }))
     }
 
-    /// Validates a request and submits its job.
-    pub fn submit(&self, circuit: &str, partitions: Vec<PartitionRequest>) -> Result<JobId, RequestError> {
-        let loaded = self.circuits.get(circuit).ok_or_else(|| RequestError::UnknownCircuit {
-            name: circuit.to_string(),
-            available: self.circuits.keys().cloned().collect::<Vec<_>>().join(", "),
-        })?;
+    fn served(&self, name: &str) -> Result<&Served, (String, String)> {
+        self.circuits
+            .get(name)
+            .ok_or_else(|| (name.to_string(), self.circuits.keys().cloned().collect::<Vec<_>>().join(", ")))
+    }
+
+    /// The circuits served, by name.
+    pub fn circuits(&self) -> impl Iterator<Item = (&str, &Arc<dyn CircuitKind>)> {
+        self.circuits.iter().map(|(n, s)| (n.as_str(), &s.kind))
+    }
+
+    /// The circuit named `name`.
+    pub fn circuit(&self, name: &str) -> Option<&Arc<dyn CircuitKind>> {
+        self.circuits.get(name).map(|s| &s.kind)
+    }
+
+    pub fn backend(&self) -> &BackendInfo {
+        &self.backend_info
+    }
+
+    /// Device bytes each circuit's key takes on the GPU now (0 when not resident).
+    pub fn key_device_bytes(&self, circuit: &str) -> u64 {
+        let Some(s) = self.circuits.get(circuit) else { return 0 };
+        let fp = s.kind.key().fingerprint();
+        self.backend.resident_keys().keys.iter().find(|k| k.fingerprint == fp).map_or(0, |k| k.device_bytes)
+    }
+
+    /// Validates a request's partitions with the circuit's kind and submits the job.
+    pub fn submit(&self, circuit: &str, partitions: Vec<serde_json::Value>) -> Result<JobId, RequestError> {
+        let served = self
+            .served(circuit)
+            .map_err(|(name, available)| RequestError::UnknownCircuit { name, available })?;
         let limit = self.config.server.max_queued_partitions;
         if partitions.is_empty() {
             return Err(RequestError::Invalid(
@@ -141,34 +200,102 @@ impl Service {
         if queued + partitions.len() > limit {
             return Err(RequestError::QueueFull { queued, limit });
         }
-        let expected = loaded.key.vk.num_public_inputs();
-        let mut work: Vec<SynthesisFn> = Vec::with_capacity(partitions.len());
-        for (i, p) in partitions.into_iter().enumerate() {
-            let mut c = loaded.circuit.circuit(Some(p.seed));
-            if let Some(inputs) = p.public_inputs {
-                if inputs.len() != expected {
-                    return Err(RequestError::Invalid(format!(
-                        "partition {i}: {} public inputs given, {circuit} has {expected}",
-                        inputs.len()
-                    )));
-                }
-                let parsed = inputs
-                    .iter()
-                    .enumerate()
-                    .map(|(k, s)| {
-                        parse_scalar(s).map_err(|e| format!("partition {i}: public_inputs[{k}]: {e}"))
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(RequestError::Invalid)?;
-                c = c.claiming(parsed);
-            }
-            work.push(Box::new(move || synthesize(c)));
-        }
+        let work = partitions
+            .into_iter()
+            .enumerate()
+            .map(|(i, w)| served.kind.partition(i, w))
+            .collect::<Result<Vec<SynthesisFn>, _>>()
+            .map_err(|e| RequestError::Invalid(e.to_string()))?;
         Ok(self.engine.submit(JobSpec {
             circuit: circuit.to_string(),
-            key: loaded.key.clone(),
+            key: served.kind.key().clone(),
+            verifier: self.config.pipeline.verify_proofs.then(|| served.verifier.clone()),
             partitions: work,
         })?)
+    }
+
+    pub fn job(&self, id: JobId) -> Option<JobStatus> {
+        self.engine.status(id)
+    }
+
+    /// Waits (blocking) until the job ends; `None` if there is no such job.
+    pub fn wait(&self, id: JobId) -> Option<JobStatus> {
+        self.engine.wait(id, None)
+    }
+
+    /// Cancels a job and returns its state; `None` if there is no such job.
+    pub fn cancel(&self, id: JobId) -> Option<JobStatus> {
+        self.engine.cancel(id).then(|| self.engine.status(id)).flatten()
+    }
+
+    /// Partitions accepted but not yet admitted.
+    pub fn queued_partitions(&self) -> usize {
+        self.engine.queued_partitions()
+    }
+
+    /// Stops taking jobs and waits up to `grace` for accepted ones; returns
+    /// (finished, cancelled).
+    pub fn drain(&self, grace: Duration) -> (usize, usize) {
+        self.engine.drain(grace)
+    }
+
+    /// The verifying key of `circuit` in `encoding` (the kind's default when
+    /// `None`): its content type and bytes.
+    pub fn verifying_key(
+        &self,
+        circuit: &str,
+        encoding: Option<&str>,
+    ) -> Result<(VkEncoding, Vec<u8>), VkError> {
+        let served =
+            self.served(circuit).map_err(|(name, available)| VkError::UnknownCircuit { name, available })?;
+        let offered = served.kind.verifying_key_encodings();
+        let names = || offered.iter().map(|e| e.name()).collect::<Vec<_>>().join(", ");
+        let encoding = match encoding {
+            None => offered[0],
+            Some(e) => {
+                let e: VkEncoding = e.parse().map_err(VkError::Encoding)?;
+                if !offered.contains(&e) {
+                    return Err(VkError::Encoding(format!(
+                        "{circuit} has no '{}' encoding of its verifying key (offered: {})",
+                        e.name(),
+                        names()
+                    )));
+                }
+                e
+            }
+        };
+        let bytes = served.kind.verifying_key(encoding).ok_or_else(|| {
+            VkError::Encoding(format!("{circuit} cannot encode its key as '{}'", encoding.name()))
+        })?;
+        Ok((encoding, bytes))
+    }
+
+    /// The Prometheus exposition, with the gauges that are read on demand
+    /// (GPU memory, key residency) refreshed first.
+    pub fn metrics_text(&self) -> String {
+        self.gpu_memory();
+        self.refresh_key_residency();
+        self.engine.metrics().render()
+    }
+
+    /// Copies the backend's key residency into the metrics.
+    fn refresh_key_residency(&self) {
+        let m = self.engine.metrics();
+        let res = self.backend.resident_keys();
+        let device = self.backend.name();
+        for (name, served) in &self.circuits {
+            let fp = served.kind.key().fingerprint();
+            let k = res.keys.iter().find(|k| k.fingerprint == fp);
+            m.srs_bytes.with_label_values(&[name, "device"]).set(k.map_or(0, |k| k.device_bytes as i64));
+            if let Some(k) = k {
+                let c = m.key_uploads.with_label_values(&[name, device]);
+                c.inc_by(k.uploads.saturating_sub(c.get()));
+            }
+        }
+        if !self.gpus.is_empty() {
+            let c = m.key_evictions.with_label_values(&[device]);
+            c.inc_by(res.evictions.saturating_sub(c.get()));
+        }
     }
 
     /// Device memory per GPU now; also sets the GPU memory gauges, which
@@ -205,8 +332,9 @@ impl Service {
             buffers: ledger.counts(),
             buffer_bytes: ledger.bytes(),
             reserved_bytes: self.engine.budget().reserved(),
+            key_bytes: self.engine.budget().resident(),
             budget_bytes: self.engine.budget().total(),
-            rss_bytes: crate::metrics::rss_bytes(),
+            rss_bytes: crate::telemetry::rss_bytes(),
             gpu_queue_depth: m.gpu_queue_depth.get(),
             gpu_queue_capacity: m.gpu_queue_capacity.get(),
             partitions_waiting: self.engine.queued_partitions(),
@@ -238,58 +366,5 @@ impl Service {
 
     pub fn recent_jobs(&self, n: usize) -> Vec<JobStatus> {
         self.engine.recent_jobs(n)
-    }
-}
-
-/// "0x…" big-endian hex (or decimal) → a field element below the modulus.
-pub fn parse_scalar(s: &str) -> Result<Scalar, String> {
-    let s = s.trim();
-    let value = if let Some(hex) = s.strip_prefix("0x") {
-        if hex.is_empty() || hex.len() > 64 {
-            return Err(format!("'{s}' is not 1 to 64 hex digits after 0x"));
-        }
-        let padded = format!("{hex:0>64}");
-        let mut bytes = [0u8; 32];
-        hex::decode_to_slice(&padded, &mut bytes).map_err(|_| format!("'{s}' is not hexadecimal"))?;
-        bytes.reverse();
-        Option::from(Scalar::from_repr(bytes))
-    } else {
-        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(format!("'{s}' is neither 0x-hex nor a decimal number"));
-        }
-        Scalar::from_str_vartime(s)
-    };
-    value.ok_or_else(|| format!("'{s}' is not below the BLS12-381 scalar field modulus"))
-}
-
-/// A field element as "0x…" big-endian hex.
-pub fn format_scalar(x: &Scalar) -> String {
-    let mut bytes = x.to_repr();
-    bytes.as_mut().reverse();
-    format!("0x{}", hex::encode(bytes))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use ff::Field;
-
-    #[test]
-    fn scalars_round_trip_through_hex_and_parse_decimal() {
-        let x = Scalar::random(&mut rand::rngs::OsRng);
-        assert_eq!(parse_scalar(&format_scalar(&x)).unwrap(), x);
-        assert_eq!(parse_scalar("0x2a").unwrap(), Scalar::from(42));
-        assert_eq!(parse_scalar("42").unwrap(), Scalar::from(42));
-        for bad in [
-            "",
-            "0x",
-            "0xzz",
-            "-1",
-            "1.5",
-            &format!("0x{}", "f".repeat(64)),
-            &format!("0x{}", "1".repeat(65)),
-        ] {
-            assert!(parse_scalar(bad).is_err(), "{bad}");
-        }
     }
 }

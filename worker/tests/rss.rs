@@ -7,10 +7,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use provd::backend::CpuBackend;
 use provd::circuits::BenchCircuit;
-use provd::groth16::{keygen, synthesize, CpuBackend};
-use provd::metrics::{rss_bytes, Metrics};
+use provd::groth16::{keygen, synthesize};
 use provd::pipeline::{Engine, Footprint, JobSpec, Outcome, PipelineConfig};
+use provd::telemetry::{rss_bytes, Metrics};
 use rand::SeedableRng;
 
 extern "C" {
@@ -38,6 +39,7 @@ fn rss_growth_of_a_partition_matches_its_estimate() {
         let spec = JobSpec {
             circuit: format!("bench-{K}"),
             key: key.clone(),
+            verifier: None,
             partitions: vec![Box::new(move || synthesize(BenchCircuit::new(K, 4, Some(seed))))],
         };
         let id = engine.submit(spec).unwrap();

@@ -77,8 +77,8 @@ impl MsmCurve for G1 {
     type XyzzRaw = G1XyzzRaw;
     const KERNEL_SUFFIX: &'static str = "";
     fn as_raw(points: &[G1Affine]) -> &[G1AffineRaw] {
-        // SAFETY: same size; G1Affine is repr(transparent) over blst_p1_affine {x, y: blst_fp} = 2 × [u64; 6].
-        unsafe { std::slice::from_raw_parts(points.as_ptr().cast(), points.len()) }
+        // SAFETY: G1Affine is repr(transparent) over blst_p1_affine {x, y: blst_fp} = 2 × [u64; 6].
+        unsafe { crate::blst_repr::cast_slice(points) }
     }
     fn xyzz_to_projective(p: &G1XyzzRaw) -> G1Projective {
         if p.zz.0.iter().all(|l| *l == 0) {
@@ -95,8 +95,8 @@ impl MsmCurve for G1 {
             blst::blst_fp_mul(&mut aff.x, &fp(&p.x), &zz_inv);
             blst::blst_fp_mul(&mut aff.y, &fp(&p.y), &zzz_inv);
             blst::blst_p1_from_affine(&mut out, &aff);
-            std::mem::transmute::<blst_p1, G1Projective>(out)
         }
+        crate::blst_repr::g1_from_blst(out)
     }
 }
 
@@ -107,8 +107,8 @@ impl MsmCurve for G2 {
     type XyzzRaw = G2XyzzRaw;
     const KERNEL_SUFFIX: &'static str = "_g2";
     fn as_raw(points: &[G2Affine]) -> &[G2AffineRaw] {
-        // SAFETY: same size; G2Affine is blst_p2_affine {x, y: blst_fp2} = 2 × 2 × [u64; 6].
-        unsafe { std::slice::from_raw_parts(points.as_ptr().cast(), points.len()) }
+        // SAFETY: G2Affine is blst_p2_affine {x, y: blst_fp2} = 2 × 2 × [u64; 6].
+        unsafe { crate::blst_repr::cast_slice(points) }
     }
     fn xyzz_to_projective(p: &G2XyzzRaw) -> G2Projective {
         if p.zz.iter().all(|c| c.0.iter().all(|l| *l == 0)) {
@@ -125,7 +125,7 @@ impl MsmCurve for G2 {
             blst::blst_fp2_mul(&mut aff.x, &fp2(&p.x), &zz_inv);
             blst::blst_fp2_mul(&mut aff.y, &fp2(&p.y), &zzz_inv);
             blst::blst_p2_from_affine(&mut out, &aff);
-            std::mem::transmute::<blst_p2, G2Projective>(out)
         }
+        crate::blst_repr::g2_from_blst(out)
     }
 }

@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::{environment, print_table, write_json};
+use crate::backend::Backend;
 use crate::circuits::Builtin;
-use crate::groth16::{synthesize, Backend, ProvingKey};
-use crate::metrics::Metrics;
+use crate::groth16::{synthesize, ProvingKey};
 use crate::pipeline::{Engine, JobSpec, Outcome, PipelineConfig};
+use crate::telemetry::Metrics;
 
 pub struct PipelineBench {
     pub circuit: Builtin,
@@ -39,6 +40,7 @@ impl PipelineBench {
             ids.push(engine.submit(JobSpec {
                 circuit: circuit.to_string(),
                 key: key.clone(),
+                verifier: None,
                 partitions,
             })?);
         }

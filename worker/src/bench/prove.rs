@@ -10,8 +10,9 @@ use blstrs::Bls12;
 use serde_json::json;
 
 use super::{environment, median, ms, print_table, write_json};
+use crate::backend::Backend;
 use crate::circuits::Builtin;
-use crate::groth16::{synthesize, Backend, Blinding, ProvingKey};
+use crate::groth16::{synthesize, Blinding, ProvingKey};
 
 pub struct ProveBench {
     pub circuit: Builtin,

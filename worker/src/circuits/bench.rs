@@ -7,10 +7,210 @@
 //! terms `t` occur only in C, and accumulators never in B, so the A and B
 //! density maps have holes, as in real circuits.
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
 use bellperson::{Circuit, ConstraintSystem, LinearCombination, SynthesisError, Variable};
 use blstrs::Scalar;
 use ff::Field;
 use rand::{Rng, SeedableRng};
+use serde::Deserialize;
+
+use super::{parse_scalar, CircuitKind, KeySource, LoadError, WitnessError, BENCH_PUBLIC_INPUTS};
+use crate::groth16::{synthesize, PointCheck, ProvingKey};
+use crate::pipeline::SynthesisFn;
+
+/// A built-in circuit named on the command line (`bench-16`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Builtin {
+    /// `bench-K`: 2^K constraints, K in 4..=27.
+    Bench { log_size: u32 },
+}
+
+/// Why a circuit name is not a built-in circuit.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown circuit '{0}': built-in circuits are bench-K with K from 4 to 27 (e.g. bench-16)")]
+pub struct UnknownCircuit(pub String);
+
+/// Sizes a bench circuit may have.
+const LOG_SIZES: std::ops::RangeInclusive<u32> = 4..=27;
+
+impl std::str::FromStr for Builtin {
+    type Err = UnknownCircuit;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let k = s
+            .strip_prefix("bench-")
+            .and_then(|k| k.parse::<u32>().ok())
+            .filter(|k| LOG_SIZES.contains(k))
+            .ok_or_else(|| UnknownCircuit(s.to_string()))?;
+        Ok(Builtin::Bench { log_size: k })
+    }
+}
+
+impl std::fmt::Display for Builtin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Builtin::Bench { log_size } => write!(f, "bench-{log_size}"),
+        }
+    }
+}
+
+impl Builtin {
+    /// The circuit with the witness drawn from `seed` (or none, for key generation).
+    pub fn circuit(&self, seed: Option<u64>) -> BenchCircuit {
+        match *self {
+            Builtin::Bench { log_size } => BenchCircuit::new(log_size, BENCH_PUBLIC_INPUTS, seed),
+        }
+    }
+
+    /// Number of constraints, which fixes the evaluation domain.
+    pub fn constraints(&self) -> usize {
+        match *self {
+            Builtin::Bench { log_size } => 1 << log_size,
+        }
+    }
+
+    /// File name of its cached test key; bump the version when the circuit changes.
+    pub fn key_file_name(&self) -> String {
+        format!("{self}.v1.test-only.params")
+    }
+}
+
+/// `[[circuits]]` with `kind = "bench"`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BenchConfig {
+    /// The name clients use.
+    pub name: String,
+    /// log2 of the constraint count (4 to 27); may be left out when the name
+    /// is `bench-K`.
+    #[serde(default)]
+    pub log_size: Option<u32>,
+    /// The circuit's proving key, in bellperson's `Parameters` format (as
+    /// `generate_random_parameters` and `Parameters::write` make it); every
+    /// point is checked when it loads. Without it, a TEST-ONLY key is
+    /// generated and cached under the data directory.
+    #[serde(default)]
+    pub params: Option<PathBuf>,
+}
+
+/// A loaded bench circuit.
+pub struct BenchKind {
+    builtin: Builtin,
+    key: Arc<ProvingKey>,
+    source: KeySource,
+}
+
+/// One partition of a bench job, as a request gives it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BenchWitness {
+    /// The witness's seed.
+    seed: u64,
+    /// The public inputs the client expects ("0x…" big-endian hex, or
+    /// decimal); when given, a proof is made only if the witness produces
+    /// exactly these.
+    #[serde(default)]
+    public_inputs: Option<Vec<String>>,
+}
+
+impl BenchKind {
+    pub fn load(config: &BenchConfig, data_dir: &Path) -> Result<Self, LoadError> {
+        let circuit = config.name.clone();
+        let log_size = match config.log_size {
+            Some(k) => k,
+            None => match config.name.parse::<Builtin>() {
+                Ok(Builtin::Bench { log_size }) => log_size,
+                Err(_) => {
+                    return Err(LoadError::Config {
+                        circuit,
+                        reason: "log_size is needed when the name is not bench-K".into(),
+                    })
+                }
+            },
+        };
+        if !LOG_SIZES.contains(&log_size) {
+            return Err(LoadError::Config {
+                circuit,
+                reason: format!("log_size {log_size} is not in 4..=27"),
+            });
+        }
+        let builtin = Builtin::Bench { log_size };
+        let (key, source) = match &config.params {
+            Some(path) => {
+                let shown = path.display().to_string();
+                let key = ProvingKey::read_file(path, PointCheck::Full).map_err(|source| {
+                    LoadError::KeyFile { circuit: circuit.clone(), path: shown.clone(), source }
+                })?;
+                let (domain, inputs) = (1usize << log_size, BENCH_PUBLIC_INPUTS);
+                let reason = if key.domain_size() != domain {
+                    Some(format!("its domain has {} points, {builtin} needs {domain}", key.domain_size()))
+                } else if key.vk.num_public_inputs() != inputs {
+                    Some(format!(
+                        "it has {} public inputs, {builtin} has {inputs}",
+                        key.vk.num_public_inputs()
+                    ))
+                } else {
+                    None
+                };
+                if let Some(reason) = reason {
+                    return Err(LoadError::WrongKey { circuit, path: shown, reason });
+                }
+                tracing::info!(%circuit, path = %shown, "loaded proving key");
+                (key, KeySource::File { path: path.clone() })
+            }
+            None => {
+                let key = crate::params::load_or_generate(data_dir, builtin)?;
+                (key, KeySource::GeneratedTestOnly { path: crate::params::key_path(data_dir, builtin) })
+            }
+        };
+        Ok(Self { builtin, key: Arc::new(key), source })
+    }
+}
+
+impl CircuitKind for BenchKind {
+    fn kind(&self) -> &'static str {
+        "bench"
+    }
+
+    fn key(&self) -> &Arc<ProvingKey> {
+        &self.key
+    }
+
+    fn key_source(&self) -> &KeySource {
+        &self.source
+    }
+
+    fn constraints(&self) -> usize {
+        self.builtin.constraints()
+    }
+
+    fn partition(&self, index: usize, witness: serde_json::Value) -> Result<SynthesisFn, WitnessError> {
+        let w: BenchWitness = serde_json::from_value(witness).map_err(|e| {
+            WitnessError(format!("partition {index}: {e}; a bench partition is {{\"seed\": N}}"))
+        })?;
+        let mut circuit = self.builtin.circuit(Some(w.seed));
+        if let Some(inputs) = w.public_inputs {
+            let expected = self.public_inputs();
+            if inputs.len() != expected {
+                return Err(WitnessError(format!(
+                    "partition {index}: {} public inputs given, the circuit has {expected}",
+                    inputs.len()
+                )));
+            }
+            let parsed = inputs
+                .iter()
+                .enumerate()
+                .map(|(k, s)| {
+                    parse_scalar(s).map_err(|e| format!("partition {index}: public_inputs[{k}]: {e}"))
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(WitnessError)?;
+            circuit = circuit.claiming(parsed);
+        }
+        Ok(Box::new(move || synthesize(circuit)))
+    }
+}
 
 /// Constraints per full round: 8 booleanity + 4 XOR + pack + product + t.
 const ROUND: usize = 15;
@@ -149,7 +349,15 @@ impl Circuit<Scalar> for BenchCircuit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::groth16::synthesize;
+
+    #[test]
+    fn parses_names() {
+        assert_eq!("bench-16".parse::<Builtin>().unwrap(), Builtin::Bench { log_size: 16 });
+        for bad in ["bench-", "bench-3", "bench-28", "sha256", "bench-x"] {
+            let err = bad.parse::<Builtin>().unwrap_err();
+            assert!(err.to_string().contains("bench-K"), "{bad}: {err}");
+        }
+    }
 
     #[test]
     fn has_exactly_two_to_the_k_constraints() {

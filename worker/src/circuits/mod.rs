@@ -1,75 +1,264 @@
-//! Built-in circuits, addressed by name (`bench-16`).
+//! The circuits a worker serves. Each is a *kind* (today `bench`) plus the
+//! kind's files, named in the config's `[[circuits]]` entries.
+//!
+//! A kind implements [`CircuitKind`]: it owns loading and checking its key,
+//! the per-partition footprint, decoding a partition's witness from a request
+//! into a synthesis job, the public-input shape, and the output encodings of
+//! proofs and verifying keys. Everything after synthesis (pipeline, gauges,
+//! admission, backends) is the same for every kind. Adding a kind is a module
+//! here and a variant of [`CircuitConfig`]; nothing else changes.
 
 mod bench;
 
-pub use bench::BenchCircuit;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use blstrs::Scalar;
+use serde::Deserialize;
+
+pub use bench::{BenchCircuit, BenchConfig, BenchKind, Builtin, UnknownCircuit};
+
+use crate::groth16::{Proof, ProvingKey};
+use crate::pipeline::{Footprint, SynthesisFn};
 
 /// Public inputs of the built-in bench circuits.
 pub const BENCH_PUBLIC_INPUTS: usize = 4;
 
-/// A built-in circuit named on the command line or in a request.
+/// A loaded circuit: its key resident, ready to turn requests into work.
+pub trait CircuitKind: Send + Sync {
+    /// The kind's name, as in the config's `kind = "..."`.
+    fn kind(&self) -> &'static str;
+
+    /// The proving key, loaded and checked at start-up.
+    fn key(&self) -> &Arc<ProvingKey>;
+
+    /// Where the key came from, for `/v1/circuits` and logs.
+    fn key_source(&self) -> &KeySource;
+
+    /// Constraints of the circuit (its inputs' constraints included).
+    fn constraints(&self) -> usize;
+
+    /// Estimated bytes one partition holds in flight, before synthesis.
+    fn footprint(&self) -> Footprint {
+        Footprint::of(self.key())
+    }
+
+    /// Public inputs a proof carries (the constant ONE excluded).
+    fn public_inputs(&self) -> usize {
+        self.key().vk.num_public_inputs()
+    }
+
+    /// Decodes partition `index`'s witness, as the request gave it, into the
+    /// synthesis job that produces it. Errors say what is wrong with the
+    /// witness, for the client.
+    fn partition(&self, index: usize, witness: serde_json::Value) -> Result<SynthesisFn, WitnessError>;
+
+    /// One proof as the job document carries it. The default is bellperson's
+    /// 192-byte encoding in hex and the public inputs as `0x` hex strings.
+    fn proof_json(&self, proof: &Proof, public_inputs: &[Scalar]) -> serde_json::Value {
+        serde_json::json!({
+            "proof": hex::encode(proof.to_bytes()),
+            "public_inputs": public_inputs.iter().map(format_scalar).collect::<Vec<_>>(),
+        })
+    }
+
+    /// The verifying key encodings this kind offers; the first is the default.
+    fn verifying_key_encodings(&self) -> &'static [VkEncoding] {
+        &[VkEncoding::Bellperson]
+    }
+
+    /// The verifying key in `encoding`, or `None` if this kind does not offer it.
+    fn verifying_key(&self, encoding: VkEncoding) -> Option<Vec<u8>> {
+        match encoding {
+            VkEncoding::Bellperson => Some(self.key().vk.to_bytes()),
+        }
+    }
+}
+
+/// Encodings of a verifying key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Builtin {
-    /// `bench-K`: 2^K constraints, K in 4..=27.
-    Bench { log_size: u32 },
+pub enum VkEncoding {
+    /// bellperson's `VerifyingKey::write` (binary, uncompressed points).
+    Bellperson,
 }
 
-/// Why a circuit name is not a built-in circuit.
-#[derive(Debug, thiserror::Error)]
-#[error("unknown circuit '{0}': built-in circuits are bench-K with K from 4 to 27 (e.g. bench-16)")]
-pub struct UnknownCircuit(pub String);
+impl VkEncoding {
+    pub const ALL: [VkEncoding; 1] = [VkEncoding::Bellperson];
 
-impl std::str::FromStr for Builtin {
-    type Err = UnknownCircuit;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let k = s
-            .strip_prefix("bench-")
-            .and_then(|k| k.parse::<u32>().ok())
-            .filter(|k| (4..=27).contains(k))
-            .ok_or_else(|| UnknownCircuit(s.to_string()))?;
-        Ok(Builtin::Bench { log_size: k })
-    }
-}
-
-impl std::fmt::Display for Builtin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    pub fn name(self) -> &'static str {
         match self {
-            Builtin::Bench { log_size } => write!(f, "bench-{log_size}"),
+            VkEncoding::Bellperson => "bellperson",
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            VkEncoding::Bellperson => "application/octet-stream",
         }
     }
 }
 
-impl Builtin {
-    /// The circuit with the witness drawn from `seed` (or none, for key generation).
-    pub fn circuit(&self, seed: Option<u64>) -> BenchCircuit {
-        match *self {
-            Builtin::Bench { log_size } => BenchCircuit::new(log_size, BENCH_PUBLIC_INPUTS, seed),
+impl std::str::FromStr for VkEncoding {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL.into_iter().find(|e| e.name() == s).ok_or_else(|| {
+            let known: Vec<_> = Self::ALL.iter().map(|e| e.name()).collect();
+            format!("unknown verifying key encoding '{s}' (known: {})", known.join(", "))
+        })
+    }
+}
+
+/// Where a circuit's proving key came from.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "source", rename_all = "snake_case")]
+pub enum KeySource {
+    /// Generated by provd from random toxic waste and cached: TEST-ONLY.
+    GeneratedTestOnly { path: PathBuf },
+    /// A key file the operator named in the config.
+    File { path: PathBuf },
+}
+
+/// Why a partition's witness was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct WitnessError(pub String);
+
+/// A `[[circuits]]` entry: the name clients use, the kind, and the kind's own fields.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum CircuitConfig {
+    /// `kind = "bench"`: a built-in bench-K circuit.
+    Bench(BenchConfig),
+}
+
+impl CircuitConfig {
+    /// The name clients address the circuit by.
+    pub fn name(&self) -> &str {
+        match self {
+            CircuitConfig::Bench(c) => &c.name,
         }
     }
 
-    /// Number of constraints, which fixes the evaluation domain.
-    pub fn constraints(&self) -> usize {
-        match *self {
-            Builtin::Bench { log_size } => 1 << log_size,
+    /// Loads the circuit's key (generating a TEST-ONLY one where the kind
+    /// allows and no file is named). `data_dir` holds generated keys.
+    pub fn load(&self, data_dir: &Path) -> Result<Arc<dyn CircuitKind>, LoadError> {
+        match self {
+            CircuitConfig::Bench(c) => Ok(Arc::new(BenchKind::load(c, data_dir)?)),
         }
     }
+}
 
-    /// File name of its cached test key; bump the version when the circuit changes.
-    pub fn key_file_name(&self) -> String {
-        format!("{self}.v1.test-only.params")
-    }
+/// Why a configured circuit could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("circuit '{circuit}': key file {path}: {source}")]
+    KeyFile {
+        circuit: String,
+        path: String,
+        #[source]
+        source: crate::groth16::ParamsError,
+    },
+    #[error("circuit '{circuit}': the key in {path} was made for another circuit: {reason}")]
+    WrongKey { circuit: String, path: String, reason: String },
+    #[error("circuit '{circuit}': {reason}")]
+    Config { circuit: String, reason: String },
+    #[error(transparent)]
+    Generated(#[from] crate::params::KeyCacheError),
+}
+
+/// "0x…" big-endian hex (or decimal) → a field element below the modulus.
+/// Values at or above the modulus are refused in both notations.
+pub fn parse_scalar(s: &str) -> Result<Scalar, String> {
+    use ff::PrimeField;
+    let s = s.trim();
+    let value = if let Some(hex) = s.strip_prefix("0x") {
+        if hex.is_empty() || hex.len() > 64 {
+            return Err(format!("'{s}' is not 1 to 64 hex digits after 0x"));
+        }
+        let padded = format!("{hex:0>64}");
+        let mut bytes = [0u8; 32];
+        hex::decode_to_slice(&padded, &mut bytes).map_err(|_| format!("'{s}' is not hexadecimal"))?;
+        bytes.reverse();
+        Option::from(Scalar::from_repr(bytes))
+    } else {
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!("'{s}' is neither 0x-hex nor a decimal number"));
+        }
+        // from_str_vartime reduces modulo r: refuse r and above first, by
+        // comparing digit strings of equal length.
+        let digits = match s.trim_start_matches('0') {
+            "" => "0",
+            d => d,
+        };
+        let below_r =
+            digits.len() < R_DECIMAL.len() || (digits.len() == R_DECIMAL.len() && digits < R_DECIMAL);
+        Scalar::from_str_vartime(digits).filter(|_| below_r)
+    };
+    value.ok_or_else(|| format!("'{s}' is not below the BLS12-381 scalar field modulus"))
+}
+
+/// The scalar field's modulus r in decimal.
+const R_DECIMAL: &str = "52435875175126190479447740508185965837690552500527637822603658699938581184513";
+
+/// A field element as "0x…" big-endian hex.
+pub fn format_scalar(x: &Scalar) -> String {
+    use ff::PrimeField;
+    let mut bytes = x.to_repr();
+    bytes.as_mut().reverse();
+    format!("0x{}", hex::encode(bytes))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ff::Field;
 
     #[test]
-    fn parses_names() {
-        assert_eq!("bench-16".parse::<Builtin>().unwrap(), Builtin::Bench { log_size: 16 });
-        for bad in ["bench-", "bench-3", "bench-28", "sha256", "bench-x"] {
-            let err = bad.parse::<Builtin>().unwrap_err();
-            assert!(err.to_string().contains("bench-K"), "{bad}: {err}");
+    fn scalars_round_trip_through_hex_and_parse_decimal() {
+        let x = Scalar::random(&mut rand::rngs::OsRng);
+        assert_eq!(parse_scalar(&format_scalar(&x)).unwrap(), x);
+        assert_eq!(parse_scalar("0x2a").unwrap(), Scalar::from(42));
+        assert_eq!(parse_scalar("42").unwrap(), Scalar::from(42));
+        assert_eq!(parse_scalar("0042").unwrap(), Scalar::from(42));
+        assert_eq!(parse_scalar("0").unwrap(), Scalar::ZERO);
+        let r_minus_1 = "52435875175126190479447740508185965837690552500527637822603658699938581184512";
+        assert_eq!(parse_scalar(r_minus_1).unwrap(), -Scalar::ONE);
+        let r = R_DECIMAL;
+        for bad in [
+            "",
+            "0x",
+            "0xzz",
+            "-1",
+            "1.5",
+            r,
+            &format!("0x{}", "f".repeat(64)),
+            &format!("0x{}", "1".repeat(65)),
+        ] {
+            assert!(parse_scalar(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn circuit_entries_name_their_kind() {
+        #[derive(Deserialize)]
+        struct File {
+            circuits: Vec<CircuitConfig>,
+        }
+        let f: File = toml::from_str(
+            "[[circuits]]\nkind = \"bench\"\nname = \"bench-10\"\n\
+             [[circuits]]\nkind = \"bench\"\nname = \"mine\"\nlog_size = 12\nparams = \"/k.params\"\n",
+        )
+        .unwrap();
+        assert_eq!(f.circuits[0].name(), "bench-10");
+        let CircuitConfig::Bench(mine) = &f.circuits[1];
+        assert_eq!((mine.log_size, mine.params.as_deref()), (Some(12), Some(Path::new("/k.params"))));
+        for (bad, says) in [
+            ("[[circuits]]\nname = \"bench-10\"\n", "missing field `kind`"),
+            ("[[circuits]]\nkind = \"zk\"\nname = \"x\"\n", "unknown variant `zk`"),
+            ("[[circuits]]\nkind = \"bench\"\nname = \"x\"\nparam = \"k\"\n", "unknown field `param`"),
+        ] {
+            let e = toml::from_str::<File>(bad).err().expect(bad).to_string();
+            assert!(e.contains(says), "{bad}: {e}");
         }
     }
 }

@@ -22,6 +22,15 @@ pub enum ProveError {
     Backend { backend: &'static str, message: String },
 }
 
+impl ProveError {
+    /// Whether the request itself is at fault (a witness that does not
+    /// satisfy the circuit, a key for another circuit, a circuit too large),
+    /// so that retrying it cannot help.
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(self, ProveError::Backend { .. })
+    }
+}
+
 /// Why a parameter (proving key) file could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum ParamsError {

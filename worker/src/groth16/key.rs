@@ -15,6 +15,7 @@ use group::prime::PrimeCurveAffine;
 use rayon::prelude::*;
 
 use super::error::{ParamsError, ProveError};
+use super::qap::Reduction;
 use super::synthesis::Synthesized;
 
 const G1_BYTES: usize = 96;
@@ -49,6 +50,9 @@ pub struct ProvingKey {
     pub b_g1: Vec<G1Affine>,
     /// v_i(τ) in G2, the same variables as `b_g1`.
     pub b_g2: Vec<G2Affine>,
+    /// How H is computed for these H bases (the format does not record it:
+    /// bellperson's files are always [`Reduction::Bellperson`]).
+    pub reduction: Reduction,
 }
 
 /// Whether to verify that every point is on the curve and in the prime-order
@@ -99,9 +103,8 @@ impl ProvingKey {
     pub fn fingerprint(&self) -> [u8; 32] {
         use sha2::Digest;
         let mut h = sha2::Sha256::new();
-        let mut vk = Vec::new();
-        VerifyingKeyWriter(&self.vk).write(&mut vk).expect("writing to a Vec");
-        h.update(&vk);
+        h.update(self.vk.to_bytes());
+        h.update(self.reduction.name());
         for len in [self.h.len(), self.l.len(), self.a.len(), self.b_g1.len(), self.b_g2.len()] {
             h.update((len as u64).to_le_bytes());
         }
@@ -180,6 +183,61 @@ impl ProvingKey {
     }
 }
 
+impl From<bellperson::groth16::Parameters<Bls12>> for ProvingKey {
+    /// A bellperson key, moved (not re-encoded): its vectors are taken out of
+    /// their `Arc`s when this is the only owner, copied otherwise.
+    fn from(p: bellperson::groth16::Parameters<Bls12>) -> Self {
+        fn take<T: Clone>(v: std::sync::Arc<Vec<T>>) -> Vec<T> {
+            std::sync::Arc::try_unwrap(v).unwrap_or_else(|v| (*v).clone())
+        }
+        let bellperson::groth16::Parameters { vk, h, l, a, b_g1, b_g2 } = p;
+        Self {
+            vk: vk.into(),
+            h: take(h),
+            l: take(l),
+            a: take(a),
+            b_g1: take(b_g1),
+            b_g2: take(b_g2),
+            reduction: Reduction::Bellperson,
+        }
+    }
+}
+
+impl From<bellperson::groth16::VerifyingKey<Bls12>> for VerifyingKey {
+    fn from(vk: bellperson::groth16::VerifyingKey<Bls12>) -> Self {
+        Self {
+            alpha_g1: vk.alpha_g1,
+            beta_g1: vk.beta_g1,
+            beta_g2: vk.beta_g2,
+            gamma_g2: vk.gamma_g2,
+            delta_g1: vk.delta_g1,
+            delta_g2: vk.delta_g2,
+            ic: vk.ic,
+        }
+    }
+}
+
+impl VerifyingKey {
+    /// bellperson's encoding of a verifying key (its `VerifyingKey::write`:
+    /// uncompressed points, the IC count as a big-endian u32).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        VerifyingKeyWriter(self).write(&mut out).expect("writing to a Vec");
+        out
+    }
+
+    /// Reads bellperson's encoding, checking every point (on the curve, in
+    /// the subgroup) and that nothing follows the key.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, ParamsError> {
+        let mut reader = KeyReader::new(bytes, PointCheck::Full, Some(bytes.len() as u64));
+        let vk = reader.verifying_key()?;
+        if reader.consumed < bytes.len() as u64 {
+            return Err(ParamsError::TrailingBytes(bytes.len() as u64 - reader.consumed));
+        }
+        Ok(vk)
+    }
+}
+
 /// The verifying key's part of the format.
 struct VerifyingKeyWriter<'a>(&'a VerifyingKey);
 
@@ -247,8 +305,8 @@ impl<R: Read> KeyReader<R> {
         Self { inner, check, size, consumed: 0, buf: Vec::new() }
     }
 
-    fn key(&mut self) -> Result<ProvingKey, ParamsError> {
-        let vk = VerifyingKey {
+    fn verifying_key(&mut self) -> Result<VerifyingKey, ParamsError> {
+        Ok(VerifyingKey {
             alpha_g1: self.point("vk.alpha_g1")?,
             beta_g1: self.point("vk.beta_g1")?,
             beta_g2: self.point("vk.beta_g2")?,
@@ -256,14 +314,18 @@ impl<R: Read> KeyReader<R> {
             delta_g1: self.point("vk.delta_g1")?,
             delta_g2: self.point("vk.delta_g2")?,
             ic: self.vector("vk.ic")?,
-        };
+        })
+    }
+
+    fn key(&mut self) -> Result<ProvingKey, ParamsError> {
         Ok(ProvingKey {
-            vk,
+            vk: self.verifying_key()?,
             h: self.vector("h")?,
             l: self.vector("l")?,
             a: self.vector("a")?,
             b_g1: self.vector("b_g1")?,
             b_g2: self.vector("b_g2")?,
+            reduction: Reduction::Bellperson,
         })
     }
 

@@ -82,6 +82,7 @@ where
         a: t1.mul_all(&a_s),
         b_g1: t1.mul_all(&b_s),
         b_g2: t2.mul_all(&b_s),
+        reduction: super::Reduction::Bellperson,
     })
 }
 

@@ -7,10 +7,11 @@
 use blstrs::{G1Affine, G1Projective, G2Affine, G2Projective, Scalar};
 use ff::Field;
 use group::Group;
+use provd_kernels::blst_repr;
 use rayon::prelude::*;
 
-use super::backend::{Assignment, G1Parts};
 use super::key::ProvingKey;
+use super::prover::{Assignment, G1Parts};
 use super::synthesis::Density;
 
 /// A group with a Pippenger MSM over its affine points.
@@ -19,23 +20,14 @@ pub trait MsmGroup: Group<Scalar = Scalar> + Send + Sync + std::ops::AddAssign<S
     fn pippenger(bases: &[Self::Affine], scalars: &[Scalar]) -> Self;
 }
 
-// blstrs's point types are `#[repr(transparent)]` wrappers of blst's, so key
-// points go to blst's Pippenger without a copy. (blstrs's own `multi_exp` takes
-// projective points and normalises them on every call.)
-const _: () = assert!(std::mem::size_of::<G1Affine>() == std::mem::size_of::<blst::blst_p1_affine>());
-const _: () = assert!(std::mem::size_of::<G2Affine>() == std::mem::size_of::<blst::blst_p2_affine>());
-const _: () = assert!(std::mem::size_of::<G1Projective>() == std::mem::size_of::<blst::blst_p1>());
-const _: () = assert!(std::mem::size_of::<G2Projective>() == std::mem::size_of::<blst::blst_p2>());
+// Key points go to blst's Pippenger without a copy (`blst_repr`). (blstrs's
+// own `multi_exp` takes projective points and normalises them on every call.)
 
 impl MsmGroup for G1Projective {
     type Affine = G1Affine;
     fn pippenger(bases: &[G1Affine], scalars: &[Scalar]) -> Self {
         use blst::MultiPoint;
-        // SAFETY: repr(transparent) over blst_p1_affine / blst_p1 (asserted above).
-        let raw =
-            unsafe { std::slice::from_raw_parts(bases.as_ptr().cast::<blst::blst_p1_affine>(), bases.len()) };
-        let p = raw.mult(&scalar_bytes(scalars), 255);
-        unsafe { std::mem::transmute::<blst::blst_p1, G1Projective>(p) }
+        blst_repr::g1_from_blst(blst_repr::g1_affine_as_blst(bases).mult(&scalar_bytes(scalars), 255))
     }
 }
 
@@ -43,11 +35,7 @@ impl MsmGroup for G2Projective {
     type Affine = G2Affine;
     fn pippenger(bases: &[G2Affine], scalars: &[Scalar]) -> Self {
         use blst::MultiPoint;
-        // SAFETY: repr(transparent) over blst_p2_affine / blst_p2 (asserted above).
-        let raw =
-            unsafe { std::slice::from_raw_parts(bases.as_ptr().cast::<blst::blst_p2_affine>(), bases.len()) };
-        let p = raw.mult(&scalar_bytes(scalars), 255);
-        unsafe { std::mem::transmute::<blst::blst_p2, G2Projective>(p) }
+        blst_repr::g2_from_blst(blst_repr::g2_affine_as_blst(bases).mult(&scalar_bytes(scalars), 255))
     }
 }
 

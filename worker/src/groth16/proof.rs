@@ -3,6 +3,7 @@
 use blstrs::{Bls12, G1Affine, G2Affine, Scalar};
 
 use super::key::VerifyingKey;
+use super::verify::Verifier;
 
 /// A Groth16 proof: A, C in G1 and B in G2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,8 +53,8 @@ impl Proof {
     }
 
     /// Verifies with bellperson's verifier (the reference, not our code).
+    /// Many proofs under one key: prepare a [`Verifier`] once instead.
     pub fn verify(&self, vk: &VerifyingKey, public_inputs: &[Scalar]) -> bool {
-        let pvk = bellperson::groth16::prepare_verifying_key(&vk.to_bellperson());
-        matches!(bellperson::groth16::verify_proof(&pvk, &self.to_bellperson(), public_inputs), Ok(true))
+        Verifier::new(vk).verify(self, public_inputs).is_ok()
     }
 }

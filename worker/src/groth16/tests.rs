@@ -7,6 +7,7 @@ use ff::Field;
 use rand::SeedableRng;
 
 use super::*;
+use crate::backend::{prove, CpuBackend};
 use crate::circuits::BenchCircuit;
 
 fn rng(seed: u64) -> rand_chacha::ChaCha8Rng {

@@ -4,7 +4,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use crate::service::RequestError;
+use crate::service::{RequestError, VkError};
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -49,9 +49,18 @@ impl From<RequestError> for ApiError {
     }
 }
 
+impl From<VkError> for ApiError {
+    fn from(e: VkError) -> Self {
+        match &e {
+            VkError::UnknownCircuit { .. } => Self::new(StatusCode::NOT_FOUND, e.to_string()),
+            VkError::Encoding(_) => Self::bad_request(e.to_string()),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": self.message, "status": self.status.as_u16() });
+        let body = super::wire::ErrorBody { error: self.message, status: self.status.as_u16() };
         let mut res = (self.status, axum::Json(body)).into_response();
         if let Some(secs) = self.retry_after {
             res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));

@@ -4,6 +4,8 @@
 mod api;
 mod dashboard;
 mod error;
+mod extract;
+pub mod wire;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -42,6 +44,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/prove", post(api::prove))
         .route("/v1/jobs/{id}", get(api::job).delete(api::cancel))
         .route("/v1/circuits", get(api::circuits))
+        .route("/v1/circuits/{name}/verifying-key", get(api::verifying_key))
         .route("/v1/status", get(api::status))
         .route("/v1/events", get(api::events))
         .route("/metrics", get(api::metrics))
@@ -49,6 +52,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(api::healthz))
         .route("/readyz", get(api::readyz))
         .fallback(dashboard::asset)
+        .method_not_allowed_fallback(api::method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
@@ -101,7 +105,12 @@ pub async fn serve(
                 let s = state.clone();
                 let data = tokio::task::spawn_blocking(move || {
                     let snapshot = s.service.tick();
-                    let jobs: Vec<_> = s.service.recent_jobs(20).iter().map(api::job_summary).collect();
+                    let jobs: Vec<_> = s
+                        .service
+                        .recent_jobs(20)
+                        .iter()
+                        .map(|j| wire::JobView::new(j, &s.service, false))
+                        .collect();
                     serde_json::json!({ "snapshot": snapshot, "jobs": jobs }).to_string()
                 });
                 if let Ok(data) = data.await {
@@ -111,6 +120,19 @@ pub async fn serve(
         })
     };
     println!("provd listening on http://{addr}");
+    for (name, c) in service.circuits() {
+        println!(
+            "  serving {name} ({} kind, {} constraints, key: {})",
+            c.kind(),
+            c.constraints(),
+            match c.key_source() {
+                crate::circuits::KeySource::File { path } => path.display().to_string(),
+                crate::circuits::KeySource::GeneratedTestOnly { path } =>
+                    format!("{} (TEST-ONLY)", path.display()),
+            }
+        );
+    }
+    println!("  on backend {}", service.backend().name);
     tracing::info!(%addr, auth = state.token.is_some(), "serving");
     let shutdown_state = state.clone();
     axum::serve(listener, router(state.clone()))
@@ -121,7 +143,7 @@ pub async fn serve(
             let grace = Duration::from_secs(shutdown_state.service.config.server.shutdown_grace_seconds);
             let s = shutdown_state.clone();
             let (done, cancelled) =
-                tokio::task::spawn_blocking(move || s.service.engine.drain(grace)).await.unwrap_or((0, 0));
+                tokio::task::spawn_blocking(move || s.service.drain(grace)).await.unwrap_or((0, 0));
             tracing::info!(done, cancelled, "accepted jobs ended");
             let _ = shutdown_state.closing.send(true);
         })

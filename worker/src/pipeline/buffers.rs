@@ -7,40 +7,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use super::memory::Reservation;
-use crate::metrics::Metrics;
-
-/// The classes of DESIGN.md's buffer table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BufferClass {
-    /// A partition being synthesized.
-    Synth,
-    /// a/b/c evaluation vectors, until the NTT stage is done with them.
-    Abc,
-    /// Input and aux assignments, until prove_finish.
-    Aux,
-    /// Density bitmaps, until prove_finish.
-    Density,
-    /// A partition between prove_start and prove_finish.
-    Pending,
-}
-
-impl BufferClass {
-    pub const ALL: [BufferClass; 5] = [Self::Synth, Self::Abc, Self::Aux, Self::Density, Self::Pending];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Synth => "synth",
-            Self::Abc => "abc",
-            Self::Aux => "aux",
-            Self::Density => "density",
-            Self::Pending => "pending",
-        }
-    }
-
-    fn index(self) -> usize {
-        self as usize
-    }
-}
+pub use crate::telemetry::labels::BufferClass;
+use crate::telemetry::metrics::Metrics;
 
 /// Live counts and bytes per class, their high-water marks, and the gauges.
 pub struct Ledger {

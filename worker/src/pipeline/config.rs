@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::memory::available_memory;
+use crate::telemetry::available_memory;
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -21,6 +21,9 @@ pub struct PipelineConfig {
     /// Memory partitions are admitted against: "80%" of the machine's (or
     /// cgroup's) memory, or a size such as "64GiB" or a number of bytes.
     pub memory_budget: MemoryBudget,
+    /// Check every proof with the verifying key before returning it; a proof
+    /// that fails fails its partition (and counts in provd_proofs_invalid_total).
+    pub verify_proofs: bool,
 }
 
 impl Default for PipelineConfig {
@@ -31,6 +34,7 @@ impl Default for PipelineConfig {
             synthesis_threads: 0,
             finalize_threads: 2,
             memory_budget: MemoryBudget::Fraction(0.8),
+            verify_proofs: true,
         }
     }
 }
@@ -145,7 +149,7 @@ mod tests {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "service"))]
 mod example {
     /// The shipped example lists every knob with its default value.
     #[test]
@@ -159,6 +163,7 @@ mod example {
             "synthesis_threads",
             "finalize_threads",
             "memory_budget",
+            "verify_proofs",
         ] {
             assert!(text.contains(&format!("\n{key} = ")), "{key} is documented in the example");
         }

@@ -4,12 +4,14 @@
 
 use std::sync::{Arc, Condvar, Mutex};
 
-use crate::metrics::Metrics;
+use crate::telemetry::metrics::Metrics;
 
 /// The memory budget and what is reserved against it.
 pub struct Budget {
     total: u64,
     reserved: Mutex<u64>,
+    /// The part of `reserved` held by resident keys.
+    resident: std::sync::atomic::AtomicU64,
     freed: Condvar,
     peak: std::sync::atomic::AtomicU64,
     metrics: Arc<Metrics>,
@@ -21,6 +23,7 @@ impl Budget {
         Arc::new(Self {
             total,
             reserved: Mutex::new(0),
+            resident: Default::default(),
             freed: Condvar::new(),
             peak: Default::default(),
             metrics,
@@ -33,6 +36,25 @@ impl Budget {
 
     pub fn reserved(&self) -> u64 {
         *self.reserved.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Bytes held by resident keys (part of `reserved`).
+    pub fn resident(&self) -> u64 {
+        self.resident.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Reserves `bytes` for a resident key now, or `None` if they do not fit.
+    /// Partitions are admitted against what the keys leave.
+    pub fn reserve_resident(self: &Arc<Self>, bytes: u64) -> Option<Reservation> {
+        let mut reserved = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
+        if *reserved + bytes > self.total {
+            return None;
+        }
+        *reserved += bytes;
+        self.resident.fetch_add(bytes, std::sync::atomic::Ordering::AcqRel);
+        self.peak.fetch_max(*reserved, std::sync::atomic::Ordering::AcqRel);
+        self.metrics.memory_reserved_bytes.set(*reserved as i64);
+        Some(Reservation { budget: self.clone(), bytes, resident: true })
     }
 
     /// The most ever reserved at once.
@@ -59,12 +81,15 @@ impl Budget {
         *reserved += bytes;
         self.peak.fetch_max(*reserved, std::sync::atomic::Ordering::AcqRel);
         self.metrics.memory_reserved_bytes.set(*reserved as i64);
-        Some(Reservation { budget: self.clone(), bytes })
+        Some(Reservation { budget: self.clone(), bytes, resident: false })
     }
 
-    fn release(&self, bytes: u64) {
+    fn release(&self, bytes: u64, resident: bool) {
         let mut reserved = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
         *reserved -= bytes;
+        if resident {
+            self.resident.fetch_sub(bytes, std::sync::atomic::Ordering::AcqRel);
+        }
         self.metrics.memory_reserved_bytes.set(*reserved as i64);
         self.freed.notify_all();
     }
@@ -75,6 +100,8 @@ impl Budget {
 pub struct Reservation {
     budget: Arc<Budget>,
     bytes: u64,
+    /// Held by a resident key (counted in [`Budget::resident`]).
+    resident: bool,
 }
 
 impl Reservation {
@@ -87,14 +114,14 @@ impl Reservation {
     pub fn split(&mut self, bytes: u64) -> Reservation {
         let bytes = bytes.min(self.bytes);
         self.bytes -= bytes;
-        Reservation { budget: self.budget.clone(), bytes }
+        Reservation { budget: self.budget.clone(), bytes, resident: self.resident }
     }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
         if self.bytes > 0 {
-            self.budget.release(self.bytes);
+            self.budget.release(self.bytes, self.resident);
         }
     }
 }
@@ -103,26 +130,6 @@ impl std::fmt::Debug for Reservation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Reservation({} bytes)", self.bytes)
     }
-}
-
-/// The machine's memory, or the cgroup's limit when lower: what a default
-/// budget is a fraction of.
-pub fn available_memory() -> u64 {
-    let meminfo = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<u64>().ok()))
-        })
-        .map(|kb| kb * 1024)
-        .unwrap_or(16 << 30);
-    let cgroup = ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
-        .iter()
-        .filter_map(|p| std::fs::read_to_string(p).ok())
-        .filter_map(|s| s.trim().parse::<u64>().ok())
-        .min();
-    cgroup.map_or(meminfo, |c| c.min(meminfo))
 }
 
 #[cfg(test)]
@@ -147,5 +154,17 @@ mod tests {
         assert!(budget.reserve(100, || true).is_some());
         let _full = budget.reserve(100, || false).unwrap();
         assert!(budget.reserve(1, || true).is_none(), "gives up when asked to");
+    }
+
+    #[test]
+    fn resident_keys_take_their_share_until_dropped() {
+        let budget = Budget::new(100, Arc::new(Metrics::new()));
+        let key = budget.reserve_resident(70).unwrap();
+        assert_eq!((budget.reserved(), budget.resident()), (70, 70));
+        assert!(budget.reserve_resident(31).is_none(), "a second key that does not fit is refused");
+        let p = budget.reserve(30, || false).unwrap();
+        assert!(budget.reserve(1, || true).is_none());
+        drop((key, p));
+        assert_eq!((budget.reserved(), budget.resident()), (0, 0));
     }
 }

@@ -14,27 +14,28 @@
 
 pub mod buffers;
 pub mod config;
-mod job;
 pub mod memory;
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::groth16::{Backend, Blinding, PendingProof, ProvingKey, Synthesized};
-use crate::metrics::Metrics;
+use crate::backend::Backend;
+use crate::groth16::{Blinding, PendingProof, ProvingKey, Synthesized};
+use crate::jobs::{Job, JobStore, Ticket};
+pub use crate::jobs::{JobId, JobSpec, JobStatus, PartitionStatus, StageTimes, SynthesisFn};
+pub use crate::telemetry::labels::{Outcome, Stage};
+use crate::telemetry::Metrics;
 use buffers::{BufferClass, BufferGuard, Ledger};
 pub use config::{MemoryBudget, PipelineConfig};
-use job::{Job, Ticket};
-pub use job::{JobId, JobSpec, JobStatus, Outcome, PartitionStatus, Stage, StageTimes, SynthesisFn};
 use memory::{Budget, Reservation};
 
 /// The stages an admitted partition is counted in (`provd_partitions_in_stage`).
-pub const STAGES: [Stage; 4] = [Stage::Synthesis, Stage::GpuQueue, Stage::ProveStart, Stage::ProveFinish];
+pub const STAGES: [Stage; 4] = Stage::IN_PIPELINE;
 
 /// Counts a partition in one stage for as long as it lives.
 struct InStage(prometheus::IntGauge);
@@ -93,6 +94,19 @@ pub enum SubmitError {
     ShuttingDown,
 }
 
+/// Why a key could not be held resident against the memory budget.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the key of {circuit} takes {need} bytes, but only {free} of the memory budget's {budget} bytes are free \
+     (keys count against pipeline.memory_budget); raise the budget or serve fewer circuits"
+)]
+pub struct KeyDoesNotFit {
+    pub circuit: String,
+    pub need: u64,
+    pub free: u64,
+    pub budget: u64,
+}
+
 // The partition values below hold their Ticket as their *last* field: fields
 // drop in declaration order, so a partition dropped whole (a closed channel,
 // a cancelled job) releases its guards and stage gauge before the ticket ends
@@ -146,8 +160,7 @@ struct Shared {
     shutdown: AtomicBool,
     /// Draining: no new jobs, accepted ones run on.
     shutdown_requested: AtomicBool,
-    jobs: Mutex<HashMap<JobId, Arc<Job>>>,
-    next_id: AtomicU64,
+    jobs: Arc<dyn JobStore>,
 }
 
 /// The proving engine. Dropping it stops its threads after cancelling
@@ -158,11 +171,21 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Starts the engine with one worker per backend.
+    /// Starts the engine with one worker per backend and jobs kept in memory.
     pub fn start(
         config: PipelineConfig,
         backends: Vec<Arc<dyn Backend>>,
         metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Self> {
+        Self::start_with_store(config, backends, metrics, Arc::new(crate::jobs::MemoryStore::default()))
+    }
+
+    /// As [`Engine::start`], with the job table in `jobs`.
+    pub fn start_with_store(
+        config: PipelineConfig,
+        backends: Vec<Arc<dyn Backend>>,
+        metrics: Arc<Metrics>,
+        jobs: Arc<dyn JobStore>,
     ) -> anyhow::Result<Self> {
         config.validate().map_err(anyhow::Error::msg)?;
         anyhow::ensure!(!backends.is_empty(), "the engine needs at least one backend");
@@ -183,8 +206,7 @@ impl Engine {
             synthesis_pool: pool("synth", config.synthesis_threads())?,
             shutdown: AtomicBool::new(false),
             shutdown_requested: AtomicBool::new(false),
-            jobs: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(1),
+            jobs,
             config,
             metrics,
         });
@@ -215,12 +237,13 @@ impl Engine {
             return Err(SubmitError::Empty);
         }
         let need = Footprint::of(&spec.key).total();
-        if need > s.budget.total() {
-            return Err(SubmitError::NeverFits { circuit: spec.circuit, need, budget: s.budget.total() });
+        let room = s.budget.total() - s.budget.resident();
+        if need > room {
+            return Err(SubmitError::NeverFits { circuit: spec.circuit, need, budget: room });
         }
-        let id = s.next_id.fetch_add(1, Ordering::Relaxed);
-        let job = Job::new(id, spec.circuit, spec.key, spec.partitions.len(), s.metrics.clone());
-        s.jobs.lock().unwrap_or_else(|e| e.into_inner()).insert(id, job.clone());
+        let id = JobId::new();
+        let job = Job::new(id, &spec, s.metrics.clone());
+        s.jobs.insert(job.clone());
         let partitions = spec.partitions.len();
         let mut q = s.queue.lock().unwrap_or_else(|e| e.into_inner());
         for (i, synthesize) in spec.partitions.into_iter().enumerate() {
@@ -229,7 +252,7 @@ impl Engine {
         s.metrics.partitions_waiting.set(q.len() as i64);
         drop(q);
         s.queued.notify_all();
-        tracing::info!(job = id, circuit = %job.circuit, partitions, "job accepted");
+        tracing::info!(job = %id, circuit = %job.circuit, partitions, "job accepted");
         Ok(id)
     }
 
@@ -267,22 +290,30 @@ impl Engine {
 
     /// The most recent jobs, newest first.
     pub fn recent_jobs(&self, n: usize) -> Vec<JobStatus> {
-        let jobs = self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner());
-        let mut ids: Vec<JobId> = jobs.keys().copied().collect();
-        ids.sort_unstable_by(|a, b| b.cmp(a));
-        ids.into_iter().take(n).map(|id| jobs[&id].status()).collect()
+        self.shared.jobs.recent(n).iter().map(|j| j.status()).collect()
     }
 
     /// Jobs not yet ended.
     pub fn unfinished_jobs(&self) -> Vec<JobId> {
-        let jobs = self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner());
-        jobs.values().filter(|j| j.outcome().is_none()).map(|j| j.id).collect()
+        self.shared.jobs.unfinished().iter().map(|j| j.id).collect()
     }
 
     /// Forgets ended jobs older than `age` (their results are no longer served).
     pub fn forget_ended(&self, age: Duration) {
-        let mut jobs = self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner());
-        jobs.retain(|_, j| j.outcome().is_none() || j.ended_for() < age);
+        self.shared.jobs.forget_ended(age);
+    }
+
+    /// Holds `bytes` of a resident key against the memory budget for as long
+    /// as the returned reservation lives; partitions are admitted against
+    /// what is left.
+    pub fn hold_key(&self, circuit: &str, bytes: u64) -> Result<Reservation, KeyDoesNotFit> {
+        let b = &self.shared.budget;
+        b.reserve_resident(bytes).ok_or_else(|| KeyDoesNotFit {
+            circuit: circuit.to_string(),
+            need: bytes,
+            free: b.total().saturating_sub(b.reserved()),
+            budget: b.total(),
+        })
     }
 
     /// Stops taking jobs, waits up to `grace` for accepted ones, then cancels
@@ -306,7 +337,7 @@ impl Engine {
     }
 
     fn job(&self, id: JobId) -> Option<Arc<Job>> {
-        self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned()
+        self.shared.jobs.get(id)
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -330,7 +361,7 @@ impl Drop for Engine {
     fn drop(&mut self) {
         let s = &self.shared;
         s.shutdown.store(true, Ordering::Release);
-        let ids: Vec<JobId> = s.jobs.lock().unwrap_or_else(|e| e.into_inner()).keys().copied().collect();
+        let ids: Vec<JobId> = s.jobs.all().iter().map(|j| j.id).collect();
         for id in ids {
             self.cancel(id);
         }
@@ -348,7 +379,7 @@ fn transition(s: &Shared, job: JobId, partition: usize, stage: &'static str) {
     let c = s.ledger.counts();
     tracing::debug!(
         target: "provd::buffers",
-        job, partition, stage,
+        job = %job, partition, stage,
         synth = c.synth, abc = c.abc, aux = c.aux, density = c.density, pending = c.pending,
         reserved_gib = s.budget.reserved() as f64 / (1u64 << 30) as f64,
         "BUFFERS[{stage}]"
@@ -523,11 +554,29 @@ fn finish_partition(s: &Shared, item: ToFinish) {
     job.record(index, |t| t.prove_finish = Some(secs));
     drop((held, pending_guard, stage));
     transition(s, job.id, index, "dealloc");
-    match result {
-        Ok(Ok(proof)) => ticket.succeed(proof, public),
-        Ok(Err(e)) => ticket.fail(e.to_string()),
-        Err(_) => ticket.fail("prove_finish panicked".into()),
+    let proof = match result {
+        Ok(Ok(proof)) => proof,
+        Ok(Err(e)) => return ticket.fail(e.to_string()),
+        Err(_) => return ticket.fail("prove_finish panicked".into()),
+    };
+    // Never hand out a proof that does not verify: a faulty device fails its
+    // partition loudly instead.
+    if let Some(verifier) = &job.verifier {
+        let t = Instant::now();
+        let verdict = verifier.verify(&proof, &public);
+        let secs = t.elapsed().as_secs_f64();
+        s.metrics.verify_duration.observe(secs);
+        job.record(index, |t| t.verify = Some(secs));
+        if let Err(e) = verdict {
+            s.metrics.proofs_invalid.with_label_values(&[backend.name()]).inc();
+            tracing::error!(job = %job.id, partition = index, backend = backend.name(), "proof rejected: {e}");
+            return ticket.fail(format!(
+                "the proof from backend {} failed verification ({e}); it was not returned",
+                backend.name()
+            ));
+        }
     }
+    ticket.succeed(proof, public)
 }
 
 /// A counting semaphore whose permits release on drop.

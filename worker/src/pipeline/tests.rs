@@ -7,8 +7,9 @@ use std::time::Duration;
 use rand::SeedableRng;
 
 use super::*;
+use crate::backend::{Backend, CpuBackend};
 use crate::circuits::BenchCircuit;
-use crate::groth16::{keygen, synthesize, CpuBackend, PendingProof, Proof, ProveError};
+use crate::groth16::{keygen, synthesize, PendingProof, Proof, ProveError};
 
 const K: u32 = 8;
 
@@ -30,7 +31,7 @@ fn failing_partition() -> SynthesisFn {
 }
 
 fn job(partitions: Vec<SynthesisFn>) -> JobSpec {
-    JobSpec { circuit: format!("bench-{K}"), key: key(), partitions }
+    JobSpec { circuit: format!("bench-{K}"), key: key(), verifier: None, partitions }
 }
 
 /// The CPU backend with a slow prove_start, standing in for a busy GPU.
@@ -125,7 +126,7 @@ fn gauges_return_to_zero_after_success_failure_and_cancellation() {
     assert_all_released(&e);
     let m = e.metrics();
     assert_eq!(m.jobs.with_label_values(&["cancelled"]).get(), 1);
-    assert!(!e.cancel(9999), "unknown job");
+    assert!(!e.cancel(JobId::new()), "unknown job");
 }
 
 #[test]
@@ -220,7 +221,7 @@ fn exposition_passes_promtool() {
     e.wait(ok, None).unwrap();
     let bad = e.submit(job(vec![failing_partition()])).unwrap();
     e.wait(bad, None).unwrap();
-    crate::metrics::assert_promtool_accepts(&e.metrics().render());
+    crate::telemetry::metrics::assert_promtool_accepts(&e.metrics().render());
 }
 
 #[test]
@@ -229,4 +230,63 @@ fn stage_names_are_their_json_names() {
     for st in [Queued, Synthesis, GpuQueue, ProveStart, ProveFinish, Done, Failed, Cancelled] {
         assert_eq!(serde_json::to_value(st).unwrap(), st.name(), "{st:?}");
     }
+}
+
+/// The CPU backend with one G1 part corrupted, standing in for a faulty GPU.
+struct CorruptGpu;
+
+impl Backend for CorruptGpu {
+    fn name(&self) -> &str {
+        "corrupt"
+    }
+    fn prove_start(&self, key: &ProvingKey, w: Synthesized) -> Result<PendingProof, ProveError> {
+        let mut p = CpuBackend.prove_start(key, w)?;
+        p.g1.h += <blstrs::G1Projective as group::Group>::generator();
+        Ok(p)
+    }
+}
+
+#[test]
+fn a_proof_that_fails_verification_fails_its_partition_and_is_never_returned() {
+    let m = Arc::new(Metrics::new());
+    let e = Engine::start(PipelineConfig::default(), vec![Arc::new(CorruptGpu)], m.clone()).unwrap();
+    let verifier = Some(Arc::new(crate::groth16::Verifier::new(&key().vk)));
+    let id = e.submit(JobSpec { verifier, ..job(vec![partition(1), partition(2)]) }).unwrap();
+    let st = e.wait(id, None).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Failed));
+    let error = st.error.unwrap();
+    assert!(error.contains("backend corrupt failed verification"), "{error}");
+    assert!(st.partitions.iter().all(|p| p.proof.is_none()), "no proof is returned");
+    assert!(m.proofs_invalid.with_label_values(&["corrupt"]).get() >= 1);
+    assert_all_released(&e);
+    // The same backend without the check hands out the bad proof: the check is what stops it.
+    let id = e.submit(job(vec![partition(3)])).unwrap();
+    let st = e.wait(id, None).unwrap();
+    let p = &st.partitions[0];
+    assert!(!p.proof.unwrap().verify(&key().vk, &p.public_inputs));
+    // An honest backend's proofs pass the check.
+    let e = Engine::start(PipelineConfig::default(), vec![Arc::new(CpuBackend)], Arc::new(Metrics::new()))
+        .unwrap();
+    let verifier = Some(Arc::new(crate::groth16::Verifier::new(&key().vk)));
+    let id = e.submit(JobSpec { verifier, ..job(vec![partition(4)]) }).unwrap();
+    let st = e.wait(id, None).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Succeeded));
+    assert!(st.partitions[0].times.verify.is_some());
+}
+
+#[test]
+fn resident_keys_shrink_what_partitions_may_take() {
+    let config = PipelineConfig {
+        memory_budget: MemoryBudget::Bytes(Footprint::of(&key()).total() * 3),
+        ..Default::default()
+    };
+    let e = engine(config, Duration::ZERO);
+    let total = e.budget().total();
+    let held = e.hold_key("big", total - Footprint::of(&key()).total() / 2).unwrap();
+    assert!(matches!(e.submit(job(vec![partition(1)])), Err(SubmitError::NeverFits { .. })));
+    assert!(e.hold_key("another", total).is_err(), "a key that does not fit is refused");
+    drop(held);
+    let id = e.submit(job(vec![partition(1)])).unwrap();
+    assert_eq!(e.wait(id, None).unwrap().outcome, Some(Outcome::Succeeded));
+    assert_all_released(&e);
 }

@@ -5,7 +5,7 @@ use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
-use crate::pipeline::buffers::BufferClass;
+use super::labels::BufferClass;
 
 /// Every metric provd exports.
 pub struct Metrics {
@@ -26,6 +26,10 @@ pub struct Metrics {
     pub gpu_memory_used_bytes: IntGaugeVec,
     pub gpu_memory_total_bytes: IntGaugeVec,
     pub srs_bytes: IntGaugeVec,
+    pub proofs_invalid: IntCounterVec,
+    pub verify_duration: Histogram,
+    pub key_uploads: IntCounterVec,
+    pub key_evictions: IntCounterVec,
 }
 
 impl Metrics {
@@ -144,7 +148,7 @@ impl Metrics {
             gpu_busy_seconds: reg(
                 r,
                 prometheus::CounterVec::new(
-                    Opts::new("provd_gpu_busy_seconds_total", "Time each GPU worker spent in prove_start."),
+                    Opts::new("provd_gpu_busy_seconds_total", "Time each GPU worker thread spent in prove_start (host work included)."),
                     &["device"],
                 )
                 .unwrap(),
@@ -176,13 +180,57 @@ impl Metrics {
                 )
                 .unwrap(),
             ),
+            proofs_invalid: reg(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "provd_proofs_invalid_total",
+                        "Proofs that failed verification before leaving (their partitions failed), by backend.",
+                    ),
+                    &["backend"],
+                )
+                .unwrap(),
+            ),
+            verify_duration: reg(
+                r,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "provd_proof_verify_seconds",
+                        "Time to check one proof before it is returned.",
+                    )
+                    .buckets(prometheus::exponential_buckets(0.0005, 2.0, 12).unwrap()),
+                )
+                .unwrap(),
+            ),
+            key_uploads: reg(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "provd_key_uploads_total",
+                        "Times a circuit's proving-key bases were copied to a GPU (once while they stay resident).",
+                    ),
+                    &["circuit", "device"],
+                )
+                .unwrap(),
+            ),
+            key_evictions: reg(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "provd_key_evictions_total",
+                        "Resident proving keys evicted from a GPU to make room for another.",
+                    ),
+                    &["device"],
+                )
+                .unwrap(),
+            ),
             registry,
         };
         for c in BufferClass::ALL {
             m.buffers_in_flight.with_label_values(&[c.name()]).set(0);
             m.buffer_bytes.with_label_values(&[c.name()]).set(0);
         }
-        for stage in crate::pipeline::STAGES {
+        for stage in super::labels::Stage::IN_PIPELINE {
             m.partitions_in_stage.with_label_values(&[stage.name()]).set(0);
         }
         for o in ["succeeded", "failed", "cancelled"] {
@@ -209,18 +257,6 @@ impl Default for Metrics {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// This process's resident memory, from /proc/self/status's VmRSS (in KiB,
-/// whatever the page size; 0 where there is no /proc).
-pub fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            let kib = s.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
-            kib.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()
-        })
-        .map_or(0, |kib| kib * 1024)
 }
 
 /// For tests: panics unless `promtool check metrics` accepts the exposition.

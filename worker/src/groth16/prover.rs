@@ -1,37 +1,16 @@
-//! The split prover: `prove_start` (NTTs and G1 MSMs, the GPU's share) and
-//! `prove_finish` (the G2 MSM for B and the assembly, on the CPU), so that a
-//! pipeline can overlap one partition's finish with the next one's start.
+//! The split prover's parts, shared by every backend: what `prove_start`
+//! (H and the G1 MSMs) hands to `prove_finish` (the G2 MSM for B and the
+//! assembly), and the assembly itself.
 
 use blstrs::{G1Projective, G2Projective, Scalar};
 use ff::Field;
 use group::{Curve, Group};
 use rand_core::RngCore;
 
-use super::error::ProveError;
 use super::key::ProvingKey;
 use super::msm;
 use super::proof::Proof;
 use super::synthesis::{Density, Synthesized};
-
-/// A proving backend: the CPU here, CUDA devices elsewhere.
-pub trait Backend: Send + Sync {
-    /// Short name for logs and metrics ("cpu", "cuda:0").
-    fn name(&self) -> &str;
-
-    /// Computes H and the G1 MSMs (A, B in G1, L, H). Consumes the witness's
-    /// a/b/c vectors; keeps the assignment for `prove_finish`.
-    fn prove_start(&self, key: &ProvingKey, witness: Synthesized) -> Result<PendingProof, ProveError>;
-
-    /// The G2 MSM for B and the assembly with blinding factors `r`, `s`.
-    fn prove_finish(
-        &self,
-        key: &ProvingKey,
-        pending: PendingProof,
-        blind: Blinding,
-    ) -> Result<Proof, ProveError> {
-        Ok(finish_on_cpu(key, pending, blind))
-    }
-}
 
 /// The G1 results of `prove_start`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,10 +10,47 @@ use blstrs::Scalar;
 use serde::Serialize;
 
 use crate::groth16::{Proof, ProveError};
-use crate::groth16::{ProvingKey, Synthesized};
-use crate::metrics::Metrics;
+use crate::groth16::{ProvingKey, Synthesized, Verifier};
+pub use crate::telemetry::labels::{Outcome, Stage};
+use crate::telemetry::metrics::Metrics;
 
-pub type JobId = u64;
+/// A job's id: a UUIDv7 (time-ordered, 74 random bits), so ids never repeat
+/// across restarts or between workers, and a client holding an old id can
+/// never be handed another client's job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobId(uuid::Uuid);
+
+impl JobId {
+    /// A fresh id.
+    pub fn new() -> Self {
+        Self(uuid::Uuid::now_v7())
+    }
+}
+
+impl Default for JobId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Display for JobId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.hyphenated().fmt(f)
+    }
+}
+
+impl std::str::FromStr for JobId {
+    type Err = uuid::Error;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        uuid::Uuid::try_parse(s).map(Self)
+    }
+}
+
+impl Serialize for JobId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
 
 /// Produces one partition's witness (runs on the synthesis pool).
 pub type SynthesisFn = Box<dyn FnOnce() -> Result<Synthesized, ProveError> + Send>;
@@ -22,54 +59,9 @@ pub type SynthesisFn = Box<dyn FnOnce() -> Result<Synthesized, ProveError> + Sen
 pub struct JobSpec {
     pub circuit: String,
     pub key: Arc<ProvingKey>,
+    /// Checks every proof before it is returned; `None` returns proofs unchecked.
+    pub verifier: Option<Arc<Verifier>>,
     pub partitions: Vec<SynthesisFn>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Stage {
-    Queued,
-    Synthesis,
-    GpuQueue,
-    ProveStart,
-    ProveFinish,
-    Done,
-    Failed,
-    Cancelled,
-}
-
-impl Stage {
-    /// The stage's name in JSON and in metric labels.
-    pub fn name(self) -> &'static str {
-        match self {
-            Stage::Queued => "queued",
-            Stage::Synthesis => "synthesis",
-            Stage::GpuQueue => "gpu_queue",
-            Stage::ProveStart => "prove_start",
-            Stage::ProveFinish => "prove_finish",
-            Stage::Done => "done",
-            Stage::Failed => "failed",
-            Stage::Cancelled => "cancelled",
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    Succeeded,
-    Failed,
-    Cancelled,
-}
-
-impl Outcome {
-    pub fn name(self) -> &'static str {
-        match self {
-            Outcome::Succeeded => "succeeded",
-            Outcome::Failed => "failed",
-            Outcome::Cancelled => "cancelled",
-        }
-    }
 }
 
 /// Seconds spent in each stage by one partition.
@@ -79,6 +71,8 @@ pub struct StageTimes {
     pub gpu_queue: Option<f64>,
     pub prove_start: Option<f64>,
     pub prove_finish: Option<f64>,
+    /// Checking the proof before it is returned (`pipeline.verify_proofs`).
+    pub verify: Option<f64>,
 }
 
 #[derive(Clone, Debug)]
@@ -101,11 +95,14 @@ pub struct JobStatus {
     pub elapsed_seconds: f64,
 }
 
-pub(crate) struct Job {
+/// A job as the engine runs it: its partitions' states, and a condition
+/// variable that `wait` sleeps on until the last partition ends.
+pub struct Job {
     pub id: JobId,
     pub circuit: String,
     pub key: Arc<ProvingKey>,
-    pub cancelled: AtomicBool,
+    pub verifier: Option<Arc<Verifier>>,
+    cancelled: AtomicBool,
     created: Instant,
     state: Mutex<JobState>,
     ended: Condvar,
@@ -121,13 +118,8 @@ struct JobState {
 }
 
 impl Job {
-    pub fn new(
-        id: JobId,
-        spec_circuit: String,
-        key: Arc<ProvingKey>,
-        n: usize,
-        metrics: Arc<Metrics>,
-    ) -> Arc<Self> {
+    pub(crate) fn new(id: JobId, spec: &JobSpec, metrics: Arc<Metrics>) -> Arc<Self> {
+        let n = spec.partitions.len();
         let partitions = (0..n)
             .map(|_| PartitionStatus {
                 stage: Stage::Queued,
@@ -139,8 +131,9 @@ impl Job {
             .collect();
         Arc::new(Self {
             id,
-            circuit: spec_circuit,
-            key,
+            circuit: spec.circuit.clone(),
+            key: spec.key.clone(),
+            verifier: spec.verifier.clone(),
             cancelled: AtomicBool::new(false),
             created: Instant::now(),
             state: Mutex::new(JobState {
@@ -163,21 +156,26 @@ impl Job {
         self.cancelled.load(Ordering::Acquire)
     }
 
-    pub fn cancel(&self) {
+    pub(crate) fn cancel(&self) {
         self.cancelled.store(true, Ordering::Release);
     }
 
-    pub fn set_stage(&self, index: usize, stage: Stage) {
+    pub(crate) fn set_stage(&self, index: usize, stage: Stage) {
         self.lock().partitions[index].stage = stage;
     }
 
-    pub fn record(&self, index: usize, f: impl FnOnce(&mut StageTimes)) {
+    pub(crate) fn record(&self, index: usize, f: impl FnOnce(&mut StageTimes)) {
         f(&mut self.lock().partitions[index].times);
     }
 
     /// How the job ended, if it has (no copy of its partitions).
     pub fn outcome(&self) -> Option<Outcome> {
         self.lock().outcome
+    }
+
+    /// When the job was accepted.
+    pub fn created(&self) -> Instant {
+        self.created
     }
 
     /// How long ago the job ended (zero while it runs).
@@ -259,7 +257,7 @@ impl Job {
             s.elapsed = Some(elapsed);
             self.metrics.jobs.with_label_values(&[outcome.name()]).inc();
             self.metrics.job_duration.observe(elapsed.as_secs_f64());
-            tracing::info!(job = self.id, circuit = %self.circuit, outcome = outcome.name(), secs = elapsed.as_secs_f64(), "job ended");
+            tracing::info!(job = %self.id, circuit = %self.circuit, outcome = outcome.name(), secs = elapsed.as_secs_f64(), "job ended");
             self.ended.notify_all();
         }
     }

@@ -1,0 +1,26 @@
+//! The CPU backend: rayon NTTs and blst's Pippenger.
+
+use crate::groth16::domain::Domain;
+use crate::groth16::prover::{split, PendingProof};
+use crate::groth16::{msm, ProveError, ProvingKey, Synthesized};
+
+use super::Backend;
+
+/// Proves on the CPU. Also the reference the GPU backend is checked against.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuBackend;
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    fn prove_start(&self, key: &ProvingKey, witness: Synthesized) -> Result<PendingProof, ProveError> {
+        key.check_matches(&witness)?;
+        let domain = Domain::for_constraints(witness.num_constraints())?;
+        let ([a, b, c], assignment, a_aux_density) = split(witness);
+        let h = key.reduction.quotient(&domain, a, b, c);
+        let g1 = msm::g1_parts(key, &h, &assignment, &a_aux_density);
+        Ok(PendingProof { g1, assignment })
+    }
+}

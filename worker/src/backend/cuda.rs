@@ -1,0 +1,379 @@
+//! The CUDA backend: H by the NTT chain (no bit-reversal pass) and the four G1
+//! MSMs on the GPU, with the bases of several proving keys resident on the
+//! device at once (least recently used evicted when device memory runs short).
+//! The G2 MSM for B stays on the CPU, in `prove_finish`, overlapped with the
+//! next partition's GPU work.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use blstrs::{G1Affine, G1Projective, Scalar};
+use provd_kernels::{FrBuffer, G1Bases, Gpu, GpuError, Msm, Ntt, Order};
+
+use super::{Backend, CudaOptions};
+use crate::groth16::msm::filter;
+use crate::groth16::prover::{split, G1Parts, PendingProof};
+use crate::groth16::{ProveError, ProvingKey, Reduction, Synthesized};
+
+/// Device bytes kept free beside the resident keys for one proof's working
+/// buffers, per domain element: a/b/c and H (4 × 32 B), MSM digits and sorted
+/// lists (about as much again).
+const WORKING_BYTES_PER_ELEMENT: u64 = 8 * 32;
+/// And a fixed part for the MSM engine's bucket tables.
+const WORKING_BYTES_FIXED: u64 = 512 << 20;
+/// Bytes of one G1 base on the device.
+const G1_BASE_BYTES: u64 = std::mem::size_of::<provd_kernels::msm::G1AffineRaw>() as u64;
+
+/// Proves with one CUDA device.
+pub struct CudaBackend {
+    name: String,
+    gpu: Arc<Gpu>,
+    msm: Msm,
+    options: CudaOptions,
+    state: Mutex<State>,
+}
+
+struct State {
+    ntt: Ntt,
+    /// Resident keys, least recently used first.
+    keys: Vec<DeviceKey>,
+    /// Uploads per key (by fingerprint), evicted keys included.
+    uploads: HashMap<[u8; 32], u64>,
+    evictions: u64,
+}
+
+/// Which keys a backend holds on its device, and how often it loaded them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyResidency {
+    /// Every key uploaded at least once; `device_bytes` is 0 once evicted.
+    pub keys: Vec<ResidentKey>,
+    /// Keys evicted to make room for another.
+    pub evictions: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResidentKey {
+    /// [`ProvingKey::fingerprint`].
+    pub fingerprint: [u8; 32],
+    pub device_bytes: u64,
+    pub uploads: u64,
+}
+
+/// A proving key's G1 bases on the device. H's bases are stored in
+/// bit-reversed order, the order in which the NTT chain leaves H.
+struct DeviceKey {
+    fingerprint: [u8; 32],
+    h: G1Bases,
+    l: G1Bases,
+    a_inputs: G1Bases,
+    a_aux: G1Bases,
+    b_inputs: G1Bases,
+    b_aux: G1Bases,
+}
+
+impl DeviceKey {
+    /// Device bytes the key's bases take, before uploading them.
+    fn bytes_needed(key: &ProvingKey) -> u64 {
+        (key.domain_size() + key.l.len() + key.a.len() + key.b_g1.len()) as u64 * G1_BASE_BYTES
+    }
+
+    fn upload(gpu: &Gpu, key: &ProvingKey, b_inputs: usize) -> Result<Self, GpuError> {
+        let n = key.domain_size();
+        let log_n = n.trailing_zeros();
+        // position p holds the base of coefficient bitrev(p); coefficient n−1
+        // has no base (it is always zero), so it gets the identity.
+        let mut h = vec![G1Affine::default(); n];
+        for (p, slot) in h.iter_mut().enumerate() {
+            let i = if log_n == 0 { 0 } else { p.reverse_bits() >> (usize::BITS - log_n) };
+            if let Some(b) = key.h.get(i) {
+                *slot = *b;
+            }
+        }
+        let inputs = key.vk.ic.len();
+        Ok(Self {
+            fingerprint: key.fingerprint(),
+            h: G1Bases::upload(gpu, &h)?,
+            l: G1Bases::upload(gpu, &key.l)?,
+            a_inputs: G1Bases::upload(gpu, &key.a[..inputs])?,
+            a_aux: G1Bases::upload(gpu, &key.a[inputs..])?,
+            b_inputs: G1Bases::upload(gpu, &key.b_g1[..b_inputs])?,
+            b_aux: G1Bases::upload(gpu, &key.b_g1[b_inputs..])?,
+        })
+    }
+
+    fn bytes(&self) -> u64 {
+        [&self.h, &self.l, &self.a_inputs, &self.a_aux, &self.b_inputs, &self.b_aux]
+            .iter()
+            .map(|b| b.bytes() as u64)
+            .sum()
+    }
+}
+
+impl State {
+    fn resident_bytes(&self) -> u64 {
+        self.keys.iter().map(DeviceKey::bytes).sum()
+    }
+
+    fn evict_oldest(&mut self, device: &str, why: &str) {
+        let old = self.keys.remove(0);
+        self.evictions += 1;
+        tracing::info!(device, mib = old.bytes() >> 20, why, "proving key bases evicted from the device");
+    }
+}
+
+impl CudaBackend {
+    /// Opens device `ordinal`; kernels are cached under `data_dir/kernels`.
+    pub fn open(ordinal: usize, data_dir: &Path, options: CudaOptions) -> Result<Self, GpuError> {
+        let gpu = Arc::new(Gpu::open(ordinal, &data_dir.join("kernels"))?);
+        Ok(Self {
+            name: format!("cuda:{ordinal}"),
+            msm: Msm::new(gpu.clone()),
+            options,
+            state: Mutex::new(State {
+                ntt: Ntt::new(gpu.clone()),
+                keys: Vec::new(),
+                uploads: HashMap::new(),
+                evictions: 0,
+            }),
+            gpu,
+        })
+    }
+
+    pub fn gpu(&self) -> Arc<Gpu> {
+        self.gpu.clone()
+    }
+
+    /// Makes `key`'s bases resident (the most recently used), evicting the
+    /// least recently used keys while the limit or the device's free memory
+    /// leaves no room; returns its index in `state.keys`.
+    fn make_resident(
+        &self,
+        state: &mut State,
+        key: &ProvingKey,
+        b_inputs: usize,
+    ) -> Result<usize, ProveError> {
+        let fingerprint = key.fingerprint();
+        if let Some(i) = state.keys.iter().position(|k| k.fingerprint == fingerprint) {
+            let k = state.keys.remove(i);
+            state.keys.push(k);
+            return Ok(state.keys.len() - 1);
+        }
+        let need = DeviceKey::bytes_needed(key);
+        let working = key.domain_size() as u64 * WORKING_BYTES_PER_ELEMENT + WORKING_BYTES_FIXED;
+        if let Some(limit) = self.options.key_memory_limit {
+            if need > limit {
+                return Err(ProveError::Backend {
+                    backend: "cuda",
+                    message: format!(
+                        "this key's bases need {need} device bytes, more than gpu.key_memory_limit ({limit})"
+                    ),
+                });
+            }
+            while !state.keys.is_empty() && state.resident_bytes() + need > limit {
+                state.evict_oldest(&self.name, "gpu.key_memory_limit");
+            }
+        }
+        loop {
+            let free = self.gpu.memory().map(|(free, _)| free as u64).map_err(backend_error)?;
+            if state.keys.is_empty() || free >= need + working {
+                break;
+            }
+            state.evict_oldest(&self.name, "device memory short");
+        }
+        let dk = loop {
+            match DeviceKey::upload(&self.gpu, key, b_inputs) {
+                Ok(dk) => break dk,
+                Err(e) if e.is_out_of_memory() && !state.keys.is_empty() => {
+                    state.evict_oldest(&self.name, "out of device memory while uploading");
+                }
+                Err(e) => return Err(backend_error(e)),
+            }
+        };
+        *state.uploads.entry(fingerprint).or_default() += 1;
+        tracing::info!(device = %self.name, mib = dk.bytes() >> 20, resident = state.keys.len() + 1,
+            "proving key bases resident on the device");
+        state.keys.push(dk);
+        Ok(state.keys.len() - 1)
+    }
+
+    /// H's coefficients left on the device, in bit-reversed order.
+    fn quotient_on_device(
+        &self,
+        ntt: &mut Ntt,
+        reduction: Reduction,
+        log_n: u32,
+        a: &[Scalar],
+        b: &[Scalar],
+        c: &[Scalar],
+    ) -> Result<FrBuffer, GpuError> {
+        match reduction {
+            Reduction::Bellperson => {
+                let mut da = FrBuffer::upload_padded(&self.gpu, a, log_n)?;
+                let db = FrBuffer::upload_padded(&self.gpu, b, log_n)?;
+                let dc = FrBuffer::upload_padded(&self.gpu, c, log_n)?;
+                let order = ntt.quotient(&mut da, db, dc)?;
+                debug_assert_eq!(order, Order::BitReversed);
+                Ok(da)
+            }
+        }
+    }
+
+    fn start(&self, key: &ProvingKey, witness: Synthesized) -> Result<PendingProof, ProveError> {
+        let log_n = key.domain_size().trailing_zeros();
+        let ([a, b, c], asg, a_aux_density) = split(witness);
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = self.make_resident(&mut state, key, asg.b_input_density.ones())?;
+        let State { ntt, keys, .. } = &mut *state;
+        let h_coeffs =
+            self.quotient_on_device(ntt, key.reduction, log_n, &a, &b, &c).map_err(backend_error)?;
+        drop((a, b, c)); // a/b/c freed right after the NTT stage
+        let dk = &keys[slot];
+        let msm = &self.msm;
+        let g1 = (|| -> Result<G1Parts, GpuError> {
+            let h = msm.run_device(&dk.h, h_coeffs.raw(), h_coeffs.len())?;
+            drop(h_coeffs);
+            let l = msm.run(&dk.l, &asg.aux)?;
+            let a =
+                msm.run(&dk.a_inputs, &asg.input)? + msm.run(&dk.a_aux, &filter(&asg.aux, &a_aux_density))?;
+            let b_g1: G1Projective = msm.run(&dk.b_inputs, &filter(&asg.input, &asg.b_input_density))?
+                + msm.run(&dk.b_aux, &filter(&asg.aux, &asg.b_aux_density))?;
+            Ok(G1Parts { h, l, a, b_g1 })
+        })()
+        .map_err(backend_error)?;
+        Ok(PendingProof { g1, assignment: asg })
+    }
+}
+
+fn backend_error(e: GpuError) -> ProveError {
+    ProveError::Backend { backend: "cuda", message: e.to_string() }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn prove_start(&self, key: &ProvingKey, witness: Synthesized) -> Result<PendingProof, ProveError> {
+        key.check_matches(&witness)?;
+        if key.domain_size().trailing_zeros() > provd_kernels::ntt::MAX_LOG_N {
+            return Err(ProveError::DomainTooLarge { constraints: witness.num_constraints() });
+        }
+        self.start(key, witness)
+    }
+
+    fn resident_keys(&self) -> KeyResidency {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let keys = state
+            .uploads
+            .iter()
+            .map(|(fp, uploads)| ResidentKey {
+                fingerprint: *fp,
+                device_bytes: state.keys.iter().find(|k| &k.fingerprint == fp).map_or(0, DeviceKey::bytes),
+                uploads: *uploads,
+            })
+            .collect();
+        KeyResidency { keys, evictions: state.evictions }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{prove, CpuBackend};
+    use crate::circuits::BenchCircuit;
+    use crate::groth16::{domain::Domain, keygen, synthesize, Blinding};
+    use ff::Field;
+    use rand::SeedableRng;
+
+    /// H's coefficients (natural order, n − 1 of them) from a/b/c evaluations.
+    fn quotient(gpu: &CudaBackend, log_n: u32, a: &[Scalar], b: &[Scalar], c: &[Scalar]) -> Vec<Scalar> {
+        let mut state = gpu.state.lock().unwrap();
+        let mut h = gpu.quotient_on_device(&mut state.ntt, Reduction::Bellperson, log_n, a, b, c).unwrap();
+        state.ntt.bit_reverse(&mut h).unwrap();
+        let mut h = h.download(&gpu.gpu).unwrap();
+        h.truncate(h.len() - 1);
+        h
+    }
+
+    fn backend(options: CudaOptions) -> Option<CudaBackend> {
+        match CudaBackend::open(0, &std::env::temp_dir().join("provd-test-data"), options) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                eprintln!("skipped: {e}");
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn gpu_quotient_matches_cpu() {
+        let Some(gpu) = backend(CudaOptions::default()) else { return };
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        for log_n in [1u32, 6, 12, 18, 22] {
+            let n = 1usize << log_n;
+            // short vectors: zero-padding must match too
+            let len = n - n / 3;
+            let v = |rng: &mut rand_chacha::ChaCha8Rng| {
+                (0..len).map(|_| Scalar::random(&mut *rng)).collect::<Vec<_>>()
+            };
+            let (a, b, c) = (v(&mut rng), v(&mut rng), v(&mut rng));
+            let want = Reduction::Bellperson.quotient(&Domain::new(log_n), a.clone(), b.clone(), c.clone());
+            let got = quotient(&gpu, log_n, &a, &b, &c);
+            assert_eq!(got, want, "n=2^{log_n}");
+        }
+    }
+
+    #[test]
+    fn gpu_prove_start_matches_cpu_and_proofs_verify() {
+        let Some(gpu) = backend(CudaOptions::default()) else { return };
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+        for k in [4, 10, 14, 16] {
+            let key = keygen::generate_test_key(BenchCircuit::new(k, 4, None), &mut rng).unwrap();
+            let w = synthesize(BenchCircuit::new(k, 4, Some(3))).unwrap();
+            let ours = gpu.prove_start(&key, w.clone()).unwrap();
+            let cpu = CpuBackend.prove_start(&key, w).unwrap();
+            assert_eq!(ours.g1, cpu.g1, "bench-{k}: G1 parts");
+            let public = ours.assignment.public_inputs().to_vec();
+            let proof = gpu.prove_finish(&key, ours, Blinding::random(&mut rng)).unwrap();
+            assert!(proof.verify(&key.vk, &public), "bench-{k}");
+        }
+        // every key so far stayed resident: one upload each, no eviction
+        let res = gpu.resident_keys();
+        assert_eq!(res.keys.len(), 4);
+        assert!(res.keys.iter().all(|k| k.uploads == 1 && k.device_bytes > 0), "{res:?}");
+        assert_eq!(res.evictions, 0);
+    }
+
+    /// Two keys alternating: both stay resident while they fit (one upload
+    /// each); under a limit that holds one, each switch evicts the other and
+    /// re-uploads it, and proofs stay right in both cases.
+    #[test]
+    fn gpu_keeps_several_keys_and_evicts_the_least_recently_used() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let keys =
+            [12u32, 13].map(|k| keygen::generate_test_key(BenchCircuit::new(k, 4, None), &mut rng).unwrap());
+        let alternate = |gpu: &CudaBackend, rounds: usize| {
+            for r in 0..rounds {
+                let (k, key) = [(12u32, &keys[0]), (13, &keys[1])][r % 2];
+                let (proof, public) = prove(gpu, key, BenchCircuit::new(k, 4, Some(r as u64))).unwrap();
+                assert!(proof.verify(&key.vk, &public), "bench-{k} round {r}");
+            }
+        };
+        let Some(roomy) = backend(CudaOptions::default()) else { return };
+        alternate(&roomy, 6);
+        let res = roomy.resident_keys();
+        assert!(res.keys.iter().all(|k| k.uploads == 1 && k.device_bytes > 0), "{res:?}");
+        assert_eq!(res.evictions, 0);
+
+        let larger = DeviceKey::bytes_needed(&keys[1]);
+        let Some(short) = backend(CudaOptions { key_memory_limit: Some(larger + larger / 4) }) else {
+            return;
+        };
+        alternate(&short, 6);
+        let res = short.resident_keys();
+        assert_eq!(res.keys.iter().map(|k| k.uploads).sum::<u64>(), 6, "{res:?}");
+        assert_eq!(res.evictions, 5);
+        assert_eq!(res.keys.iter().filter(|k| k.device_bytes > 0).count(), 1, "{res:?}");
+    }
+}

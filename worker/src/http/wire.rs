@@ -1,0 +1,187 @@
+//! Request and response bodies as serde types: what goes over the wire, and
+//! nothing else.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::circuits::KeySource;
+use crate::pipeline::{JobStatus, Stage, StageTimes};
+use crate::service::{BackendInfo, Service, Snapshot};
+
+/// `POST /v1/prove`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProveRequest {
+    pub circuit: String,
+    /// One witness per partition, in the circuit kind's shape
+    /// (`{"seed": N}` for bench circuits).
+    pub partitions: Vec<Value>,
+}
+
+/// The query of `POST /v1/prove`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProveQuery {
+    /// Answer when the job has ended, with the job document.
+    #[serde(default)]
+    pub wait: bool,
+}
+
+/// The query of `GET /v1/circuits/{name}/verifying-key`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VkQuery {
+    /// One of the circuit's `verifying_key_encodings`; the first by default.
+    pub encoding: Option<String>,
+}
+
+/// 202 to `POST /v1/prove`.
+#[derive(Debug, Serialize)]
+pub struct Accepted {
+    pub job_id: String,
+    pub status_url: String,
+}
+
+/// A job's state as `/v1/jobs/{id}` shows it.
+#[derive(Debug, Serialize)]
+pub struct JobView {
+    pub id: String,
+    pub circuit: String,
+    /// queued, running, succeeded, failed or cancelled.
+    pub state: &'static str,
+    pub error: Option<String>,
+    pub elapsed_seconds: f64,
+    pub partitions: Vec<PartitionView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PartitionView {
+    pub stage: Stage,
+    pub seconds: StageTimes,
+    pub error: Option<String>,
+    /// The proof in the circuit kind's encoding (`proof`, `public_inputs`
+    /// for bench circuits), once done; absent from job summaries.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Map<String, Value>>,
+}
+
+impl JobView {
+    /// The job document; with `results`, each finished partition's proof.
+    pub fn new(s: &JobStatus, service: &Service, results: bool) -> Self {
+        let state = match s.outcome {
+            Some(o) => o.name(),
+            None if s.partitions.iter().all(|p| p.stage == Stage::Queued) => "queued",
+            None => "running",
+        };
+        let kind = service.circuit(&s.circuit);
+        let partitions = s
+            .partitions
+            .iter()
+            .map(|p| {
+                let result = results.then(|| {
+                    let encoded = match (&p.proof, kind) {
+                        (Some(proof), Some(kind)) => kind.proof_json(proof, &p.public_inputs),
+                        _ => serde_json::json!({ "proof": null, "public_inputs": null }),
+                    };
+                    match encoded {
+                        Value::Object(m) => m,
+                        other => serde_json::Map::from_iter([("proof".to_string(), other)]),
+                    }
+                });
+                PartitionView { stage: p.stage, seconds: p.times.clone(), error: p.error.clone(), result }
+            })
+            .collect();
+        JobView {
+            id: s.id.to_string(),
+            circuit: s.circuit.clone(),
+            state,
+            error: s.error.clone(),
+            elapsed_seconds: s.elapsed_seconds,
+            partitions,
+        }
+    }
+}
+
+/// `GET /v1/circuits`.
+#[derive(Debug, Serialize)]
+pub struct CircuitsView {
+    pub circuits: Vec<CircuitView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CircuitView {
+    pub name: String,
+    pub kind: &'static str,
+    pub constraints: usize,
+    pub domain_size: usize,
+    pub public_inputs: usize,
+    /// The QAP reduction its key was made for.
+    pub reduction: &'static str,
+    pub key: KeySource,
+    /// Host bytes of the proving key (counted in the memory budget).
+    pub srs_bytes: usize,
+    /// Bytes of its bases on the GPU now (0 when not resident or on the CPU).
+    pub srs_device_bytes: u64,
+    pub partition_estimate_bytes: u64,
+    pub verifying_key_encodings: Vec<&'static str>,
+    pub verifying_key_url: String,
+}
+
+impl CircuitsView {
+    pub fn new(service: &Service) -> Self {
+        let circuits = service
+            .circuits()
+            .map(|(name, c)| CircuitView {
+                name: name.to_string(),
+                kind: c.kind(),
+                constraints: c.constraints(),
+                domain_size: c.key().domain_size(),
+                public_inputs: c.public_inputs(),
+                reduction: c.key().reduction.name(),
+                key: c.key_source().clone(),
+                srs_bytes: c.key().resident_bytes(),
+                srs_device_bytes: service.key_device_bytes(name),
+                partition_estimate_bytes: c.footprint().total(),
+                verifying_key_encodings: c.verifying_key_encodings().iter().map(|e| e.name()).collect(),
+                verifying_key_url: format!("/v1/circuits/{name}/verifying-key"),
+            })
+            .collect();
+        CircuitsView { circuits }
+    }
+}
+
+/// `GET /v1/status`.
+#[derive(Debug, Serialize)]
+pub struct StatusView {
+    pub snapshot: Snapshot,
+    pub backends: Vec<BackendInfo>,
+    pub draining: bool,
+    pub config: StatusConfig,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StatusConfig {
+    pub partition_permits: usize,
+    pub gpu_queue_capacity: usize,
+    pub verify_proofs: bool,
+}
+
+/// `GET /healthz`.
+#[derive(Debug, Serialize)]
+pub struct Health {
+    pub ok: bool,
+}
+
+/// `GET /readyz` when ready.
+#[derive(Debug, Serialize)]
+pub struct Ready {
+    pub ready: bool,
+    pub queued_partitions: usize,
+}
+
+/// Every error body.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+    pub status: u16,
+}

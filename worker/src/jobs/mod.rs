@@ -1,0 +1,29 @@
+//! The job table: jobs and their partitions' states, behind one store
+//! interface. [`MemoryStore`] keeps them in this process (they are lost on a
+//! restart); a durable store implements the same trait.
+
+mod job;
+mod memory;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(crate) use job::Ticket;
+pub use job::{Job, JobId, JobSpec, JobStatus, PartitionStatus, StageTimes, SynthesisFn};
+pub use memory::MemoryStore;
+
+/// Where accepted jobs are kept while they run and after they end, until
+/// their results expire.
+pub trait JobStore: Send + Sync {
+    /// Records a newly accepted job.
+    fn insert(&self, job: Arc<Job>);
+    fn get(&self, id: JobId) -> Option<Arc<Job>>;
+    /// The `n` most recently accepted jobs, newest first.
+    fn recent(&self, n: usize) -> Vec<Arc<Job>>;
+    /// Jobs that have not ended.
+    fn unfinished(&self) -> Vec<Arc<Job>>;
+    /// Every job in the table.
+    fn all(&self) -> Vec<Arc<Job>>;
+    /// Drops ended jobs that ended more than `age` ago.
+    fn forget_ended(&self, age: Duration);
+}

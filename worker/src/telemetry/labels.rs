@@ -1,0 +1,92 @@
+//! Label values shared by the metrics and the layers that report them:
+//! buffer classes, pipeline stages, outcomes. They live below both, so that
+//! the metrics import nothing above them.
+
+use serde::Serialize;
+
+/// The classes of large buffers a partition holds, each with a count and a
+/// bytes gauge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BufferClass {
+    /// A partition being synthesized.
+    Synth,
+    /// a/b/c evaluation vectors, until the NTT stage is done with them.
+    Abc,
+    /// Input and aux assignments, until prove_finish.
+    Aux,
+    /// Density bitmaps, until prove_finish.
+    Density,
+    /// A partition between prove_start and prove_finish.
+    Pending,
+}
+
+impl BufferClass {
+    pub const ALL: [BufferClass; 5] = [Self::Synth, Self::Abc, Self::Aux, Self::Density, Self::Pending];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Synth => "synth",
+            Self::Abc => "abc",
+            Self::Aux => "aux",
+            Self::Density => "density",
+            Self::Pending => "pending",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+/// Where a partition is: the stages it passes through, then how it ended.
+pub enum Stage {
+    Queued,
+    Synthesis,
+    GpuQueue,
+    ProveStart,
+    ProveFinish,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+impl Stage {
+    /// The stages an admitted partition is counted in (`provd_partitions_in_stage`).
+    pub const IN_PIPELINE: [Stage; 4] =
+        [Stage::Synthesis, Stage::GpuQueue, Stage::ProveStart, Stage::ProveFinish];
+
+    /// The stage's name in JSON and in metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Queued => "queued",
+            Stage::Synthesis => "synthesis",
+            Stage::GpuQueue => "gpu_queue",
+            Stage::ProveStart => "prove_start",
+            Stage::ProveFinish => "prove_finish",
+            Stage::Done => "done",
+            Stage::Failed => "failed",
+            Stage::Cancelled => "cancelled",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+/// How a job or partition ended.
+pub enum Outcome {
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl Outcome {
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Failed => "failed",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+}
