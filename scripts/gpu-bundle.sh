@@ -9,6 +9,8 @@ bundle=.device-bundle
 rm -rf "$bundle" && mkdir -p "$bundle/tests"
 cargo build --release --bin provd
 cp target/release/provd "$bundle/provd"
+cargo build --release -p provd --example sha256_preimage
+cp target/release/examples/sha256_preimage "$bundle/sha256_preimage"
 cargo test --release --workspace --no-run --message-format=json 2>/dev/null |
   python3 -c '
 import json, sys
@@ -17,6 +19,6 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["target"]["name"] + "-" + m["target"]["kind"][0], m["executable"])
 ' | while read -r name exe; do cp "$exe" "$bundle/tests/$name"; done
-strip "$bundle/provd" "$bundle"/tests/*
+strip "$bundle/provd" "$bundle/sha256_preimage" "$bundle"/tests/*
 git rev-parse --short=12 HEAD > "$bundle/COMMIT"
 du -sh "$bundle"

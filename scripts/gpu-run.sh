@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, over .device-bundle/:
-#   scripts/gpu-run.sh [tests] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] ...
+#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] ...
 # TEST_BINS (e.g. "gpu-test msm-test") limits `tests` to those binaries.
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
@@ -8,6 +8,8 @@ bundle=.device-bundle
 OUT=${OUT:-/tmp/provd-out}
 mkdir -p "$OUT"
 export PROVD_DATA_DIR=${PROVD_DATA_DIR:-/tmp/provd-data} RUST_BACKTRACE=1
+# End-to-end tests start this binary.
+export PROVD_BIN=${PROVD_BIN:-$PWD/$bundle/provd}
 echo "commit $(cat $bundle/COMMIT)" | tee "$OUT/machine.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee -a "$OUT/machine.txt"
 nproc | sed 's/^/cpus: /' | tee -a "$OUT/machine.txt"
@@ -20,6 +22,8 @@ for step in "${@:-tests}"; do
         echo "== $(basename "$t")" | tee -a "$OUT/tests.log"
         "$t" --test-threads=1 2>&1 | tee -a "$OUT/tests.log" || status=1
       done ;;
+    example)
+      "$bundle/sha256_preimage" cuda 2>&1 | tee "$OUT/example.log" || status=1 ;;
     bench-ntt)
       "$bundle/provd" bench ntt --sizes "${NTT_SIZES:-20,22,24,26}" --json "$OUT/ntt.json" 2>&1 | tee "$OUT/bench-ntt.log" || status=1 ;;
     bench-msm)

@@ -3,8 +3,9 @@
 use std::time::{Duration, Instant};
 
 use provd::circuits::parse_scalar;
+use provd::circuits::BenchCircuit;
 use provd::groth16::{PointCheck, Proof, ProvingKey};
-use provd_e2e::{raw_request, Server};
+use provd_e2e::{raw_request, request, Server};
 use serde_json::Value;
 
 const CONFIG: &str = r#"
@@ -289,4 +290,120 @@ fn events_stream_and_metrics_scrape() {
     provd::telemetry::metrics::assert_promtool_accepts(&text);
     let (code, r) = server.call("GET", "/readyz", None);
     assert_eq!((code, r["ready"].as_bool()), (200, Some(true)), "{r}");
+}
+
+/// A user's own key: bellperson's generate_random_parameters, written with
+/// Parameters::write to a file the config names. Jobs prove through HTTP, and
+/// the proofs verify with bellperson against the key from GET .../verifying-key;
+/// `provd vk export` writes the same bytes and `provd verify` agrees.
+#[test]
+fn a_users_bellperson_key_proves_and_verifies_against_the_served_key() {
+    use bellperson::groth16 as bp;
+    let dir = tempfile::tempdir().unwrap();
+    let params = bp::generate_random_parameters::<blstrs::Bls12, _, _>(
+        BenchCircuit::new(8, 4, None),
+        &mut rand::rngs::OsRng,
+    )
+    .unwrap();
+    let key_path = dir.path().join("mine.params");
+    params.write(std::fs::File::create(&key_path).unwrap()).unwrap();
+    let config = format!(
+        "[[circuits]]\nkind = \"bench\"\nname = \"mine\"\nlog_size = 8\nparams = {:?}\n",
+        key_path.display().to_string()
+    );
+    let server = Server::start(&config, &[]);
+    let (code, job) = server.call("POST", "/v1/prove?wait=true", Some(&job_body("mine", [1, 2, 3])));
+    assert_eq!((code, job["state"].as_str()), (200, Some("succeeded")), "{job}");
+
+    let vk = request(server.addr, "GET", "/v1/circuits/mine/verifying-key", None, &[]);
+    assert_eq!(vk.status, 200);
+    assert!(vk.head.contains("application/octet-stream"), "{}", vk.head);
+    let served = bp::VerifyingKey::<blstrs::Bls12>::read(&vk.body[..]).unwrap();
+    assert!(served == params.vk, "the served verifying key is the user's");
+    let pvk = bp::prepare_verifying_key(&served);
+    for p in job["partitions"].as_array().unwrap() {
+        let bytes = hex::decode(p["proof"].as_str().unwrap()).unwrap();
+        let proof = bp::Proof::<blstrs::Bls12>::read(&bytes[..]).unwrap();
+        let inputs: Vec<_> = p["public_inputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| parse_scalar(v.as_str().unwrap()).unwrap())
+            .collect();
+        assert!(bp::verify_proof(&pvk, &proof, &inputs).unwrap(), "bellperson verifies {p}");
+    }
+    let (_, circuits) = server.call("GET", "/v1/circuits", None);
+    let c = &circuits["circuits"][0];
+    assert_eq!((c["kind"].as_str(), c["key"]["source"].as_str()), (Some("bench"), Some("file")), "{c}");
+    assert_eq!(c["verifying_key_encodings"][0], "bellperson");
+    // unknown circuit, unknown encoding
+    let r = request(server.addr, "GET", "/v1/circuits/nope/verifying-key", None, &[]);
+    assert_eq!(r.status, 404);
+    let (code, r) = server.call("GET", "/v1/circuits/mine/verifying-key?encoding=pem", None);
+    assert_eq!(code, 400, "{r}");
+    assert!(r["error"].as_str().unwrap().contains("unknown verifying key encoding 'pem'"), "{r}");
+
+    // The command line: export, then verify a proof and a tampered claim.
+    let config_path = server.data_dir.path().join("provd.toml");
+    let out = dir.path().join("mine.vk");
+    let o = provd_e2e::provd(
+        server.data_dir.path(),
+        &[
+            "vk",
+            "export",
+            "--config",
+            config_path.to_str().unwrap(),
+            "--circuit",
+            "mine",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{:?}", provd_e2e::text(&o));
+    assert_eq!(std::fs::read(&out).unwrap(), vk.body);
+    let p = &job["partitions"][0];
+    let proof_file = dir.path().join("proof.hex");
+    std::fs::write(&proof_file, p["proof"].as_str().unwrap()).unwrap();
+    let public_file = dir.path().join("public.json");
+    std::fs::write(&public_file, p["public_inputs"].to_string()).unwrap();
+    let args = [
+        "verify",
+        "--vk",
+        out.to_str().unwrap(),
+        "--proof",
+        proof_file.to_str().unwrap(),
+        "--public",
+        public_file.to_str().unwrap(),
+    ];
+    let o = provd_e2e::provd(dir.path(), &args);
+    assert_eq!((o.status.code(), provd_e2e::text(&o).0.trim()), (Some(0), "valid"));
+    let mut wrong: Vec<String> = serde_json::from_value(p["public_inputs"].clone()).unwrap();
+    wrong[0] = "7".into();
+    std::fs::write(&public_file, serde_json::to_string(&wrong).unwrap()).unwrap();
+    let o = provd_e2e::provd(dir.path(), &args);
+    assert_eq!(o.status.code(), Some(1), "{:?}", provd_e2e::text(&o));
+    assert!(provd_e2e::text(&o).0.contains("invalid: the proof fails the pairing check"));
+    std::fs::write(&public_file, "[\"0x1\"]").unwrap();
+    let o = provd_e2e::provd(dir.path(), &args);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(provd_e2e::text(&o).0.contains("1 public inputs given, the verifying key has 4"));
+    std::fs::write(&proof_file, "not a proof").unwrap();
+    let o = provd_e2e::provd(dir.path(), &args);
+    assert_eq!(o.status.code(), Some(2), "unreadable input is exit 2");
+
+    // A key made for another circuit is refused at start-up, naming the file.
+    let wrong_size = dir.path().join("wrong.params");
+    bp::generate_random_parameters::<blstrs::Bls12, _, _>(
+        BenchCircuit::new(9, 4, None),
+        &mut rand::rngs::OsRng,
+    )
+    .unwrap()
+    .write(std::fs::File::create(&wrong_size).unwrap())
+    .unwrap();
+    let config = format!(
+        "[[circuits]]\nkind = \"bench\"\nname = \"mine\"\nlog_size = 8\nparams = {:?}\n",
+        wrong_size.display().to_string()
+    );
+    let err = Server::try_start(&config, &[], "cpu").err().expect("refused");
+    assert!(err.contains("was made for another circuit") && err.contains("wrong.params"), "{err}");
 }

@@ -47,12 +47,19 @@ impl Server {
     /// Starts `provd serve` with `config` (TOML text) on an ephemeral port,
     /// the CPU backend and a fresh data directory; waits until it listens.
     pub fn start(config: &str, env: &[(&str, &str)]) -> Server {
+        Self::try_start(config, env, "cpu")
+            .unwrap_or_else(|stderr| panic!("provd exited before listening; stderr: {stderr}"))
+    }
+
+    /// As [`Server::start`] on `backend`; `Err(stderr)` if provd exits
+    /// before it listens.
+    pub fn try_start(config: &str, env: &[(&str, &str)], backend: &str) -> Result<Server, String> {
         let data_dir = tempfile::tempdir().unwrap();
         let config_path = data_dir.path().join("provd.toml");
         std::fs::write(&config_path, config).unwrap();
         let path = config_path.to_string_lossy().into_owned();
-        Self::launch(
-            &["serve", "--config", &path, "--listen", "127.0.0.1:0", "--backend", "cpu"],
+        Self::try_launch(
+            &["serve", "--config", &path, "--listen", "127.0.0.1:0", "--backend", backend],
             data_dir,
             env,
         )
@@ -61,14 +68,19 @@ impl Server {
     /// Starts `provd demo` on `circuit` (CPU backend, ephemeral port).
     pub fn demo(circuit: &str) -> Server {
         let data_dir = tempfile::tempdir().unwrap();
-        Self::launch(
+        Self::try_launch(
             &["demo", "--circuit", circuit, "--listen", "127.0.0.1:0", "--backend", "cpu"],
             data_dir,
             &[],
         )
+        .unwrap_or_else(|stderr| panic!("provd exited before listening; stderr: {stderr}"))
     }
 
-    fn launch(args: &[&str], data_dir: tempfile::TempDir, env: &[(&str, &str)]) -> Server {
+    fn try_launch(
+        args: &[&str],
+        data_dir: tempfile::TempDir,
+        env: &[(&str, &str)],
+    ) -> Result<Server, String> {
         use std::io::BufRead;
         let mut cmd = Command::new(provd_bin());
         cmd.args(args)
@@ -93,14 +105,16 @@ impl Server {
         let addr = loop {
             let mut line = String::new();
             if out.read_line(&mut line).unwrap() == 0 {
-                panic!("provd exited before listening; stderr: {}", stderr.lock().unwrap());
+                let _ = child.wait();
+                std::thread::sleep(std::time::Duration::from_millis(100)); // the stderr reader's last lines
+                return Err(stderr.lock().unwrap().clone());
             }
             if let Some(a) = line.trim().strip_prefix("provd listening on http://") {
                 break a.parse().unwrap();
             }
         };
         std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
-        Server { child, addr, data_dir, stderr }
+        Ok(Server { child, addr, data_dir, stderr })
     }
 
     /// One request; returns (status, JSON body or Null).
@@ -131,15 +145,22 @@ impl Drop for Server {
     }
 }
 
-/// One request through ureq (statuses are answers, not errors); returns
-/// (status, head as "name: value" lines, body). JSON content type on bodies.
-pub fn raw_request(
+/// A response: status, head as "name: value" lines, body bytes.
+pub struct Reply {
+    pub status: u16,
+    pub head: String,
+    pub body: Vec<u8>,
+}
+
+/// One request through ureq (statuses are answers, not errors), with a JSON
+/// content type on bodies unless `headers` name another.
+pub fn request(
     addr: std::net::SocketAddr,
     method: &str,
     path: &str,
     body: Option<&str>,
     headers: &[(&str, &str)],
-) -> (u16, String, String) {
+) -> Reply {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(std::time::Duration::from_secs(120)))
@@ -159,6 +180,18 @@ pub fn raw_request(
         .iter()
         .map(|(k, v)| format!("{}: {}\n", k.as_str(), v.to_str().unwrap_or("")))
         .collect();
-    let text = res.body_mut().read_to_string().unwrap_or_default();
-    (res.status().as_u16(), head, text)
+    let body = res.body_mut().with_config().limit(1 << 30).read_to_vec().unwrap_or_default();
+    Reply { status: res.status().as_u16(), head, body }
+}
+
+/// As [`request`], with the body as text: (status, head, body).
+pub fn raw_request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    headers: &[(&str, &str)],
+) -> (u16, String, String) {
+    let r = request(addr, method, path, body, headers);
+    (r.status, r.head, String::from_utf8_lossy(&r.body).into_owned())
 }

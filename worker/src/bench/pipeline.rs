@@ -28,6 +28,8 @@ impl PipelineBench {
         let engine = Engine::start(self.config.clone(), vec![backend.clone()], metrics.clone())?;
         let gpu_busy = metrics.gpu_busy_seconds.with_label_values(&[backend.name()]);
         let start = Instant::now();
+        // Every proof is checked before it leaves, as `provd serve` does by default.
+        let verifier = Arc::new(crate::groth16::Verifier::new(&key.vk));
         let mut ids = Vec::new();
         for j in 0..self.jobs {
             let circuit = self.circuit;
@@ -40,7 +42,7 @@ impl PipelineBench {
             ids.push(engine.submit(JobSpec {
                 circuit: circuit.to_string(),
                 key: key.clone(),
-                verifier: None,
+                verifier: Some(verifier.clone()),
                 partitions,
             })?);
         }

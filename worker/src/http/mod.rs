@@ -22,6 +22,9 @@ use tokio::sync::{broadcast, watch};
 
 pub use error::ApiError;
 
+#[cfg(test)]
+mod tests;
+
 use crate::service::Service;
 
 /// What every handler shares.
@@ -34,6 +37,14 @@ pub struct AppState {
     ticks: broadcast::Sender<Arc<String>>,
     /// Flips to true when streams must end (shutdown).
     closing: watch::Sender<bool>,
+}
+
+impl AppState {
+    pub fn new(service: Arc<Service>, token: Option<String>) -> Arc<Self> {
+        let (ticks, _) = broadcast::channel(16);
+        let (closing, _) = watch::channel(false);
+        Arc::new(Self { service, token, draining: AtomicBool::new(false), ticks, closing })
+    }
 }
 
 /// The routes: the API and /metrics behind the bearer-token check (when one
@@ -86,15 +97,7 @@ pub async fn serve(
     token: Option<String>,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
-    let (ticks, _) = broadcast::channel(16);
-    let (closing, _) = watch::channel(false);
-    let state = Arc::new(AppState {
-        service: service.clone(),
-        token,
-        draining: AtomicBool::new(false),
-        ticks,
-        closing,
-    });
+    let state = AppState::new(service.clone(), token);
     // One snapshot a second, into the history and to every event stream.
     let ticker = {
         let state = state.clone();

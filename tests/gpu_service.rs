@@ -1,0 +1,84 @@
+//! The service on a GPU: one worker serving two circuits, jobs alternating.
+//! While both keys fit, each is uploaded once (provd_key_uploads_total);
+//! under a gpu.key_memory_limit that holds one, each switch evicts the other.
+//! Proofs verify in both cases. Skipped (saying why) where there is no GPU.
+
+use provd::circuits::parse_scalar;
+use provd::groth16::{Proof, Verifier, VerifyingKey};
+use provd_e2e::{request, Server};
+
+const TWO_CIRCUITS: &str = "[[circuits]]\nkind = \"bench\"\nname = \"bench-14\"\n\
+                            [[circuits]]\nkind = \"bench\"\nname = \"bench-15\"\n";
+
+fn metric(text: &str, line_start: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(line_start).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("no {line_start} in\n{text}"))
+}
+
+/// Six jobs alternating between the circuits; every proof checked against
+/// the served verifying key. Returns the /metrics text afterwards.
+fn alternate(server: &Server) -> String {
+    for round in 0..6u64 {
+        let circuit = ["bench-14", "bench-15"][round as usize % 2];
+        let body = format!(r#"{{"circuit":"{circuit}","partitions":[{{"seed":{round}}}]}}"#);
+        let (code, job) = server.call("POST", "/v1/prove?wait=true", Some(&body));
+        assert_eq!((code, job["state"].as_str()), (200, Some("succeeded")), "{job}");
+        let vk = request(server.addr, "GET", &format!("/v1/circuits/{circuit}/verifying-key"), None, &[]);
+        let verifier = Verifier::new(&VerifyingKey::from_bytes(&vk.body).unwrap());
+        let p = &job["partitions"][0];
+        let proof = Proof::from_bytes(&hex::decode(p["proof"].as_str().unwrap()).unwrap()).unwrap();
+        let inputs: Vec<_> = p["public_inputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| parse_scalar(v.as_str().unwrap()).unwrap())
+            .collect();
+        verifier.verify(&proof, &inputs).expect("the proof verifies");
+    }
+    String::from_utf8(request(server.addr, "GET", "/metrics", None, &[]).body).unwrap()
+}
+
+#[test]
+fn two_circuits_stay_resident_until_device_memory_is_short() {
+    let server = match Server::try_start(TWO_CIRCUITS, &[], "cuda") {
+        Ok(s) => s,
+        Err(stderr) if stderr.contains("no usable CUDA device") => {
+            eprintln!("skipped: {}", stderr.lines().last().unwrap_or(""));
+            return;
+        }
+        Err(stderr) => panic!("provd serve --backend cuda failed: {stderr}"),
+    };
+    let text = alternate(&server);
+    for c in ["bench-14", "bench-15"] {
+        assert_eq!(
+            metric(&text, &format!("provd_key_uploads_total{{circuit=\"{c}\",device=\"cuda:0\"}}")),
+            1.0
+        );
+        assert!(metric(&text, &format!("provd_srs_bytes{{circuit=\"{c}\",location=\"device\"}}")) > 0.0);
+    }
+    assert_eq!(metric(&text, "provd_key_evictions_total{device=\"cuda:0\"}"), 0.0);
+    let (_, circuits) = server.call("GET", "/v1/circuits", None);
+    let largest = circuits["circuits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["srs_device_bytes"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    drop(server);
+
+    // Room for one key only: every switch evicts the other.
+    let limited = format!("{TWO_CIRCUITS}[gpu]\nkey_memory_limit = {}\n", largest + largest / 4);
+    let server = Server::try_start(&limited, &[], "cuda").unwrap();
+    let text = alternate(&server);
+    let uploads: f64 = ["bench-14", "bench-15"]
+        .iter()
+        .map(|c| metric(&text, &format!("provd_key_uploads_total{{circuit=\"{c}\",device=\"cuda:0\"}}")))
+        .sum();
+    assert_eq!(uploads, 6.0, "{text}");
+    assert_eq!(metric(&text, "provd_key_evictions_total{device=\"cuda:0\"}"), 5.0);
+    println!(
+        "resident: 1 upload per circuit over 6 alternating jobs; limited to one key: 6 uploads, 5 evictions"
+    );
+}

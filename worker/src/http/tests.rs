@@ -1,0 +1,290 @@
+//! The router in process (`tower::ServiceExt::oneshot`): every route's
+//! success and error shapes, on a circuit kind defined here, outside
+//! `circuits/`: the kind seam needs nothing else to serve a new kind.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+
+use axum::body::Body;
+use axum::http::{header, Request, StatusCode};
+use bellperson::{Circuit, ConstraintSystem, SynthesisError};
+use blstrs::Scalar;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use super::{router, AppState};
+use crate::backend::CpuBackend;
+use crate::circuits::{CircuitKind, KeySource, WitnessError};
+use crate::config::Config;
+use crate::groth16::{keygen, synthesize, ProvingKey, VerifyingKey};
+use crate::pipeline::SynthesisFn;
+use crate::service::{BackendInfo, Service};
+
+/// x·x = y, y public.
+struct Square(Option<u64>);
+
+impl Circuit<Scalar> for Square {
+    fn synthesize<CS: ConstraintSystem<Scalar>>(self, cs: &mut CS) -> Result<(), SynthesisError> {
+        let x = cs.alloc(|| "x", || self.0.map(Scalar::from).ok_or(SynthesisError::AssignmentMissing))?;
+        let y = cs.alloc_input(
+            || "y",
+            || self.0.map(|v| Scalar::from(v * v)).ok_or(SynthesisError::AssignmentMissing),
+        )?;
+        cs.enforce(|| "square", |lc| lc + x, |lc| lc + x, |lc| lc + y);
+        Ok(())
+    }
+}
+
+/// A kind that exists only in this test: witnesses are `{"x": N}`.
+struct SquareKind {
+    key: Arc<ProvingKey>,
+    source: KeySource,
+}
+
+impl CircuitKind for SquareKind {
+    fn kind(&self) -> &'static str {
+        "square"
+    }
+    fn key(&self) -> &Arc<ProvingKey> {
+        &self.key
+    }
+    fn key_source(&self) -> &KeySource {
+        &self.source
+    }
+    fn constraints(&self) -> usize {
+        2
+    }
+    fn partition(&self, index: usize, witness: Value) -> Result<SynthesisFn, WitnessError> {
+        let x = witness["x"]
+            .as_u64()
+            .filter(|x| *x < 1 << 32)
+            .ok_or_else(|| WitnessError(format!("partition {index}: expected {{\"x\": N}} with N < 2^32")))?;
+        Ok(Box::new(move || synthesize(Square(Some(x)))))
+    }
+}
+
+fn square_key() -> Arc<ProvingKey> {
+    static KEY: OnceLock<Arc<ProvingKey>> = OnceLock::new();
+    KEY.get_or_init(|| Arc::new(keygen::generate_test_key(Square(None), &mut rand::rngs::OsRng).unwrap()))
+        .clone()
+}
+
+fn state(token: Option<&str>) -> Arc<AppState> {
+    let mut config = Config::default();
+    config.server.max_body_bytes = 2048;
+    config.server.max_queued_partitions = 4;
+    let kind = SquareKind { key: square_key(), source: KeySource::File { path: "square.params".into() } };
+    let service = Service::start_with(
+        config,
+        vec![("square".into(), Arc::new(kind))],
+        Arc::new(CpuBackend),
+        BackendInfo { name: "cpu".into(), fallback: None },
+        Vec::new(),
+    )
+    .unwrap();
+    AppState::new(service, token.map(String::from))
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(&self.body)))
+    }
+
+    /// The documented error shape: JSON with the status and a message containing `says`.
+    fn assert_error(&self, status: StatusCode, says: &str) {
+        assert_eq!(self.status, status, "{:?}", String::from_utf8_lossy(&self.body));
+        assert_eq!(self.headers[header::CONTENT_TYPE], "application/json");
+        let v = self.json();
+        assert_eq!(v["status"], status.as_u16());
+        assert!(v["error"].as_str().unwrap().contains(says), "wanted '{says}' in {v}");
+    }
+}
+
+async fn call(state: &Arc<AppState>, req: Request<Body>) -> Reply {
+    let res = router(state.clone()).oneshot(req).await.unwrap();
+    let (parts, body) = res.into_parts();
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body: body.collect().await.unwrap().to_bytes().to_vec(),
+    }
+}
+
+async fn get(state: &Arc<AppState>, uri: &str) -> Reply {
+    call(state, Request::get(uri).body(Body::empty()).unwrap()).await
+}
+
+async fn post_json(state: &Arc<AppState>, uri: &str, body: &str) -> Reply {
+    let req = Request::post(uri)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()));
+    call(state, req.unwrap()).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn prove_and_jobs() {
+    let s = state(None);
+    let r =
+        post_json(&s, "/v1/prove?wait=true", r#"{"circuit":"square","partitions":[{"x":3},{"x":4}]}"#).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let job = r.json();
+    assert_eq!(job["state"], "succeeded", "{job}");
+    let inputs: Vec<&str> = job["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["public_inputs"][0].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        inputs,
+        [crate::circuits::format_scalar(&Scalar::from(9)), crate::circuits::format_scalar(&Scalar::from(16))]
+    );
+    assert!(
+        job["partitions"][0]["seconds"]["verify"].as_f64().is_some(),
+        "proofs are checked by default: {job}"
+    );
+
+    let r = post_json(&s, "/v1/prove", r#"{"circuit":"square","partitions":[{"x":5}]}"#).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+    let id = r.json()["job_id"].as_str().unwrap().to_string();
+    assert_eq!(r.headers[header::LOCATION], format!("/v1/jobs/{id}"));
+    assert!(id.parse::<uuid::Uuid>().is_ok(), "job ids are UUIDs: {id}");
+    let st = s.service.wait(id.parse().unwrap()).unwrap();
+    assert_eq!(st.outcome, Some(crate::pipeline::Outcome::Succeeded));
+    let r = get(&s, &format!("/v1/jobs/{id}")).await;
+    assert_eq!((r.status, r.json()["state"].as_str()), (StatusCode::OK, Some("succeeded")));
+    let r = call(&s, Request::delete(format!("/v1/jobs/{id}")).body(Body::empty()).unwrap()).await;
+    assert_eq!(r.status, StatusCode::OK);
+
+    get(&s, "/v1/jobs/17").await.assert_error(StatusCode::NOT_FOUND, "job ids are UUIDs");
+    let unknown = crate::pipeline::JobId::new();
+    get(&s, &format!("/v1/jobs/{unknown}"))
+        .await
+        .assert_error(StatusCode::NOT_FOUND, "unknown, or its result has expired");
+    call(&s, Request::delete(format!("/v1/jobs/{unknown}")).body(Body::empty()).unwrap())
+        .await
+        .assert_error(StatusCode::NOT_FOUND, "no job");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_requests_get_json_errors() {
+    let s = state(None);
+    post_json(&s, "/v1/prove", "{not json")
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "invalid request body");
+    post_json(&s, "/v1/prove", r#"{"circuit":"square"}"#)
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "missing field `partitions`");
+    post_json(&s, "/v1/prove", r#"{"circuit":"cube","partitions":[{"x":1}]}"#)
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "unknown circuit 'cube'; this worker serves: square");
+    post_json(&s, "/v1/prove", r#"{"circuit":"square","partitions":[]}"#)
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "at least one witness");
+    post_json(&s, "/v1/prove", r#"{"circuit":"square","partitions":[{"x":1},{"y":2}]}"#)
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "partition 1: expected {\"x\": N}");
+    post_json(
+        &s,
+        "/v1/prove",
+        r#"{"circuit":"square","partitions":[{"x":1},{"x":1},{"x":1},{"x":1},{"x":1}]}"#,
+    )
+    .await
+    .assert_error(StatusCode::BAD_REQUEST, "at most 4");
+    post_json(&s, "/v1/prove?wait=yes", r#"{"circuit":"square","partitions":[{"x":1}]}"#)
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "invalid query");
+    let big = format!(r#"{{"circuit":"square","partitions":[{}]}}"#, vec![r#"{"x":1}"#; 400].join(","));
+    post_json(&s, "/v1/prove", &big).await.assert_error(StatusCode::PAYLOAD_TOO_LARGE, "max_body_bytes");
+    let plain =
+        Request::post("/v1/prove").header(header::CONTENT_TYPE, "text/plain").body(Body::from("{}")).unwrap();
+    call(&s, plain).await.assert_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "application/json");
+    call(&s, Request::put("/v1/prove").body(Body::empty()).unwrap())
+        .await
+        .assert_error(StatusCode::METHOD_NOT_ALLOWED, "does not take that method");
+    get(&s, "/v2/nothing").await.assert_error(StatusCode::NOT_FOUND, "no such route");
+    // draining: 503 with Retry-After for new jobs, and not ready
+    s.draining.store(true, Ordering::Release);
+    let r = post_json(&s, "/v1/prove", r#"{"circuit":"square","partitions":[{"x":1}]}"#).await;
+    r.assert_error(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
+    assert_eq!(r.headers[header::RETRY_AFTER], "10");
+    get(&s, "/readyz").await.assert_error(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn circuits_keys_status_and_health() {
+    let s = state(None);
+    let r = get(&s, "/v1/circuits").await;
+    assert_eq!(r.status, StatusCode::OK);
+    let c = &r.json()["circuits"][0];
+    assert_eq!(
+        (c["name"].as_str(), c["kind"].as_str(), c["reduction"].as_str()),
+        (Some("square"), Some("square"), Some("bellperson"))
+    );
+    assert_eq!(c["key"], json!({ "source": "file", "path": "square.params" }));
+    assert_eq!(c["public_inputs"], 1);
+    assert!(c["srs_bytes"].as_u64().unwrap() > 0);
+
+    let r = get(&s, "/v1/circuits/square/verifying-key").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.headers[header::CONTENT_TYPE], "application/octet-stream");
+    assert_eq!(VerifyingKey::from_bytes(&r.body).unwrap(), square_key().vk);
+    let r2 = get(&s, "/v1/circuits/square/verifying-key?encoding=bellperson").await;
+    assert_eq!(r2.body, r.body);
+    get(&s, "/v1/circuits/cube/verifying-key")
+        .await
+        .assert_error(StatusCode::NOT_FOUND, "unknown circuit 'cube'");
+    get(&s, "/v1/circuits/square/verifying-key?encoding=json")
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "unknown verifying key encoding 'json'");
+    get(&s, "/v1/circuits/square/verifying-key?format=x")
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "invalid query");
+
+    let st = get(&s, "/v1/status").await.json();
+    assert_eq!(st["backends"][0]["name"], "cpu");
+    assert_eq!(st["config"]["verify_proofs"], true);
+    assert!(st["snapshot"]["key_bytes"].as_u64().unwrap() > 0, "the key is held against the budget: {st}");
+    assert_eq!(st["snapshot"]["key_bytes"], st["snapshot"]["reserved_bytes"]);
+
+    let m = get(&s, "/metrics").await;
+    assert_eq!(m.status, StatusCode::OK);
+    let text = String::from_utf8(m.body).unwrap();
+    assert!(text.contains("provd_srs_bytes{circuit=\"square\",location=\"host\"}"), "{text}");
+    assert!(text.contains("provd_proof_verify_seconds_count"), "{text}");
+
+    assert_eq!(get(&s, "/healthz").await.json(), json!({ "ok": true }));
+    assert_eq!(get(&s, "/readyz").await.json()["ready"], true);
+    let r = get(&s, "/").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.headers[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/html"));
+    let ev = get_head(&s, "/v1/events").await;
+    assert_eq!(ev.0, StatusCode::OK);
+    assert_eq!(ev.1, "text/event-stream");
+}
+
+/// Status and content type only (the event stream does not end).
+async fn get_head(state: &Arc<AppState>, uri: &str) -> (StatusCode, String) {
+    let res = router(state.clone()).oneshot(Request::get(uri).body(Body::empty()).unwrap()).await.unwrap();
+    (res.status(), res.headers()[header::CONTENT_TYPE].to_str().unwrap().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_token_guards_the_api_but_not_health_or_the_page() {
+    let s = state(Some("t0ken"));
+    get(&s, "/v1/status").await.assert_error(StatusCode::UNAUTHORIZED, "bearer token");
+    get(&s, "/v1/circuits/square/verifying-key").await.assert_error(StatusCode::UNAUTHORIZED, "bearer token");
+    let ok =
+        Request::get("/v1/status").header(header::AUTHORIZATION, "Bearer t0ken").body(Body::empty()).unwrap();
+    assert_eq!(call(&s, ok).await.status, StatusCode::OK);
+    assert_eq!(get(&s, "/healthz").await.status, StatusCode::OK);
+    assert_eq!(get(&s, "/").await.status, StatusCode::OK);
+}
