@@ -41,11 +41,22 @@ node --test dashboard/test/
 
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
+cargo clippy --release -p provd --no-default-features --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 cargo build --release --bins
 cargo test --release --workspace
+
+# The proving library without the service stack: no HTTP server, CLI or
+# client in its dependencies, and the example of a Rust caller with its own
+# bellperson circuit proves and verifies on the CPU.
+service_deps=$(cargo tree -p provd --no-default-features -e normal --prefix none 2>/dev/null |
+  grep -E '^(axum|clap|tokio|tower-http|ureq|rust-embed) ' || true)
+[ -z "$service_deps" ] || { echo "the library pulls in the service stack: $service_deps" >&2; exit 1; }
+cargo run --release -q -p provd --no-default-features --example sha256_preimage -- cpu
+
 echo "GPU tests here (on a GPU machine they run for real: scripts/gpu-run.sh):"
 {
   cargo test --release -q -p provd-kernels --test gpu --test msm -- --nocapture --test-threads=1
-  cargo test --release -q -p provd --lib gpu:: -- --nocapture --test-threads=1
+  cargo test --release -q -p provd --lib backend::cuda:: -- --nocapture --test-threads=1
+  cargo test --release -q -p provd-e2e --test gpu_service -- --nocapture
 } 2>&1 | grep -E "skipped|test result"

@@ -3,9 +3,8 @@
 //! under a gpu.key_memory_limit that holds one, each switch evicts the other.
 //! Proofs verify in both cases. Skipped (saying why) where there is no GPU.
 
-use provd::circuits::parse_scalar;
-use provd::groth16::{Proof, Verifier, VerifyingKey};
-use provd_e2e::{request, Server};
+use provd::groth16::{Verifier, VerifyingKey};
+use provd_e2e::{partition_proof, request, Server};
 
 const TWO_CIRCUITS: &str = "[[circuits]]\nkind = \"bench\"\nname = \"bench-14\"\n\
                             [[circuits]]\nkind = \"bench\"\nname = \"bench-15\"\n";
@@ -26,14 +25,7 @@ fn alternate(server: &Server) -> String {
         assert_eq!((code, job["state"].as_str()), (200, Some("succeeded")), "{job}");
         let vk = request(server.addr, "GET", &format!("/v1/circuits/{circuit}/verifying-key"), None, &[]);
         let verifier = Verifier::new(&VerifyingKey::from_bytes(&vk.body).unwrap());
-        let p = &job["partitions"][0];
-        let proof = Proof::from_bytes(&hex::decode(p["proof"].as_str().unwrap()).unwrap()).unwrap();
-        let inputs: Vec<_> = p["public_inputs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| parse_scalar(v.as_str().unwrap()).unwrap())
-            .collect();
+        let (proof, inputs) = partition_proof(&job["partitions"][0]);
         verifier.verify(&proof, &inputs).expect("the proof verifies");
     }
     String::from_utf8(request(server.addr, "GET", "/metrics", None, &[]).body).unwrap()

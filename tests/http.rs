@@ -2,10 +2,9 @@
 
 use std::time::{Duration, Instant};
 
-use provd::circuits::parse_scalar;
 use provd::circuits::BenchCircuit;
-use provd::groth16::{PointCheck, Proof, ProvingKey};
-use provd_e2e::{raw_request, request, Server};
+use provd::groth16::{PointCheck, ProvingKey};
+use provd_e2e::{partition_proof, raw_request, request, Server};
 use serde_json::Value;
 
 const CONFIG: &str = r#"
@@ -33,13 +32,7 @@ fn verify(server: &Server, job: &Value) {
     let parts = job["partitions"].as_array().unwrap();
     assert!(!parts.is_empty());
     for p in parts {
-        let proof = Proof::from_bytes(&hex::decode(p["proof"].as_str().expect("proof")).unwrap()).unwrap();
-        let inputs: Vec<_> = p["public_inputs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| parse_scalar(v.as_str().unwrap()).unwrap())
-            .collect();
+        let (proof, inputs) = partition_proof(p);
         assert!(proof.verify(&key.vk, &inputs), "proof of {p}");
     }
 }
@@ -322,15 +315,8 @@ fn a_users_bellperson_key_proves_and_verifies_against_the_served_key() {
     assert!(served == params.vk, "the served verifying key is the user's");
     let pvk = bp::prepare_verifying_key(&served);
     for p in job["partitions"].as_array().unwrap() {
-        let bytes = hex::decode(p["proof"].as_str().unwrap()).unwrap();
-        let proof = bp::Proof::<blstrs::Bls12>::read(&bytes[..]).unwrap();
-        let inputs: Vec<_> = p["public_inputs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| parse_scalar(v.as_str().unwrap()).unwrap())
-            .collect();
-        assert!(bp::verify_proof(&pvk, &proof, &inputs).unwrap(), "bellperson verifies {p}");
+        let (proof, inputs) = partition_proof(p);
+        assert!(bp::verify_proof(&pvk, &proof.to_bellperson(), &inputs).unwrap(), "bellperson verifies {p}");
     }
     let (_, circuits) = server.call("GET", "/v1/circuits", None);
     let c = &circuits["circuits"][0];

@@ -20,6 +20,19 @@ pub fn provd_bin() -> PathBuf {
     bin
 }
 
+/// A partition of a job document: its proof (bellperson's bytes, from hex)
+/// and its public inputs.
+pub fn partition_proof(p: &serde_json::Value) -> (provd::groth16::Proof, Vec<blstrs::Scalar>) {
+    let bytes = hex::decode(p["proof"].as_str().unwrap_or_else(|| panic!("no proof in {p}"))).unwrap();
+    let inputs = p["public_inputs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no public inputs in {p}"))
+        .iter()
+        .map(|v| provd::circuits::parse_scalar(v.as_str().unwrap()).unwrap())
+        .collect();
+    (provd::groth16::Proof::from_bytes(&bytes).unwrap(), inputs)
+}
+
 /// Runs `provd args…` with a data directory and returns its output.
 pub fn provd(data_dir: &std::path::Path, args: &[&str]) -> Output {
     Command::new(provd_bin())

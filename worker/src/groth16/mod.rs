@@ -22,4 +22,4 @@ pub use synthesis::{synthesize, Density, Synthesized};
 pub use verify::{Verifier, VerifyError};
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -27,7 +27,7 @@ fn prove_and_verify<C: Circuit<Scalar> + Clone>(c: C) -> (ProvingKey, Proof, Vec
 
 /// x·x = y with y public: one aux, one input, and no input in the B query.
 #[derive(Clone)]
-struct Square(Option<u64>);
+pub(crate) struct Square(pub Option<u64>);
 
 impl Circuit<Scalar> for Square {
     fn synthesize<CS: ConstraintSystem<Scalar>>(self, cs: &mut CS) -> Result<(), SynthesisError> {

@@ -1,4 +1,4 @@
-//! The HTTP surface (DESIGN.md, "HTTP surface"): jobs, status, live events,
+//! The HTTP surface: jobs, circuits and their verifying keys, status, live events,
 //! Prometheus metrics, health, and graceful shutdown.
 
 mod api;

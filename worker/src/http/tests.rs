@@ -7,7 +7,6 @@ use std::sync::{Arc, OnceLock};
 
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
-use bellperson::{Circuit, ConstraintSystem, SynthesisError};
 use blstrs::Scalar;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
@@ -17,24 +16,10 @@ use super::{router, AppState};
 use crate::backend::CpuBackend;
 use crate::circuits::{CircuitKind, KeySource, WitnessError};
 use crate::config::Config;
+use crate::groth16::tests::Square;
 use crate::groth16::{keygen, synthesize, ProvingKey, VerifyingKey};
 use crate::pipeline::SynthesisFn;
 use crate::service::{BackendInfo, Service};
-
-/// x·x = y, y public.
-struct Square(Option<u64>);
-
-impl Circuit<Scalar> for Square {
-    fn synthesize<CS: ConstraintSystem<Scalar>>(self, cs: &mut CS) -> Result<(), SynthesisError> {
-        let x = cs.alloc(|| "x", || self.0.map(Scalar::from).ok_or(SynthesisError::AssignmentMissing))?;
-        let y = cs.alloc_input(
-            || "y",
-            || self.0.map(|v| Scalar::from(v * v)).ok_or(SynthesisError::AssignmentMissing),
-        )?;
-        cs.enforce(|| "square", |lc| lc + x, |lc| lc + x, |lc| lc + y);
-        Ok(())
-    }
-}
 
 /// A kind that exists only in this test: witnesses are `{"x": N}`.
 struct SquareKind {

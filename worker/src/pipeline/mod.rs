@@ -7,7 +7,7 @@
 //! into a bounded queue that one worker per backend (GPU) drains; finished
 //! G1 work goes through a second bounded queue to the finalize threads, so a
 //! slow G2 stage holds the GPU back instead of piling up pending partitions.
-//! Two rules from DESIGN.md:
+//! Two memory rules:
 //! 1. a partition's permit is released only once the GPU queue has accepted
 //!    its buffers (see `synthesize_partition`);
 //! 2. gauges follow ownership: guards, never hand-kept counters.
