@@ -25,16 +25,31 @@ dir=$(nvrtc_dir)
 export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PROVD_REQUIRE_NVRTC=1
 
-# From Debian: promtool (package `prometheus`) checks the metrics exposition;
-# headless Chromium and chromedriver run the live view's browser test.
+# From Debian: promtool and Prometheus (package `prometheus`) check the
+# metrics exposition, the alert rules and the dashboard's queries; Alertmanager
+# delivers an alert to a webhook; headless Chromium and chromedriver run the
+# live view's browser test.
 need=()
 command -v promtool >/dev/null || need+=(prometheus)
+command -v prometheus-alertmanager >/dev/null || need+=(prometheus-alertmanager)
+command -v systemd-analyze >/dev/null || need+=(systemd)
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
 if [ ${#need[@]} -gt 0 ]; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}") >/dev/null
 fi
-export PROVD_REQUIRE_PROMTOOL=1 PROVD_REQUIRE_BROWSER=1
+export PROVD_REQUIRE_PROMTOOL=1 PROVD_REQUIRE_PROMETHEUS=1 PROVD_REQUIRE_BROWSER=1
+
+# The deployment files against their schemas: Kubernetes manifests
+# (kubernetes-validate, schemas bundled), the compose file (check-jsonschema's
+# vendored compose spec), the ServiceMonitor (the Prometheus Operator's
+# models, from npm), the systemd unit (systemd-analyze, which warns without
+# failing: any output fails here).
+python3 -m pip install --quiet --disable-pip-version-check "kubernetes-validate==1.37.*" "check-jsonschema==0.39.*"
+python3 -m kubernetes_validate --strict --quiet deploy/kubernetes/provd.yaml
+python3 -m check_jsonschema --builtin-schema vendor.compose-spec deploy/compose.yaml
+(cd deploy/test && npm ci --no-audit --no-fund --silent)
+node --test deploy/test/
 
 # The dashboard's chart code, with Node's own test runner.
 node --test dashboard/test/
@@ -44,6 +59,11 @@ cargo clippy --release --workspace --all-targets -- -D warnings
 cargo clippy --release -p provd --no-default-features --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 cargo build --release --bins
+unit=$(mktemp --suffix=.service)
+sed "s#/usr/local/bin/provd#$PWD/target/release/provd#" deploy/systemd/provd.service > "$unit"
+analysis=$(systemd-analyze verify "$unit" 2>&1 || true)
+rm -f "$unit"
+[ -z "$analysis" ] || { echo "systemd-analyze verify deploy/systemd/provd.service: $analysis" >&2; exit 1; }
 cargo test --release --workspace
 
 # The proving library without the service stack: no HTTP server, CLI or

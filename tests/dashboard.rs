@@ -6,17 +6,8 @@
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use provd_e2e::{raw_request, Server};
+use provd_e2e::{find, free_port, raw_request, Server};
 use serde_json::{json, Value};
-
-fn find(name: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH")
-        .and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| p.exists()))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 struct Driver {
     child: std::process::Child,

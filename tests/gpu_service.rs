@@ -50,6 +50,14 @@ fn two_circuits_stay_resident_until_device_memory_is_short() {
         assert!(metric(&text, &format!("provd_srs_bytes{{circuit=\"{c}\",location=\"device\"}}")) > 0.0);
     }
     assert_eq!(metric(&text, "provd_key_evictions_total{device=\"cuda:0\"}"), 0.0);
+    // the GPU-only families the dashboard and alerts use are all exported here
+    for family in provd_e2e::GPU_ONLY_METRICS {
+        assert!(text.contains(&format!("# TYPE {family} ")), "{family} in a GPU worker's scrape");
+    }
+    assert!(
+        metric(&text, "provd_gpu_busy_seconds_total{device=\"cuda:0\"}") > 0.0,
+        "device-measured busy time"
+    );
     let (_, circuits) = server.call("GET", "/v1/circuits", None);
     let largest = circuits["circuits"]
         .as_array()

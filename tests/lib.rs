@@ -20,6 +20,27 @@ pub fn provd_bin() -> PathBuf {
     bin
 }
 
+/// Metric families that only a GPU worker exports (their `device` label has
+/// no value on the CPU backend).
+pub const GPU_ONLY_METRICS: [&str; 5] = [
+    "provd_gpu_busy_seconds_total",
+    "provd_gpu_memory_used_bytes",
+    "provd_gpu_memory_total_bytes",
+    "provd_key_uploads_total",
+    "provd_key_evictions_total",
+];
+
+/// A program on PATH.
+pub fn find(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| p.exists()))
+}
+
+/// A loopback port free at the moment of asking.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
 /// A partition of a job document: its proof (bellperson's bytes, from hex)
 /// and its public inputs.
 pub fn partition_proof(p: &serde_json::Value) -> (provd::groth16::Proof, Vec<blstrs::Scalar>) {

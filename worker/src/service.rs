@@ -127,6 +127,14 @@ impl Service {
         gpus: Vec<Arc<provd_kernels::Gpu>>,
     ) -> anyhow::Result<Arc<Self>> {
         let metrics = Arc::new(Metrics::new());
+        metrics
+            .build_info
+            .with_label_values(&[
+                env!("CARGO_PKG_VERSION"),
+                crate::telemetry::metrics::COMMIT,
+                backend.name(),
+            ])
+            .set(1);
         let engine = Engine::start(config.pipeline.clone(), vec![backend.clone()], metrics.clone())?;
         let mut circuits = BTreeMap::new();
         for (name, kind) in kinds {
@@ -307,8 +315,10 @@ impl Service {
             .filter_map(|g| {
                 let (free, total) = g.memory().ok()?;
                 let used = total.saturating_sub(free) as u64;
-                m.gpu_memory_used_bytes.with_label_values(&[&g.info().name]).set(used as i64);
-                m.gpu_memory_total_bytes.with_label_values(&[&g.info().name]).set(total as i64);
+                // labelled as the backend names the device ("cuda:0"), like every per-device metric
+                let device = format!("cuda:{}", g.info().ordinal);
+                m.gpu_memory_used_bytes.with_label_values(&[&device]).set(used as i64);
+                m.gpu_memory_total_bytes.with_label_values(&[&device]).set(total as i64);
                 Some(GpuMemory {
                     device: format!("{} ({})", g.info().name, g.info().ordinal),
                     used_bytes: used,

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use blstrs::{G1Affine, G1Projective, Scalar};
-use provd_kernels::{FrBuffer, G1Bases, Gpu, GpuError, Msm, Ntt, Order};
+use blstrs::{G1Affine, Scalar};
+use provd_kernels::{FrBuffer, G1Bases, Gpu, GpuError, Msm, Ntt, Order, Timer};
 
 use super::{Backend, CudaOptions};
 use crate::groth16::msm::filter;
@@ -36,6 +36,8 @@ pub struct CudaBackend {
 
 struct State {
     ntt: Ntt,
+    /// CUDA events around each piece of device work, for the device's busy time.
+    timer: Timer,
     /// Resident keys, least recently used first.
     keys: Vec<DeviceKey>,
     /// Uploads per key (by fingerprint), evicted keys included.
@@ -132,6 +134,7 @@ impl CudaBackend {
             options,
             state: Mutex::new(State {
                 ntt: Ntt::new(gpu.clone()),
+                timer: gpu.timer()?,
                 keys: Vec::new(),
                 uploads: HashMap::new(),
                 evictions: 0,
@@ -224,24 +227,44 @@ impl CudaBackend {
         let ([a, b, c], asg, a_aux_density) = split(witness);
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let slot = self.make_resident(&mut state, key, asg.b_input_density.ones())?;
-        let State { ntt, keys, .. } = &mut *state;
-        let h_coeffs =
-            self.quotient_on_device(ntt, key.reduction, log_n, &a, &b, &c).map_err(backend_error)?;
-        drop((a, b, c)); // a/b/c freed right after the NTT stage
+        let State { ntt, keys, timer, .. } = &mut *state;
+        let mut clock = DeviceClock { timer, ms: 0.0 };
         let dk = &keys[slot];
         let msm = &self.msm;
         let g1 = (|| -> Result<G1Parts, GpuError> {
-            let h = msm.run_device(&dk.h, h_coeffs.raw(), h_coeffs.len())?;
+            let h_coeffs = clock.time(|| self.quotient_on_device(ntt, key.reduction, log_n, &a, &b, &c))?;
+            drop((a, b, c)); // a/b/c freed right after the NTT stage
+            let h = clock.time(|| msm.run_device(&dk.h, h_coeffs.raw(), h_coeffs.len()))?;
             drop(h_coeffs);
-            let l = msm.run(&dk.l, &asg.aux)?;
-            let a =
-                msm.run(&dk.a_inputs, &asg.input)? + msm.run(&dk.a_aux, &filter(&asg.aux, &a_aux_density))?;
-            let b_g1: G1Projective = msm.run(&dk.b_inputs, &filter(&asg.input, &asg.b_input_density))?
-                + msm.run(&dk.b_aux, &filter(&asg.aux, &asg.b_aux_density))?;
+            let l = clock.time(|| msm.run(&dk.l, &asg.aux))?;
+            let (a_aux, b_in, b_aux) = (
+                filter(&asg.aux, &a_aux_density),
+                filter(&asg.input, &asg.b_input_density),
+                filter(&asg.aux, &asg.b_aux_density),
+            );
+            let a = clock.time(|| Ok(msm.run(&dk.a_inputs, &asg.input)? + msm.run(&dk.a_aux, &a_aux)?))?;
+            let b_g1 = clock.time(|| Ok(msm.run(&dk.b_inputs, &b_in)? + msm.run(&dk.b_aux, &b_aux)?))?;
             Ok(G1Parts { h, l, a, b_g1 })
         })()
         .map_err(backend_error)?;
-        Ok(PendingProof { g1, assignment: asg })
+        Ok(PendingProof { g1, assignment: asg, device_seconds: Some(clock.ms / 1e3) })
+    }
+}
+
+/// Sums the device time of each step, each between two CUDA events on the
+/// stream (its copies and kernels); host work between steps (filtering
+/// scalars, say) is not counted.
+struct DeviceClock<'a> {
+    timer: &'a Timer,
+    ms: f64,
+}
+
+impl DeviceClock<'_> {
+    fn time<T>(&mut self, step: impl FnOnce() -> Result<T, GpuError>) -> Result<T, GpuError> {
+        self.timer.start()?;
+        let out = step()?;
+        self.ms += self.timer.stop()? as f64;
+        Ok(out)
     }
 }
 

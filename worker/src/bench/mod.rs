@@ -65,7 +65,7 @@ pub fn environment() -> Value {
         })
         .unwrap_or_else(|| "unknown".into());
     json!({
-        "commit": env!("PROVD_COMMIT"),
+        "commit": crate::telemetry::metrics::COMMIT,
         "cpu": cpu,
         "threads": rayon::current_num_threads(),
         "os": std::env::consts::OS,

@@ -26,7 +26,10 @@ impl PipelineBench {
     pub fn run(&self, backend: Arc<dyn Backend>, key: Arc<ProvingKey>) -> anyhow::Result<()> {
         let metrics = Arc::new(Metrics::new());
         let engine = Engine::start(self.config.clone(), vec![backend.clone()], metrics.clone())?;
+        // The device's own busy time (CUDA events; zero on the CPU) and the
+        // worker thread's time in prove_start (host work included).
         let gpu_busy = metrics.gpu_busy_seconds.with_label_values(&[backend.name()]);
+        let thread_busy = metrics.prove_start_thread_seconds.with_label_values(&[backend.name()]);
         let start = Instant::now();
         // Every proof is checked before it leaves, as `provd serve` does by default.
         let verifier = Arc::new(crate::groth16::Verifier::new(&key.vk));
@@ -46,8 +49,8 @@ impl PipelineBench {
                 partitions,
             })?);
         }
-        // Sample the GPU busy counter while the queue in front of it is never
-        // empty (the steady state), to see whether the GPU ever waits.
+        // Sample the device's busy counter while the queue in front of it is
+        // never empty (the steady state), to see whether the GPU ever waits.
         let (mut steady_t, mut steady_busy) = (0.0, 0.0);
         let mut last: Option<(Instant, f64)> = None;
         loop {
@@ -84,8 +87,9 @@ impl PipelineBench {
         let synth_threads = self.config.synthesis_threads() as f64;
         let busy = [
             ("synthesis", synth / (synth_threads * wall)),
-            ("gpu (prove_start)", gpu_busy.get() / wall),
-            ("gpu, steady queue", if steady_t > 0.0 { steady_busy / steady_t } else { f64::NAN }),
+            ("prove_start thread", thread_busy.get() / wall),
+            ("GPU device (CUDA events)", gpu_busy.get() / wall),
+            ("GPU device, steady queue", if steady_t > 0.0 { steady_busy / steady_t } else { f64::NAN }),
             ("finalize", finish / (self.config.finalize_threads as f64 * wall)),
         ];
         let peaks = engine.ledger().peaks();

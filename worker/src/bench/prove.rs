@@ -25,6 +25,8 @@ pub struct ProveBench {
 struct Stages {
     synth: Vec<Duration>,
     start: Vec<Duration>,
+    /// Of `start`, the device's busy time (CUDA events); empty on the CPU.
+    device: Vec<Duration>,
     finish: Vec<Duration>,
     total: Vec<Duration>,
     /// The check every proof gets before it leaves (not part of `total`).
@@ -48,6 +50,7 @@ impl ProveBench {
             let public = w.public_inputs().to_vec();
             let pending = backend.prove_start(key, w)?;
             let t_start = t.elapsed();
+            let device = pending.device_seconds.map(Duration::from_secs_f64);
             let proof = backend.prove_finish(key, pending, Blinding::random(&mut rand::rngs::OsRng))?;
             let t_total = t.elapsed();
             let t = Instant::now();
@@ -56,6 +59,7 @@ impl ProveBench {
             if i > 0 {
                 ours.synth.push(t_synth);
                 ours.start.push(t_start - t_synth);
+                ours.device.extend(device);
                 ours.finish.push(t_total - t_start);
                 ours.total.push(t_total);
                 ours.verify.push(t_verify);
@@ -84,6 +88,7 @@ impl ProveBench {
             format!("provd/{}", backend.name()),
             ms(median(&ours.synth)),
             ms(median(&ours.start)),
+            if ours.device.is_empty() { "".into() } else { ms(median(&ours.device)) },
             ms(median(&ours.finish)),
             ms(total),
             ms(median(&ours.verify)),
@@ -98,6 +103,7 @@ impl ProveBench {
             "provd": {
                 "backend": backend.name(),
                 "median_ms": { "synthesis": ms(median(&ours.synth)), "prove_start": ms(median(&ours.start)),
+                               "prove_start_gpu_device": (!ours.device.is_empty()).then(|| ms(median(&ours.device))),
                                "prove_finish": ms(median(&ours.finish)), "total": ms(total),
                                "verify": ms(verify) },
                 "verify_prepare_ms": ms(prepare),
@@ -109,6 +115,7 @@ impl ProveBench {
             let ratio = total.as_secs_f64() / b.as_secs_f64();
             rows.push(vec![
                 "bellperson".into(),
+                "".into(),
                 "".into(),
                 "".into(),
                 "".into(),
@@ -130,7 +137,16 @@ impl ProveBench {
             ms(prepare)
         );
         print_table(
-            &["prover", "synth ms", "start ms", "finish ms", "total ms", "verify ms", "speed vs provd"],
+            &[
+                "prover",
+                "synth ms",
+                "start ms",
+                "(GPU ms)",
+                "finish ms",
+                "total ms",
+                "verify ms",
+                "speed vs provd",
+            ],
             &rows,
         );
         write_json(&self.json, &report)

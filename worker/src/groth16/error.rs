@@ -23,6 +23,16 @@ pub enum ProveError {
 }
 
 impl ProveError {
+    /// The failure's class in `provd_partition_failures_total`.
+    pub fn reason(&self) -> crate::telemetry::labels::FailureReason {
+        use crate::telemetry::labels::FailureReason;
+        match self {
+            ProveError::Unsatisfied { .. } | ProveError::Synthesis(_) => FailureReason::Witness,
+            ProveError::KeyMismatch(_) | ProveError::DomainTooLarge { .. } => FailureReason::Key,
+            ProveError::Backend { .. } => FailureReason::Backend,
+        }
+    }
+
     /// Whether the request itself is at fault (a witness that does not
     /// satisfy the circuit, a key for another circuit, a circuit too large),
     /// so that retrying it cannot help.

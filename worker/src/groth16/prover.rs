@@ -46,6 +46,9 @@ impl Assignment {
 pub struct PendingProof {
     pub g1: G1Parts,
     pub assignment: Assignment,
+    /// Seconds the device was busy with this partition's `prove_start`
+    /// (CUDA events around the device work); `None` on the CPU.
+    pub device_seconds: Option<f64>,
 }
 
 /// The random r, s that make a proof zero-knowledge.
@@ -81,7 +84,7 @@ pub fn split(witness: Synthesized) -> ([Vec<Scalar>; 3], Assignment, Density) {
 
 /// The B-query MSM over G2, then the assembly.
 pub fn finish_on_cpu(key: &ProvingKey, pending: PendingProof, blind: Blinding) -> Proof {
-    let PendingProof { g1, assignment } = pending;
+    let PendingProof { g1, assignment, .. } = pending;
     let b_g2 = msm::b_g2(key, &assignment);
     assemble(key, &g1, b_g2, blind)
 }

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::groth16::{Proof, ProveError};
 use crate::groth16::{ProvingKey, Synthesized, Verifier};
+use crate::telemetry::labels::FailureReason;
 pub use crate::telemetry::labels::{Outcome, Stage};
 use crate::telemetry::metrics::Metrics;
 
@@ -70,6 +71,8 @@ pub struct StageTimes {
     pub synthesis: Option<f64>,
     pub gpu_queue: Option<f64>,
     pub prove_start: Option<f64>,
+    /// Of `prove_start`, the time the GPU was busy (CUDA events); absent on the CPU.
+    pub gpu_device: Option<f64>,
     pub prove_finish: Option<f64>,
     /// Checking the proof before it is returned (`pipeline.verify_proofs`).
     pub verify: Option<f64>,
@@ -280,8 +283,9 @@ impl Ticket {
         self.job.end_partition(self.index, Stage::Done, Some((proof, public)), None);
     }
 
-    pub fn fail(mut self, error: String) {
+    pub fn fail(mut self, reason: FailureReason, error: String) {
         self.ended = true;
+        self.job.metrics.partition_failures.with_label_values(&[reason.name()]).inc();
         self.job.end_partition(self.index, Stage::Failed, None, Some(error));
     }
 }

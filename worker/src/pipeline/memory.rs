@@ -52,8 +52,7 @@ impl Budget {
         }
         *reserved += bytes;
         self.resident.fetch_add(bytes, std::sync::atomic::Ordering::AcqRel);
-        self.peak.fetch_max(*reserved, std::sync::atomic::Ordering::AcqRel);
-        self.metrics.memory_reserved_bytes.set(*reserved as i64);
+        self.note_reserved(*reserved);
         Some(Reservation { budget: self.clone(), bytes, resident: true })
     }
 
@@ -79,9 +78,15 @@ impl Budget {
                 .0;
         }
         *reserved += bytes;
-        self.peak.fetch_max(*reserved, std::sync::atomic::Ordering::AcqRel);
-        self.metrics.memory_reserved_bytes.set(*reserved as i64);
+        self.note_reserved(*reserved);
         Some(Reservation { budget: self.clone(), bytes, resident: false })
+    }
+
+    /// Updates the gauges and the peak after a reservation.
+    fn note_reserved(&self, reserved: u64) {
+        let peak = self.peak.fetch_max(reserved, std::sync::atomic::Ordering::AcqRel).max(reserved);
+        self.metrics.memory_reserved_bytes.set(reserved as i64);
+        self.metrics.memory_reserved_peak_bytes.set(peak as i64);
     }
 
     fn release(&self, bytes: u64, resident: bool) {

@@ -28,6 +28,7 @@ use crate::backend::Backend;
 use crate::groth16::{Blinding, PendingProof, ProvingKey, Synthesized};
 use crate::jobs::{Job, JobStore, Ticket};
 pub use crate::jobs::{JobId, JobSpec, JobStatus, PartitionStatus, StageTimes, SynthesisFn};
+use crate::telemetry::labels::FailureReason;
 pub use crate::telemetry::labels::{Outcome, Stage};
 use crate::telemetry::Metrics;
 use buffers::{BufferClass, BufferGuard, Ledger};
@@ -200,7 +201,11 @@ impl Engine {
             budget: Budget::new(config.memory_budget.bytes(), metrics.clone()),
             queue: Mutex::new(VecDeque::new()),
             queued: Condvar::new(),
-            permits: Arc::new(Semaphore::new(config.partition_permits)),
+            permits: Arc::new(Semaphore::new(
+                config.partition_permits,
+                &metrics.partition_permits,
+                metrics.partition_permits_in_use.clone(),
+            )),
             gpu_tx,
             finalize_tx,
             synthesis_pool: pool("synth", config.synthesis_threads())?,
@@ -220,6 +225,7 @@ impl Engine {
             );
         }
         for backend in backends {
+            shared.metrics.proofs_invalid.with_label_values(&[backend.name()]);
             let (s, rx) = (shared.clone(), gpu_rx.clone());
             let name = format!("gpu-{}", backend.name());
             threads.push(std::thread::Builder::new().name(name).spawn(move || gpu_worker(&s, backend, rx))?);
@@ -432,11 +438,11 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
         Ok(Ok(w)) => w,
         Ok(Err(e)) => {
             drop((synth, in_stage, reservation));
-            return ticket.fail(e.to_string());
+            return ticket.fail(e.reason(), e.to_string());
         }
         Err(_) => {
             drop((synth, in_stage, reservation));
-            return ticket.fail("synthesis panicked".into());
+            return ticket.fail(FailureReason::Panic, "synthesis panicked".into());
         }
     };
     if job.is_cancelled() {
@@ -472,7 +478,7 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
 }
 
 fn gpu_worker(s: &Arc<Shared>, backend: Arc<dyn Backend>, rx: Receiver<InGpuQueue>) {
-    let busy = s.metrics.gpu_busy_seconds.with_label_values(&[backend.name()]);
+    let thread_busy = s.metrics.prove_start_thread_seconds.with_label_values(&[backend.name()]);
     loop {
         let item = match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(item) => item,
@@ -497,21 +503,27 @@ fn gpu_worker(s: &Arc<Shared>, backend: Arc<dyn Backend>, rx: Receiver<InGpuQueu
         let result =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| backend.prove_start(&job.key, witness)));
         let secs = t.elapsed().as_secs_f64();
-        busy.inc_by(secs);
+        thread_busy.inc_by(secs);
         drop((abc, on_gpu)); // a/b/c are gone once prove_start returns
         s.metrics.stage_duration.with_label_values(&[Stage::ProveStart.name()]).observe(secs);
         job.record(index, |t| t.prove_start = Some(secs));
         transition(s, job.id, index, "abc freed");
         let pending = match result {
-            Ok(Ok(p)) => p,
+            Ok(Ok(p)) => {
+                if let Some(d) = p.device_seconds {
+                    s.metrics.gpu_busy_seconds.with_label_values(&[backend.name()]).inc_by(d);
+                    job.record(index, |t| t.gpu_device = Some(d));
+                }
+                p
+            }
             Ok(Err(e)) => {
                 drop(held);
-                ticket.fail(e.to_string());
+                ticket.fail(e.reason(), e.to_string());
                 continue;
             }
             Err(_) => {
                 drop(held);
-                ticket.fail("prove_start panicked".into());
+                ticket.fail(FailureReason::Panic, "prove_start panicked".into());
                 continue;
             }
         };
@@ -556,8 +568,8 @@ fn finish_partition(s: &Shared, item: ToFinish) {
     transition(s, job.id, index, "dealloc");
     let proof = match result {
         Ok(Ok(proof)) => proof,
-        Ok(Err(e)) => return ticket.fail(e.to_string()),
-        Err(_) => return ticket.fail("prove_finish panicked".into()),
+        Ok(Err(e)) => return ticket.fail(e.reason(), e.to_string()),
+        Err(_) => return ticket.fail(FailureReason::Panic, "prove_finish panicked".into()),
     };
     // Never hand out a proof that does not verify: a faulty device fails its
     // partition loudly instead.
@@ -570,26 +582,33 @@ fn finish_partition(s: &Shared, item: ToFinish) {
         if let Err(e) = verdict {
             s.metrics.proofs_invalid.with_label_values(&[backend.name()]).inc();
             tracing::error!(job = %job.id, partition = index, backend = backend.name(), "proof rejected: {e}");
-            return ticket.fail(format!(
-                "the proof from backend {} failed verification ({e}); it was not returned",
-                backend.name()
-            ));
+            return ticket.fail(
+                FailureReason::InvalidProof,
+                format!(
+                    "the proof from backend {} failed verification ({e}); it was not returned",
+                    backend.name()
+                ),
+            );
         }
     }
     ticket.succeed(proof, public)
 }
 
-/// A counting semaphore whose permits release on drop.
+/// A counting semaphore whose permits release on drop; `in_use` is the
+/// gauge of permits held.
 struct Semaphore {
     state: Mutex<(usize, bool)>,
     cv: Condvar,
+    in_use: prometheus::IntGauge,
 }
 
 struct Permit(Arc<Semaphore>);
 
 impl Semaphore {
-    fn new(n: usize) -> Self {
-        Self { state: Mutex::new((n, false)), cv: Condvar::new() }
+    fn new(n: usize, capacity: &prometheus::IntGauge, in_use: prometheus::IntGauge) -> Self {
+        capacity.set(n as i64);
+        in_use.set(0);
+        Self { state: Mutex::new((n, false)), cv: Condvar::new(), in_use }
     }
 
     /// Waits for a permit; `None` once closed.
@@ -601,6 +620,7 @@ impl Semaphore {
             }
             if st.0 > 0 {
                 st.0 -= 1;
+                self.in_use.inc();
                 return Some(Permit(self.clone()));
             }
             st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
@@ -616,6 +636,7 @@ impl Semaphore {
 impl Drop for Permit {
     fn drop(&mut self) {
         self.0.state.lock().unwrap_or_else(|e| e.into_inner()).0 += 1;
+        self.0.in_use.dec();
         self.0.cv.notify_one();
     }
 }

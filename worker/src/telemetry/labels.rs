@@ -90,3 +90,33 @@ impl Outcome {
         }
     }
 }
+
+/// Why a partition failed, as `provd_partition_failures_total` counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureReason {
+    /// The witness does not satisfy the circuit, or the circuit failed.
+    Witness,
+    /// The key does not fit the circuit (or the domain is too large).
+    Key,
+    /// The backend (a GPU, say) failed.
+    Backend,
+    /// The proof failed verification and was not returned.
+    InvalidProof,
+    /// A stage panicked.
+    Panic,
+}
+
+impl FailureReason {
+    pub const ALL: [FailureReason; 5] =
+        [Self::Witness, Self::Key, Self::Backend, Self::InvalidProof, Self::Panic];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Witness => "witness",
+            Self::Key => "key",
+            Self::Backend => "backend",
+            Self::InvalidProof => "invalid_proof",
+            Self::Panic => "panic",
+        }
+    }
+}

@@ -23,6 +23,7 @@ pub struct Metrics {
     pub jobs: IntCounterVec,
     pub partitions: IntCounterVec,
     pub gpu_busy_seconds: prometheus::CounterVec,
+    pub prove_start_thread_seconds: prometheus::CounterVec,
     pub gpu_memory_used_bytes: IntGaugeVec,
     pub gpu_memory_total_bytes: IntGaugeVec,
     pub srs_bytes: IntGaugeVec,
@@ -30,7 +31,15 @@ pub struct Metrics {
     pub verify_duration: Histogram,
     pub key_uploads: IntCounterVec,
     pub key_evictions: IntCounterVec,
+    pub build_info: IntGaugeVec,
+    pub partition_permits: IntGauge,
+    pub partition_permits_in_use: IntGauge,
+    pub memory_reserved_peak_bytes: IntGauge,
+    pub partition_failures: IntCounterVec,
 }
+
+/// The commit this binary was built from ("unknown" outside a git checkout).
+pub const COMMIT: &str = env!("PROVD_COMMIT");
 
 impl Metrics {
     pub fn new() -> Self {
@@ -148,8 +157,21 @@ impl Metrics {
             gpu_busy_seconds: reg(
                 r,
                 prometheus::CounterVec::new(
-                    Opts::new("provd_gpu_busy_seconds_total", "Time each GPU worker thread spent in prove_start (host work included)."),
+                    Opts::new("provd_gpu_busy_seconds_total",
+                        "Time each GPU was busy with proofs, measured on the device (CUDA events around its copies and kernels).",
+                    ),
                     &["device"],
+                )
+                .unwrap(),
+            ),
+            prove_start_thread_seconds: reg(
+                r,
+                prometheus::CounterVec::new(
+                    Opts::new(
+                        "provd_prove_start_thread_seconds_total",
+                        "Time each backend's worker thread spent in prove_start, host work included (not GPU utilisation).",
+                    ),
+                    &["backend"],
                 )
                 .unwrap(),
             ),
@@ -224,6 +246,45 @@ impl Metrics {
                 )
                 .unwrap(),
             ),
+            build_info: reg(
+                r,
+                IntGaugeVec::new(
+                    Opts::new("provd_build_info", "1, labelled with this build's version and commit and the backend in use."),
+                    &["version", "commit", "backend"],
+                )
+                .unwrap(),
+            ),
+            partition_permits: reg(
+                r,
+                IntGauge::new("provd_partition_permits", "Partition permits (pipeline.partition_permits).").unwrap(),
+            ),
+            partition_permits_in_use: reg(
+                r,
+                IntGauge::new(
+                    "provd_partition_permits_in_use",
+                    "Permits held: partitions from admission until the GPU queue accepts them.",
+                )
+                .unwrap(),
+            ),
+            memory_reserved_peak_bytes: reg(
+                r,
+                IntGauge::new(
+                    "provd_memory_reserved_peak_bytes",
+                    "The most ever reserved against the memory budget at once since start.",
+                )
+                .unwrap(),
+            ),
+            partition_failures: reg(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "provd_partition_failures_total",
+                        "Partitions failed, by reason (witness, key, backend, invalid_proof, panic).",
+                    ),
+                    &["reason"],
+                )
+                .unwrap(),
+            ),
             registry,
         };
         for c in BufferClass::ALL {
@@ -232,6 +293,9 @@ impl Metrics {
         }
         for stage in super::labels::Stage::IN_PIPELINE {
             m.partitions_in_stage.with_label_values(&[stage.name()]).set(0);
+        }
+        for reason in super::labels::FailureReason::ALL {
+            m.partition_failures.with_label_values(&[reason.name()]);
         }
         for o in ["succeeded", "failed", "cancelled"] {
             m.jobs.with_label_values(&[o]);
