@@ -27,36 +27,76 @@
   }
 
   const charts = {};
-  function build() {
-    const st = [
+  // What the worker proves on (from /v1/status): GPU wording only with a GPU.
+  state.backend = { name: "", gpu: false, fallback: null };
+  const stageSeries = () => {
+    const on = state.backend.gpu ? "GPU" : state.backend.name || "backend";
+    return [
       { name: "synthesis", color: color("--c-synth") },
-      { name: "waiting for the GPU", color: color("--c-queue") },
-      { name: "prove_start (GPU)", color: color("--c-gpu") },
+      { name: `synthesized, waiting for the ${on} worker`, color: color("--c-queue") },
+      { name: `prove_start (${on})`, color: color("--c-gpu") },
       { name: "prove_finish (CPU)", color: color("--c-finish") },
     ];
-    charts.stages = new C.TimeChart($("c-stages"), { unit: "", stacked: true, series: st, lines: [] });
-    legend("l-stages", st);
-    const classes = [
+  };
+  const queueWord = () => (state.backend.gpu ? "GPU queue" : `queue to the ${state.backend.name || "backend"} worker`);
+
+  function build() {
+    charts.stages = new C.TimeChart($("c-stages"), { unit: "", stacked: true, series: stageSeries(), lines: [] });
+    const mem = [
+      { name: "keys", color: color("--c-keys") },
       { name: "a/b/c", color: color("--c-abc") },
       { name: "aux", color: color("--c-aux") },
       { name: "density", color: color("--c-density") },
     ];
     const memLines = [
       { name: "RSS", color: color("--c-rss") },
-      { name: "reserved", color: color("--c-reserved") },
-      { name: "budget", color: color("--c-budget"), dashed: true, offScale: true },
+      { name: "reserved (keys + partitions)", color: color("--c-reserved") },
+      { name: "budget", color: color("--c-budget"), dashed: true },
     ];
-    charts.memory = new C.TimeChart($("c-memory"), { unit: "bytes", stacked: true, series: classes, lines: memLines });
-    legend("l-memory", classes.concat(memLines));
-    const q = [{ name: "depth", color: color("--c-queue") }];
+    charts.memory = new C.TimeChart($("c-memory"), { unit: "bytes", stacked: true, series: mem, lines: memLines });
+    legend("l-memory", mem.concat(memLines));
+    const classes = [
+      { name: "synth", color: color("--c-synth") },
+      { name: "a/b/c", color: color("--c-abc") },
+      { name: "aux", color: color("--c-aux") },
+      { name: "density", color: color("--c-density") },
+      { name: "pending", color: color("--c-pending") },
+    ];
+    charts.buffers = new C.TimeChart($("c-buffers"), { unit: "", stacked: false, series: classes, lines: [] });
+    legend("l-buffers", classes);
+    const q = [{ name: "queued (in the channel)", color: color("--c-queue") }];
     const ql = [{ name: "capacity", color: color("--c-budget"), dashed: true }];
     charts.queue = new C.TimeChart($("c-queue"), { unit: "", stacked: false, series: q, lines: ql });
     legend("l-queue", q.concat(ql));
     const r = [{ name: "proofs / min", color: color("--c-finish") }];
     charts.rate = new C.TimeChart($("c-rate"), { unit: "/min", stacked: false, series: r, lines: [] });
     legend("l-rate", r);
+    charts.gpu = new C.TimeChart($("c-gpu"), { unit: "%", stacked: false, series: [{ name: "busy", color: color("--c-gpu") }], lines: [] });
+    legend("l-gpu", [{ name: "device busy", color: color("--c-gpu") }]);
+    relabel();
     state.charts = charts;
   }
+
+  /** Wording that depends on the backend, once /v1/status has said which. */
+  function relabel() {
+    const st = stageSeries();
+    charts.stages.spec.series = st;
+    legend("l-stages", st);
+    $("queue-title").firstChild.textContent = (state.backend.gpu ? "GPU queue" : "Queue to the worker") + " ";
+    $("k-queue-label").textContent = queueWord();
+    $("gpu-panel").hidden = !state.backend.gpu;
+  }
+
+  /** Busy fraction of the first GPU between consecutive snapshots, in %. */
+  function gpuBusy(s) {
+    return s.map((x, i) => {
+      const g = (x.gpus || [])[0];
+      const p = i > 0 ? (s[i - 1].gpus || [])[0] : null;
+      if (!g || !p || x.t <= s[i - 1].t) return 0;
+      return Math.min(100, (100 * (g.busy_seconds - p.busy_seconds) * 1000) / (x.t - s[i - 1].t));
+    });
+  }
+  state.gpuBusy = gpuBusy;
 
   function render() {
     const s = state.samples;
@@ -65,19 +105,22 @@
     charts.stages.update(t, [st.map((x) => x.synth), st.map((x) => x.queued), st.map((x) => x.gpu), st.map((x) => x.finish)]);
     charts.memory.update(
       t,
-      [s.map((x) => x.buffer_bytes.abc), s.map((x) => x.buffer_bytes.aux), s.map((x) => x.buffer_bytes.density)],
+      [s.map((x) => x.key_bytes || 0), s.map((x) => x.buffer_bytes.abc), s.map((x) => x.buffer_bytes.aux), s.map((x) => x.buffer_bytes.density)],
       [s.map((x) => x.rss_bytes), s.map((x) => x.reserved_bytes), s.map((x) => x.budget_bytes)]
     );
+    const b = (k) => s.map((x) => x.buffers[k]);
+    charts.buffers.update(t, [b("synth"), b("abc"), b("aux"), b("density"), b("pending")]);
     charts.queue.update(t, [s.map((x) => x.gpu_queue_depth)], [s.map((x) => x.gpu_queue_capacity)]);
     const rate = C.ratePerMinute(t, s.map((x) => x.partitions_completed), 60000);
     charts.rate.update(t, [rate]);
+    if (state.backend.gpu) charts.gpu.update(t, [gpuBusy(s)]);
     const last = s[s.length - 1];
     if (!last) return;
     $("k-inflight").textContent = state.inFlight(last);
     $("k-waiting").textContent = last.partitions_waiting;
     $("k-rate").textContent = C.formatValue(rate[rate.length - 1], "");
     $("k-rss").textContent = C.formatBytes(last.rss_bytes);
-    $("k-reserved").textContent = `RSS · reserved ${C.formatBytes(last.reserved_bytes)} of ${C.formatBytes(last.budget_bytes)}`;
+    $("k-reserved").textContent = `RSS · reserved ${C.formatBytes(last.reserved_bytes)} (keys ${C.formatBytes(last.key_bytes || 0)}) of ${C.formatBytes(last.budget_bytes)}`;
     $("k-queue").textContent = `${last.gpu_queue_depth} / ${last.gpu_queue_capacity}`;
     $("k-done").textContent = last.partitions_completed;
     $("k-failed").textContent = `partitions · ${last.partitions_failed} failed · ${last.jobs_cancelled} jobs cancelled`;
@@ -200,7 +243,14 @@
   function loadBackend() {
     fetch("/v1/status", { headers: authHeaders() })
       .then((r) => r.json())
-      .then((s) => ($("backend").textContent = "backend: " + s.backends.join(", ")))
+      .then((s) => {
+        const b = s.backends[0] || {};
+        state.backend = { name: b.name || "", gpu: (b.name || "").startsWith("cuda"), fallback: b.fallback || null };
+        $("backend").textContent =
+          "backend: " + state.backend.name + (state.backend.fallback ? ` (GPU unused: ${state.backend.fallback})` : "");
+        relabel();
+        render();
+      })
       .catch(() => {});
   }
 

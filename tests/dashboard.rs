@@ -176,6 +176,31 @@ fn live_view_shows_partitions_moving() {
     );
     assert!(later["jobs"].as_i64().unwrap_or(0) > 0, "recent jobs table is empty: {later}");
 
+    // The panels an operator tunes with, worded for the backend in use (the CPU here).
+    let panels = "const p = window.provd, c = p.charts, last = p.samples[p.samples.length - 1];                   const text = (id) => document.getElementById(id).textContent;                   return { backend: text('backend'), stages: text('l-stages'), queue: text('k-queue-label'),                            gpuHidden: document.getElementById('gpu-panel').hidden,                            memory: text('l-memory'), buffers: c.buffers.spec.series.map((s) => s.name),                            keyBytes: last.key_bytes, budget: last.budget_bytes, memoryMax: c.memory.drawnMax };";
+    let v = wait_until(&driver, panels, 20, "backend wording", |v| {
+        v["backend"].as_str().is_some_and(|b| b.contains("cpu"))
+    });
+    assert_eq!(v["backend"], "backend: cpu", "{v}");
+    let stages = v["stages"].as_str().unwrap();
+    assert!(
+        stages.contains("prove_start (cpu)") && !stages.contains("GPU"),
+        "no GPU wording without a GPU: {v}"
+    );
+    assert_eq!(v["queue"], "queue to the cpu worker", "{v}");
+    assert_eq!(v["gpuHidden"], true, "no GPU utilisation panel without a GPU: {v}");
+    assert!(v["memory"].as_str().unwrap().contains("keys"), "{v}");
+    assert_eq!(
+        v["buffers"],
+        json!(["synth", "a/b/c", "aux", "density", "pending"]),
+        "every buffer class: {v}"
+    );
+    assert!(v["keyBytes"].as_u64() > Some(0), "{v}");
+    assert!(
+        v["memoryMax"].as_f64().unwrap() >= v["budget"].as_f64().unwrap(),
+        "the budget is on the memory chart's scale: {v}"
+    );
+
     let logs = driver.session_call("POST", "/se/log", Some(json!({ "type": "browser" })));
     let errors: Vec<&Value> = logs.as_array().unwrap().iter().filter(|e| e["level"] == "SEVERE").collect();
     assert!(errors.is_empty(), "console errors: {errors:?}");

@@ -81,11 +81,16 @@ pub struct Snapshot {
     pub gpus: Vec<GpuMemory>,
 }
 
+/// One GPU at one moment.
 #[derive(Clone, Debug, Serialize)]
 pub struct GpuMemory {
+    /// "NVIDIA H200 (cuda:0)".
     pub device: String,
     pub used_bytes: u64,
     pub total_bytes: u64,
+    /// Seconds the device has been busy with proofs since start (CUDA
+    /// events); its rate is the GPU's utilisation.
+    pub busy_seconds: f64,
 }
 
 /// Snapshots kept for clients that connect later: ten minutes at one a second.
@@ -320,9 +325,10 @@ impl Service {
                 m.gpu_memory_used_bytes.with_label_values(&[&device]).set(used as i64);
                 m.gpu_memory_total_bytes.with_label_values(&[&device]).set(total as i64);
                 Some(GpuMemory {
-                    device: format!("{} ({})", g.info().name, g.info().ordinal),
+                    device: format!("{} ({device})", g.info().name),
                     used_bytes: used,
                     total_bytes: total as u64,
+                    busy_seconds: m.gpu_busy_seconds.with_label_values(&[&device]).get(),
                 })
             })
             .collect()
