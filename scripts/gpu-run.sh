@@ -32,8 +32,15 @@ for step in "${@:-tests}"; do
       sizes=${MSM_G2_SIZES:-16,18,20,22}
       "$bundle/provd" bench msm --g2 --sizes "$sizes" --cpu-sizes "$sizes" --json "$OUT/msm-g2.json" 2>&1 | tee "$OUT/bench-msm-g2.log" || status=1 ;;
     bench-pipeline)
+      # The driver's own utilisation, sampled beside the bench's CUDA-event figure.
+      nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits -lms 500 > "$OUT/pipeline-smi.csv" &
+      smi=$!
       "$bundle/provd" bench pipeline --circuit "${PIPE_CIRCUIT:-bench-18}" --jobs "${PIPE_JOBS:-8}" --partitions "${PIPE_PARTS:-4}" \
-        --backend cuda --json "$OUT/pipeline.json" 2>&1 | tee "$OUT/bench-pipeline.log" || status=1 ;;
+        --backend cuda --json "$OUT/pipeline.json" 2>&1 | tee "$OUT/bench-pipeline.log" || status=1
+      kill $smi
+      # mean from the first to the last non-zero sample (the run, not the start-up)
+      awk -F', ' '{ v[NR] = $2 } $2 > 0 { if (!a) a = NR; b = NR } END { for (i = a; i <= b; i++) s += v[i]; if (b) printf "nvidia-smi utilization.gpu over the run: mean %.1f%% (%d samples, 0.5 s apart)\n", s / (b - a + 1), b - a + 1 }' \
+        "$OUT/pipeline-smi.csv" | tee -a "$OUT/bench-pipeline.log" ;;
     bench-prove)
       for backend in ${PROVE_BACKENDS:-cuda cpu}; do
         "$bundle/provd" bench prove --circuit "${PROVE_CIRCUIT:-bench-20}" --runs "${PROVE_RUNS:-3}" --backend "$backend" \
