@@ -2,6 +2,8 @@
 # Runs on the GPU machine, from the repository root, over .device-bundle/:
 #   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] ...
 # TEST_BINS (e.g. "gpu-test msm-test") limits `tests` to those binaries.
+# B_G2=gpu|cpu places B's G2 MSM for bench-prove and bench-pipeline (default: the binary's);
+# PROVE_VS=none skips bellperson in bench-prove.
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 bundle=.device-bundle
@@ -35,16 +37,20 @@ for step in "${@:-tests}"; do
       # The driver's own utilisation, sampled beside the bench's CUDA-event figure.
       nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits -lms 500 > "$OUT/pipeline-smi.csv" &
       smi=$!
+      tag="${PIPE_CIRCUIT:-bench-18}${B_G2:+-g2-$B_G2}"
       "$bundle/provd" bench pipeline --circuit "${PIPE_CIRCUIT:-bench-18}" --jobs "${PIPE_JOBS:-8}" --partitions "${PIPE_PARTS:-4}" \
-        --backend cuda --json "$OUT/pipeline.json" 2>&1 | tee "$OUT/bench-pipeline.log" || status=1
+        --backend cuda ${B_G2:+--b-g2 "$B_G2"} --json "$OUT/pipeline-$tag.json" 2>&1 | tee -a "$OUT/bench-pipeline.log" || status=1
       kill $smi
       # mean from the first to the last non-zero sample (the run, not the start-up)
       awk -F', ' '{ v[NR] = $2 } $2 > 0 { if (!a) a = NR; b = NR } END { for (i = a; i <= b; i++) s += v[i]; if (b) printf "nvidia-smi utilization.gpu over the run: mean %.1f%% (%d samples, 0.5 s apart)\n", s / (b - a + 1), b - a + 1 }' \
-        "$OUT/pipeline-smi.csv" | tee -a "$OUT/bench-pipeline.log" ;;
+        "$OUT/pipeline-smi.csv" | tee -a "$OUT/bench-pipeline.log"
+      mv "$OUT/pipeline-smi.csv" "$OUT/smi-$tag.csv" ;;
     bench-prove)
       for backend in ${PROVE_BACKENDS:-cuda cpu}; do
+        vs=(--vs bellperson); [ "${PROVE_VS:-}" = none ] && vs=()
         "$bundle/provd" bench prove --circuit "${PROVE_CIRCUIT:-bench-20}" --runs "${PROVE_RUNS:-3}" --backend "$backend" \
-          --vs bellperson --json "$OUT/prove-$backend.json" 2>&1 | tee -a "$OUT/bench-prove.log" || status=1
+          ${B_G2:+--b-g2 "$B_G2"} "${vs[@]}" --json "$OUT/prove-$backend-${PROVE_CIRCUIT:-bench-20}${B_G2:+-g2-$B_G2}.json" 2>&1 |
+          tee -a "$OUT/bench-prove.log" || status=1
       done ;;
     *) echo "unknown step $step"; status=2 ;;
   esac

@@ -46,6 +46,9 @@ pub struct GpuConfig {
     /// unset: whatever the device has free. Beyond it, the least recently
     /// used key is evicted.
     pub key_memory_limit: Option<MemoryBudget>,
+    /// Where B's G2 MSM runs on a CUDA backend: "gpu" (its bases resident
+    /// beside the G1 ones) or "cpu".
+    pub b_g2_msm: crate::backend::G2Placement,
 }
 
 impl GpuConfig {
@@ -58,7 +61,7 @@ impl GpuConfig {
                 anyhow::bail!("gpu.key_memory_limit takes a size such as \"24GiB\", not a percentage")
             }
         };
-        Ok(crate::backend::CudaOptions { key_memory_limit })
+        Ok(crate::backend::CudaOptions { key_memory_limit, b_g2_msm: self.b_g2_msm })
     }
 }
 

@@ -25,6 +25,15 @@ struct Common {
     /// auto: the GPU if one is usable, else the CPU (and say why).
     #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
     backend: BackendChoice,
+    /// On a CUDA backend, where B's G2 MSM runs (`serve` takes gpu.b_g2_msm from its config).
+    #[arg(long, value_enum)]
+    b_g2: Option<provd::backend::G2Placement>,
+}
+
+impl Common {
+    fn cuda_options(&self) -> CudaOptions {
+        CudaOptions { b_g2_msm: self.b_g2.unwrap_or_default(), ..CudaOptions::default() }
+    }
 }
 
 #[derive(Subcommand)]
@@ -225,7 +234,8 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
     match Cli::parse().command {
         Command::Prove { circuit, seed, common } => {
             let key = params::load_or_generate(&common.data_dir, circuit)?;
-            let prover = provd::Prover::with_data_dir(common.backend, &common.data_dir)?;
+            let prover =
+                provd::Prover::with_options(common.backend, &common.data_dir, &common.cuda_options())?;
             let t = Instant::now();
             let proved = prover.prove(&key, circuit.circuit(Some(seed)))?;
             println!(
@@ -299,6 +309,9 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
             };
             if let Some(listen) = listen {
                 config.server.listen = listen;
+            }
+            if let Some(b_g2) = common.b_g2 {
+                config.gpu.b_g2_msm = b_g2;
             }
             serve(config, common, None)?;
         }
@@ -388,7 +401,7 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");
             let key = params::load_or_generate(&common.data_dir, circuit)?;
             let backend =
-                provd::backend::select(common.backend, &common.data_dir, &CudaOptions::default())?.backend;
+                provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?.backend;
             bench::prove::ProveBench { circuit, runs, vs_bellperson: vs.is_some(), json }
                 .run(backend.as_ref(), &key)
         }
@@ -396,7 +409,7 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             anyhow::ensure!(jobs > 0 && partitions > 0, "--jobs and --partitions must be at least 1");
             let key = std::sync::Arc::new(params::load_or_generate(&common.data_dir, circuit)?);
             let backend =
-                provd::backend::select(common.backend, &common.data_dir, &CudaOptions::default())?.backend;
+                provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?.backend;
             let mut config = provd::pipeline::PipelineConfig::default();
             config.partition_permits = permits.unwrap_or(config.partition_permits);
             config.gpu_queue_capacity = queue.unwrap_or(config.gpu_queue_capacity);

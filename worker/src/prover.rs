@@ -75,7 +75,16 @@ impl Prover {
 
     /// As [`Prover::new`], with compiled kernels cached under `data_dir/kernels`.
     pub fn with_data_dir(choice: BackendChoice, data_dir: &Path) -> Result<Self, ProverError> {
-        let selected = backend::select(choice, data_dir, &CudaOptions::default())?;
+        Self::with_options(choice, data_dir, &CudaOptions::default())
+    }
+
+    /// As [`Prover::with_data_dir`], with a CUDA backend's options.
+    pub fn with_options(
+        choice: BackendChoice,
+        data_dir: &Path,
+        options: &CudaOptions,
+    ) -> Result<Self, ProverError> {
+        let selected = backend::select(choice, data_dir, options)?;
         Ok(Self::on(selected.backend, selected.fallback))
     }
 

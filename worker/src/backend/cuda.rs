@@ -1,19 +1,19 @@
 //! The CUDA backend: H by the NTT chain (no bit-reversal pass) and the four G1
 //! MSMs on the GPU, with the bases of several proving keys resident on the
 //! device at once (least recently used evicted when device memory runs short).
-//! The G2 MSM for B stays on the CPU, in `prove_finish`, overlapped with the
-//! next partition's GPU work.
+//! B's G2 MSM (`prove_finish`) runs on the device too, its bases resident
+//! beside the G1 ones, unless `G2Placement::Cpu` keeps it on the host.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use blstrs::{G1Affine, Scalar};
-use provd_kernels::{FrBuffer, G1Bases, Gpu, GpuError, Msm, Ntt, Order, Timer};
+use provd_kernels::{FrBuffer, G1Bases, G2Bases, Gpu, GpuError, Msm, Ntt, Order, Timer};
 
-use super::{Backend, CudaOptions};
+use super::{Backend, CudaOptions, G2Placement};
 use crate::groth16::msm::filter;
-use crate::groth16::prover::{split, G1Parts, PendingProof};
+use crate::groth16::prover::{assemble, split, Blinding, Finished, G1Parts, PendingProof};
 use crate::groth16::{ProveError, ProvingKey, Reduction, Synthesized};
 
 /// Device bytes kept free beside the resident keys for one proof's working
@@ -22,8 +22,9 @@ use crate::groth16::{ProveError, ProvingKey, Reduction, Synthesized};
 const WORKING_BYTES_PER_ELEMENT: u64 = 8 * 32;
 /// And a fixed part for the MSM engine's bucket tables.
 const WORKING_BYTES_FIXED: u64 = 512 << 20;
-/// Bytes of one G1 base on the device.
+/// Bytes of one G1 and one G2 base on the device.
 const G1_BASE_BYTES: u64 = std::mem::size_of::<provd_kernels::msm::G1AffineRaw>() as u64;
+const G2_BASE_BYTES: u64 = std::mem::size_of::<provd_kernels::msm::G2AffineRaw>() as u64;
 
 /// Proves with one CUDA device.
 pub struct CudaBackend {
@@ -72,15 +73,19 @@ struct DeviceKey {
     a_aux: G1Bases,
     b_inputs: G1Bases,
     b_aux: G1Bases,
+    /// B's G2 bases (inputs, aux), when the G2 MSM runs on the device.
+    b_g2: Option<(G2Bases, G2Bases)>,
 }
 
 impl DeviceKey {
     /// Device bytes the key's bases take, before uploading them.
-    fn bytes_needed(key: &ProvingKey) -> u64 {
-        (key.domain_size() + key.l.len() + key.a.len() + key.b_g1.len()) as u64 * G1_BASE_BYTES
+    fn bytes_needed(key: &ProvingKey, g2: G2Placement) -> u64 {
+        let g1 = (key.domain_size() + key.l.len() + key.a.len() + key.b_g1.len()) as u64 * G1_BASE_BYTES;
+        let g2 = if g2 == G2Placement::Gpu { key.b_g2.len() as u64 * G2_BASE_BYTES } else { 0 };
+        g1 + g2
     }
 
-    fn upload(gpu: &Gpu, key: &ProvingKey, b_inputs: usize) -> Result<Self, GpuError> {
+    fn upload(gpu: &Gpu, key: &ProvingKey, b_inputs: usize, g2: G2Placement) -> Result<Self, GpuError> {
         let n = key.domain_size();
         let log_n = n.trailing_zeros();
         // position p holds the base of coefficient bitrev(p); coefficient n−1
@@ -101,14 +106,22 @@ impl DeviceKey {
             a_aux: G1Bases::upload(gpu, &key.a[inputs..])?,
             b_inputs: G1Bases::upload(gpu, &key.b_g1[..b_inputs])?,
             b_aux: G1Bases::upload(gpu, &key.b_g1[b_inputs..])?,
+            b_g2: match g2 {
+                G2Placement::Gpu => Some((
+                    G2Bases::upload(gpu, &key.b_g2[..b_inputs])?,
+                    G2Bases::upload(gpu, &key.b_g2[b_inputs..])?,
+                )),
+                G2Placement::Cpu => None,
+            },
         })
     }
 
     fn bytes(&self) -> u64 {
-        [&self.h, &self.l, &self.a_inputs, &self.a_aux, &self.b_inputs, &self.b_aux]
+        let g1: u64 = [&self.h, &self.l, &self.a_inputs, &self.a_aux, &self.b_inputs, &self.b_aux]
             .iter()
             .map(|b| b.bytes() as u64)
-            .sum()
+            .sum();
+        g1 + self.b_g2.as_ref().map_or(0, |(i, a)| (i.bytes() + a.bytes()) as u64)
     }
 }
 
@@ -162,7 +175,7 @@ impl CudaBackend {
             state.keys.push(k);
             return Ok(state.keys.len() - 1);
         }
-        let need = DeviceKey::bytes_needed(key);
+        let need = DeviceKey::bytes_needed(key, self.options.b_g2_msm);
         let working = key.domain_size() as u64 * WORKING_BYTES_PER_ELEMENT + WORKING_BYTES_FIXED;
         if let Some(limit) = self.options.key_memory_limit {
             if need > limit {
@@ -185,7 +198,7 @@ impl CudaBackend {
             state.evict_oldest(&self.name, "device memory short");
         }
         let dk = loop {
-            match DeviceKey::upload(&self.gpu, key, b_inputs) {
+            match DeviceKey::upload(&self.gpu, key, b_inputs, self.options.b_g2_msm) {
                 Ok(dk) => break dk,
                 Err(e) if e.is_out_of_memory() && !state.keys.is_empty() => {
                     state.evict_oldest(&self.name, "out of device memory while uploading");
@@ -268,6 +281,33 @@ impl DeviceClock<'_> {
     }
 }
 
+impl CudaBackend {
+    /// B's G2 MSM on the device, then the assembly on the host.
+    fn finish(
+        &self,
+        key: &ProvingKey,
+        pending: PendingProof,
+        blind: Blinding,
+    ) -> Result<Finished, ProveError> {
+        let PendingProof { g1, assignment: asg, .. } = pending;
+        let b_in = filter(&asg.input, &asg.b_input_density);
+        let b_aux = filter(&asg.aux, &asg.b_aux_density);
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        // Resident since prove_start, unless another circuit's key evicted it since.
+        let slot = self.make_resident(&mut state, key, asg.b_input_density.ones())?;
+        let State { keys, timer, .. } = &mut *state;
+        let (g2_inputs, g2_aux) =
+            keys[slot].b_g2.as_ref().expect("G2 bases are uploaded with G2Placement::Gpu");
+        let mut clock = DeviceClock { timer, ms: 0.0 };
+        let b_g2 = clock
+            .time(|| Ok(self.msm.run(g2_inputs, &b_in)? + self.msm.run(g2_aux, &b_aux)?))
+            .map_err(backend_error)?;
+        let device_seconds = Some(clock.ms / 1e3);
+        drop(state); // the assembly needs no device
+        Ok(Finished { proof: assemble(key, &g1, b_g2, blind), device_seconds })
+    }
+}
+
 fn backend_error(e: GpuError) -> ProveError {
     ProveError::Backend { backend: "cuda", message: e.to_string() }
 }
@@ -283,6 +323,21 @@ impl Backend for CudaBackend {
             return Err(ProveError::DomainTooLarge { constraints: witness.num_constraints() });
         }
         self.start(key, witness)
+    }
+
+    fn prove_finish(
+        &self,
+        key: &ProvingKey,
+        pending: PendingProof,
+        blind: Blinding,
+    ) -> Result<Finished, ProveError> {
+        match self.options.b_g2_msm {
+            G2Placement::Gpu => self.finish(key, pending, blind),
+            G2Placement::Cpu => Ok(Finished {
+                proof: crate::groth16::prover::finish_on_cpu(key, pending, blind),
+                device_seconds: None,
+            }),
+        }
     }
 
     fn resident_keys(&self) -> KeyResidency {
@@ -358,8 +413,13 @@ mod tests {
             let cpu = CpuBackend.prove_start(&key, w).unwrap();
             assert_eq!(ours.g1, cpu.g1, "bench-{k}: G1 parts");
             let public = ours.assignment.public_inputs().to_vec();
-            let proof = gpu.prove_finish(&key, ours, Blinding::random(&mut rng)).unwrap();
-            assert!(proof.verify(&key.vk, &public), "bench-{k}");
+            // the G2 MSM on the device gives the CPU's proof for the same blinding
+            let blind = Blinding::random(&mut rng);
+            let on_cpu = crate::groth16::prover::finish_on_cpu(&key, ours.clone(), blind);
+            let finished = gpu.prove_finish(&key, ours, blind).unwrap();
+            assert_eq!(finished.proof, on_cpu, "bench-{k}: G2 on the device");
+            assert!(finished.device_seconds.is_some_and(|d| d > 0.0));
+            assert!(finished.proof.verify(&key.vk, &public), "bench-{k}");
         }
         // every key so far stayed resident: one upload each, no eviction
         let res = gpu.resident_keys();
@@ -389,10 +449,9 @@ mod tests {
         assert!(res.keys.iter().all(|k| k.uploads == 1 && k.device_bytes > 0), "{res:?}");
         assert_eq!(res.evictions, 0);
 
-        let larger = DeviceKey::bytes_needed(&keys[1]);
-        let Some(short) = backend(CudaOptions { key_memory_limit: Some(larger + larger / 4) }) else {
-            return;
-        };
+        let larger = DeviceKey::bytes_needed(&keys[1], G2Placement::Gpu);
+        let limited = CudaOptions { key_memory_limit: Some(larger + larger / 4), ..CudaOptions::default() };
+        let Some(short) = backend(limited) else { return };
         alternate(&short, 6);
         let res = short.resident_keys();
         assert_eq!(res.keys.iter().map(|k| k.uploads).sum::<u64>(), 6, "{res:?}");

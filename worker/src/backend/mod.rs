@@ -11,7 +11,7 @@ use std::sync::Arc;
 pub use cpu::CpuBackend;
 pub use cuda::{CudaBackend, KeyResidency, ResidentKey};
 
-use crate::groth16::prover::{finish_on_cpu, Blinding, PendingProof};
+use crate::groth16::prover::{finish_on_cpu, Blinding, Finished, PendingProof};
 use crate::groth16::{synthesize, Proof, ProveError, ProvingKey, Synthesized};
 
 /// A proving backend: the CPU, or one CUDA device.
@@ -24,14 +24,15 @@ pub trait Backend: Send + Sync {
     /// `prove_finish`.
     fn prove_start(&self, key: &ProvingKey, witness: Synthesized) -> Result<PendingProof, ProveError>;
 
-    /// The G2 MSM for B and the assembly with blinding factors `r`, `s`.
+    /// The G2 MSM for B and the assembly with blinding factors `r`, `s`
+    /// (on the CPU unless the backend puts the G2 MSM on its device).
     fn prove_finish(
         &self,
         key: &ProvingKey,
         pending: PendingProof,
         blind: Blinding,
-    ) -> Result<Proof, ProveError> {
-        Ok(finish_on_cpu(key, pending, blind))
+    ) -> Result<Finished, ProveError> {
+        Ok(Finished { proof: finish_on_cpu(key, pending, blind), device_seconds: None })
     }
 
     /// The keys whose bases this backend holds on its device (none on the CPU).
@@ -64,18 +65,25 @@ impl std::str::FromStr for BackendChoice {
 }
 
 /// Settings of a CUDA backend.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct CudaOptions {
     /// Device bytes the resident keys' bases may take at most (besides what
     /// the device has free); `None`: as much as the device has.
     pub key_memory_limit: Option<u64>,
+    /// Where B's G2 MSM runs.
+    pub b_g2_msm: G2Placement,
 }
 
-#[allow(clippy::derivable_impls)]
-impl Default for CudaOptions {
-    fn default() -> Self {
-        Self { key_memory_limit: None }
-    }
+/// Where a CUDA backend runs B's G2 MSM (`prove_finish`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "service", derive(clap::ValueEnum, serde::Deserialize))]
+#[cfg_attr(feature = "service", serde(rename_all = "lowercase"))]
+pub enum G2Placement {
+    /// On the device, with the key's G2 bases resident beside its G1 bases.
+    #[default]
+    Gpu,
+    /// On the host's cores (blst), overlapped with the next partition's GPU work.
+    Cpu,
 }
 
 /// A backend as chosen, with what the caller should know about the choice.
@@ -124,6 +132,6 @@ where
     let witness = synthesize(circuit)?;
     let public = witness.public_inputs().to_vec();
     let pending = backend.prove_start(key, witness)?;
-    let proof = backend.prove_finish(key, pending, Blinding::random(&mut rand::rngs::OsRng))?;
-    Ok((proof, public))
+    let finished = backend.prove_finish(key, pending, Blinding::random(&mut rand::rngs::OsRng))?;
+    Ok((finished.proof, public))
 }

@@ -16,7 +16,7 @@ mod verify;
 pub use error::{ParamsError, ProveError};
 pub use key::{PointCheck, ProvingKey, VerifyingKey};
 pub use proof::{Proof, ProofDecodeError};
-pub use prover::{Blinding, PendingProof};
+pub use prover::{Blinding, Finished, PendingProof};
 pub use qap::Reduction;
 pub use synthesis::{synthesize, Density, Synthesized};
 pub use verify::{Verifier, VerifyError};

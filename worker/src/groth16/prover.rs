@@ -51,6 +51,15 @@ pub struct PendingProof {
     pub device_seconds: Option<f64>,
 }
 
+/// What `prove_finish` returns: the proof, and the device time it took
+/// (when the G2 MSM ran on a GPU).
+#[derive(Clone, Copy, Debug)]
+pub struct Finished {
+    pub proof: Proof,
+    /// Seconds the device was busy with this partition's `prove_finish`.
+    pub device_seconds: Option<f64>,
+}
+
 /// The random r, s that make a proof zero-knowledge.
 #[derive(Clone, Copy, Debug)]
 pub struct Blinding {

@@ -71,7 +71,8 @@ pub struct StageTimes {
     pub synthesis: Option<f64>,
     pub gpu_queue: Option<f64>,
     pub prove_start: Option<f64>,
-    /// Of `prove_start`, the time the GPU was busy (CUDA events); absent on the CPU.
+    /// Of `prove_start` and `prove_finish`, the time the GPU was busy with
+    /// this partition (CUDA events); absent on the CPU.
     pub gpu_device: Option<f64>,
     pub prove_finish: Option<f64>,
     /// Checking the proof before it is returned (`pipeline.verify_proofs`).

@@ -567,7 +567,13 @@ fn finish_partition(s: &Shared, item: ToFinish) {
     drop((held, pending_guard, stage));
     transition(s, job.id, index, "dealloc");
     let proof = match result {
-        Ok(Ok(proof)) => proof,
+        Ok(Ok(finished)) => {
+            if let Some(d) = finished.device_seconds {
+                s.metrics.gpu_busy_seconds.with_label_values(&[backend.name()]).inc_by(d);
+                job.record(index, |t| t.gpu_device = Some(t.gpu_device.unwrap_or(0.0) + d));
+            }
+            finished.proof
+        }
         Ok(Err(e)) => return ticket.fail(e.reason(), e.to_string()),
         Err(_) => return ticket.fail(FailureReason::Panic, "prove_finish panicked".into()),
     };
