@@ -28,7 +28,7 @@
 
   const charts = {};
   // What the worker proves on (from /v1/status): GPU wording only with a GPU.
-  state.backend = { name: "", gpu: false, fallback: null };
+  state.backend = { name: "", gpu: false, fallback: null, devices: [], out: [] };
   const stageSeries = () => {
     const on = state.backend.gpu ? "GPU" : state.backend.name || "backend";
     return [
@@ -71,8 +71,6 @@
     const r = [{ name: "proofs / min", color: color("--c-finish") }];
     charts.rate = new C.TimeChart($("c-rate"), { unit: "/min", stacked: false, series: r, lines: [] });
     legend("l-rate", r);
-    charts.gpu = new C.TimeChart($("c-gpu"), { unit: "%", stacked: false, series: [{ name: "busy", color: color("--c-gpu") }], lines: [] });
-    legend("l-gpu", [{ name: "device busy", color: color("--c-gpu") }]);
     relabel();
     state.charts = charts;
   }
@@ -85,13 +83,18 @@
     $("queue-title").firstChild.textContent = (state.backend.gpu ? "GPU queue" : "Queue to the worker") + " ";
     $("k-queue-label").textContent = queueWord();
     $("gpu-panel").hidden = !state.backend.gpu;
+    // One line per device.
+    const palette = ["--c-gpu", "--c-synth", "--c-finish", "--c-queue", "--c-reserved", "--c-aux", "--c-keys", "--c-rss"];
+    const series = state.backend.devices.map((d, i) => ({ name: d, color: color(palette[i % palette.length]) }));
+    charts.gpu = new C.TimeChart($("c-gpu"), { unit: "%", stacked: false, series, lines: [] });
+    legend("l-gpu", series);
   }
 
-  /** Busy fraction of the first GPU between consecutive snapshots, in %. */
-  function gpuBusy(s) {
+  /** Busy fraction of GPU `k` between consecutive snapshots, in %. */
+  function gpuBusy(s, k) {
     return s.map((x, i) => {
-      const g = (x.gpus || [])[0];
-      const p = i > 0 ? (s[i - 1].gpus || [])[0] : null;
+      const g = (x.gpus || [])[k];
+      const p = i > 0 ? (s[i - 1].gpus || [])[k] : null;
       if (!g || !p || x.t <= s[i - 1].t) return 0;
       return Math.min(100, (100 * (g.busy_seconds - p.busy_seconds) * 1000) / (x.t - s[i - 1].t));
     });
@@ -113,7 +116,7 @@
     charts.queue.update(t, [s.map((x) => x.gpu_queue_depth)], [s.map((x) => x.gpu_queue_capacity)]);
     const rate = C.ratePerMinute(t, s.map((x) => x.partitions_completed), 60000);
     charts.rate.update(t, [rate]);
-    if (state.backend.gpu) charts.gpu.update(t, [gpuBusy(s)]);
+    if (state.backend.gpu) charts.gpu.update(t, state.backend.devices.map((_, k) => gpuBusy(s, k)));
     const last = s[s.length - 1];
     if (!last) return;
     $("k-inflight").textContent = state.inFlight(last);
@@ -244,10 +247,14 @@
     fetch("/v1/status", { headers: authHeaders() })
       .then((r) => r.json())
       .then((s) => {
-        const b = s.backends[0] || {};
-        state.backend = { name: b.name || "", gpu: (b.name || "").startsWith("cuda"), fallback: b.fallback || null };
+        const all = s.backends || [];
+        const names = all.map((b) => b.name);
+        const gpu = names.some((n) => n.startsWith("cuda"));
+        const fallback = (all[0] || {}).fallback || null;
+        const out = all.filter((b) => !b.in_service).map((b) => `${b.name} out of service: ${b.out_of_service_reason}`);
+        state.backend = { name: names.join(", "), gpu, fallback, devices: gpu ? names : [], out };
         $("backend").textContent =
-          "backend: " + state.backend.name + (state.backend.fallback ? ` (GPU unused: ${state.backend.fallback})` : "");
+          "backend: " + state.backend.name + (fallback ? ` (GPU unused: ${fallback})` : "") + (out.length ? " · " + out.join("; ") : "");
         relabel();
         render();
       })
@@ -256,4 +263,6 @@
 
   build();
   connect();
+  // Devices can leave service while the page is open: refresh their state.
+  setInterval(() => state.connected && loadBackend(), 10000);
 })();

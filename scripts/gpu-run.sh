@@ -3,7 +3,7 @@
 #   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] ...
 # TEST_BINS (e.g. "gpu-test msm-test") limits `tests` to those binaries.
 # B_G2=gpu|cpu places B's G2 MSM for bench-prove and bench-pipeline (default: the binary's);
-# PROVE_VS=none skips bellperson in bench-prove.
+# PROVE_VS=none skips bellperson in bench-prove; PIPE_DEVICES=all spreads bench-pipeline over every GPU.
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 bundle=.device-bundle
@@ -39,7 +39,7 @@ for step in "${@:-tests}"; do
       smi=$!
       tag="${PIPE_CIRCUIT:-bench-18}${B_G2:+-g2-$B_G2}"
       "$bundle/provd" bench pipeline --circuit "${PIPE_CIRCUIT:-bench-18}" --jobs "${PIPE_JOBS:-8}" --partitions "${PIPE_PARTS:-4}" \
-        --backend cuda ${B_G2:+--b-g2 "$B_G2"} --json "$OUT/pipeline-$tag.json" 2>&1 | tee -a "$OUT/bench-pipeline.log" || status=1
+        --backend cuda ${B_G2:+--b-g2 "$B_G2"} --devices "${PIPE_DEVICES:-0}" --json "$OUT/pipeline-$tag.json" 2>&1 | tee -a "$OUT/bench-pipeline.log" || status=1
       kill $smi
       # mean from the first to the last non-zero sample (the run, not the start-up)
       awk -F', ' '{ v[NR] = $2 } $2 > 0 { if (!a) a = NR; b = NR } END { for (i = a; i <= b; i++) s += v[i]; if (b) printf "nvidia-smi utilization.gpu over the run: mean %.1f%% (%d samples, 0.5 s apart)\n", s / (b - a + 1), b - a + 1 }' \

@@ -52,6 +52,19 @@ impl Gpu {
         }
     }
 
+    /// How many CUDA devices the driver lists (an error where there is no
+    /// driver, as for [`Gpu::open`]).
+    pub fn count() -> Result<usize, GpuError> {
+        loader::driver().map_err(GpuError::Unavailable)?;
+        loader::nvrtc().map_err(GpuError::Unavailable)?;
+        match std::panic::catch_unwind(CudaContext::device_count) {
+            Ok(r) => r.map(|n| n.max(0) as usize).during("counting devices"),
+            Err(_) => {
+                Err(GpuError::Unavailable("CUDA initialisation panicked while counting devices".into()))
+            }
+        }
+    }
+
     fn open_inner(ordinal: usize, cache_dir: &Path) -> Result<Self, GpuError> {
         let count = CudaContext::device_count().during("counting devices")?;
         if ordinal >= count as usize {

@@ -49,6 +49,27 @@ pub struct GpuConfig {
     /// Where B's G2 MSM runs on a CUDA backend: "gpu" (its bases resident
     /// beside the G1 ones) or "cpu".
     pub b_g2_msm: crate::backend::G2Placement,
+    /// The CUDA devices to prove on: "all" (the default) or a list of
+    /// ordinals, `[0, 2]`; one GPU worker and one copy of each resident key
+    /// per device.
+    #[serde(deserialize_with = "device_set")]
+    pub devices: crate::backend::DeviceSet,
+}
+
+fn device_set<'de, D: serde::Deserializer<'de>>(d: D) -> Result<crate::backend::DeviceSet, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Word(String),
+        List(Vec<usize>),
+    }
+    match Raw::deserialize(d)? {
+        Raw::Word(w) if w == "all" => Ok(crate::backend::DeviceSet::All),
+        Raw::Word(w) => Err(serde::de::Error::custom(format!(
+            "gpu.devices is \"all\" or a list of ordinals, not \"{w}\""
+        ))),
+        Raw::List(l) => Ok(crate::backend::DeviceSet::List(l)),
+    }
 }
 
 impl GpuConfig {
@@ -61,7 +82,11 @@ impl GpuConfig {
                 anyhow::bail!("gpu.key_memory_limit takes a size such as \"24GiB\", not a percentage")
             }
         };
-        Ok(crate::backend::CudaOptions { key_memory_limit, b_g2_msm: self.b_g2_msm })
+        Ok(crate::backend::CudaOptions {
+            key_memory_limit,
+            b_g2_msm: self.b_g2_msm,
+            devices: self.devices.clone(),
+        })
     }
 }
 

@@ -31,8 +31,13 @@ struct Common {
 }
 
 impl Common {
+    /// One device (the first): the commands other than `serve` prove on one.
     fn cuda_options(&self) -> CudaOptions {
-        CudaOptions { b_g2_msm: self.b_g2.unwrap_or_default(), ..CudaOptions::default() }
+        CudaOptions {
+            b_g2_msm: self.b_g2.unwrap_or_default(),
+            devices: provd::backend::DeviceSet::List(vec![0]),
+            ..CudaOptions::default()
+        }
     }
 }
 
@@ -171,6 +176,9 @@ enum BenchCommand {
         /// Overrides pipeline.gpu_queue_capacity.
         #[arg(long)]
         queue: Option<usize>,
+        /// CUDA devices to spread the partitions over: "all" or ordinals ("0,1").
+        #[arg(long, default_value = "0")]
+        devices: String,
         #[arg(long, default_value = "bench-results/pipeline.json")]
         json: PathBuf,
         #[command(flatten)]
@@ -384,7 +392,7 @@ fn serve(
             std::thread::Builder::new()
                 .name("demo-client".into())
                 .spawn(move || provd::demo::feed(addr, circuit.to_string(), partitions, low_water))?;
-            println!("provd demo: {circuit} on {}; live view at http://{addr}/", service.backend().name);
+            println!("provd demo: {circuit} on {}; live view at http://{addr}/", service.backend_names());
         }
         provd::http::serve(service, listener, token).await
     })
@@ -401,19 +409,28 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");
             let key = params::load_or_generate(&common.data_dir, circuit)?;
             let backend =
-                provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?.backend;
+                provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?.first();
             bench::prove::ProveBench { circuit, runs, vs_bellperson: vs.is_some(), json }
                 .run(backend.as_ref(), &key)
         }
-        BenchCommand::Pipeline { circuit, jobs, partitions, permits, queue, json, common } => {
+        BenchCommand::Pipeline { circuit, jobs, partitions, permits, queue, devices, json, common } => {
             anyhow::ensure!(jobs > 0 && partitions > 0, "--jobs and --partitions must be at least 1");
             let key = std::sync::Arc::new(params::load_or_generate(&common.data_dir, circuit)?);
-            let backend =
-                provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?.backend;
+            let devices = match devices.as_str() {
+                "all" => provd::backend::DeviceSet::All,
+                list => provd::backend::DeviceSet::List(
+                    list.split(',')
+                        .map(|d| d.trim().parse())
+                        .collect::<Result<_, _>>()
+                        .context("--devices")?,
+                ),
+            };
+            let options = CudaOptions { devices, ..common.cuda_options() };
+            let backends = provd::backend::select(common.backend, &common.data_dir, &options)?.backends;
             let mut config = provd::pipeline::PipelineConfig::default();
             config.partition_permits = permits.unwrap_or(config.partition_permits);
             config.gpu_queue_capacity = queue.unwrap_or(config.gpu_queue_capacity);
-            bench::pipeline::PipelineBench { circuit, jobs, partitions, config, json }.run(backend, key)
+            bench::pipeline::PipelineBench { circuit, jobs, partitions, config, json }.run(backends, key)
         }
         BenchCommand::Msm { sizes, cpu_sizes, runs, warmup, json, g2, data_dir } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");

@@ -85,7 +85,7 @@ impl Prover {
         options: &CudaOptions,
     ) -> Result<Self, ProverError> {
         let selected = backend::select(choice, data_dir, options)?;
-        Ok(Self::on(selected.backend, selected.fallback))
+        Ok(Self::on(selected.first(), selected.fallback))
     }
 
     /// A prover on the CPU.

@@ -48,12 +48,15 @@ pub enum VkError {
     Encoding(String),
 }
 
-/// The backend the service proves on, as chosen.
+/// A backend (device) the service proves on, as chosen, and its health.
 #[derive(Clone, Debug, Serialize)]
 pub struct BackendInfo {
     pub name: String,
     /// Why the GPU is unused, when `auto` fell back to the CPU.
     pub fallback: Option<String>,
+    /// Whether it takes work; once device faults took it out, why not.
+    pub in_service: bool,
+    pub out_of_service_reason: Option<String>,
 }
 
 /// What the live view and /v1/status show at one moment.
@@ -102,8 +105,9 @@ pub struct Service {
     engine: Engine,
     circuits: BTreeMap<String, Served>,
     pub config: Config,
-    backend: Arc<dyn Backend>,
-    backend_info: BackendInfo,
+    backends: Vec<Arc<dyn Backend>>,
+    /// Why the GPU is unused, when `auto` fell back to the CPU.
+    fallback: Option<String>,
     gpus: Vec<Arc<provd_kernels::Gpu>>,
     history: Mutex<VecDeque<Snapshot>>,
 }
@@ -118,8 +122,7 @@ impl Service {
             .map(|c| Ok((c.name().to_string(), c.load(data_dir)?)))
             .collect::<anyhow::Result<Vec<_>>>()?;
         let selected = crate::backend::select(backend, data_dir, &config.gpu.cuda_options()?)?;
-        let info = BackendInfo { name: selected.backend.name().to_string(), fallback: selected.fallback };
-        Self::start_with(config, kinds, selected.backend, info, selected.gpu.into_iter().collect())
+        Self::start_with(config, kinds, selected.backends, selected.fallback, selected.gpus)
     }
 
     /// Starts the service on circuits and a backend the caller made: any
@@ -127,20 +130,22 @@ impl Service {
     pub fn start_with(
         config: Config,
         kinds: Vec<(String, Arc<dyn CircuitKind>)>,
-        backend: Arc<dyn Backend>,
-        backend_info: BackendInfo,
+        backends: Vec<Arc<dyn Backend>>,
+        fallback: Option<String>,
         gpus: Vec<Arc<provd_kernels::Gpu>>,
     ) -> anyhow::Result<Arc<Self>> {
+        anyhow::ensure!(!backends.is_empty(), "the service needs at least one backend");
+        let kind_of = |b: &Arc<dyn Backend>| b.name().split(':').next().unwrap_or("").to_string();
         let metrics = Arc::new(Metrics::new());
         metrics
             .build_info
             .with_label_values(&[
                 env!("CARGO_PKG_VERSION"),
                 crate::telemetry::metrics::COMMIT,
-                backend.name(),
+                &kind_of(&backends[0]),
             ])
             .set(1);
-        let engine = Engine::start(config.pipeline.clone(), vec![backend.clone()], metrics.clone())?;
+        let engine = Engine::start(config.pipeline.clone(), backends.clone(), metrics.clone())?;
         let mut circuits = BTreeMap::new();
         for (name, kind) in kinds {
             let bytes = kind.key().resident_bytes() as u64;
@@ -158,8 +163,8 @@ impl Service {
             engine,
             circuits,
             config,
-            backend,
-            backend_info,
+            backends,
+            fallback,
             gpus,
             history: Mutex::new(VecDeque::with_capacity(HISTORY)),
         }))
@@ -181,15 +186,41 @@ impl Service {
         self.circuits.get(name).map(|s| &s.kind)
     }
 
-    pub fn backend(&self) -> &BackendInfo {
-        &self.backend_info
+    /// The backends (one per device) and their health.
+    pub fn backends(&self) -> Vec<BackendInfo> {
+        self.engine
+            .devices()
+            .into_iter()
+            .map(|d| BackendInfo {
+                name: d.name,
+                fallback: self.fallback.clone(),
+                in_service: d.in_service,
+                out_of_service_reason: d.reason,
+            })
+            .collect()
     }
 
-    /// Device bytes each circuit's key takes on the GPU now (0 when not resident).
+    /// The backends' names, "cuda:0, cuda:1".
+    pub fn backend_names(&self) -> String {
+        self.backends.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
+    }
+
+    /// Device bytes a circuit's key takes on the GPUs now, every device's
+    /// copy together (0 when not resident, or on the CPU).
     pub fn key_device_bytes(&self, circuit: &str) -> u64 {
         let Some(s) = self.circuits.get(circuit) else { return 0 };
         let fp = s.kind.key().fingerprint();
-        self.backend.resident_keys().keys.iter().find(|k| k.fingerprint == fp).map_or(0, |k| k.device_bytes)
+        self.backends
+            .iter()
+            .flat_map(|b| b.resident_keys().keys)
+            .filter(|k| k.fingerprint == fp)
+            .map(|k| k.device_bytes)
+            .sum()
+    }
+
+    /// Why no device takes work, or `None` while one does.
+    pub fn none_in_service(&self) -> Option<String> {
+        self.engine.none_in_service()
     }
 
     /// Validates a request's partitions with the circuit's kind and submits the job.
@@ -291,23 +322,29 @@ impl Service {
         self.engine.metrics().render()
     }
 
-    /// Copies the backend's key residency into the metrics.
+    /// Copies each backend's key residency into the metrics (per device;
+    /// the device location of `srs_bytes` sums every device's copy).
     fn refresh_key_residency(&self) {
         let m = self.engine.metrics();
-        let res = self.backend.resident_keys();
-        let device = self.backend.name();
-        for (name, served) in &self.circuits {
-            let fp = served.kind.key().fingerprint();
-            let k = res.keys.iter().find(|k| k.fingerprint == fp);
-            m.srs_bytes.with_label_values(&[name, "device"]).set(k.map_or(0, |k| k.device_bytes as i64));
-            if let Some(k) = k {
-                let c = m.key_uploads.with_label_values(&[name, device]);
-                c.inc_by(k.uploads.saturating_sub(c.get()));
+        let mut device_bytes: BTreeMap<&str, u64> = self.circuits.keys().map(|n| (n.as_str(), 0)).collect();
+        for backend in &self.backends {
+            let res = backend.resident_keys();
+            let device = backend.name();
+            for (name, served) in &self.circuits {
+                let fp = served.kind.key().fingerprint();
+                if let Some(k) = res.keys.iter().find(|k| k.fingerprint == fp) {
+                    *device_bytes.get_mut(name.as_str()).expect("every circuit") += k.device_bytes;
+                    let c = m.key_uploads.with_label_values(&[name, device]);
+                    c.inc_by(k.uploads.saturating_sub(c.get()));
+                }
+            }
+            if !self.gpus.is_empty() {
+                let c = m.key_evictions.with_label_values(&[device]);
+                c.inc_by(res.evictions.saturating_sub(c.get()));
             }
         }
-        if !self.gpus.is_empty() {
-            let c = m.key_evictions.with_label_values(&[device]);
-            c.inc_by(res.evictions.saturating_sub(c.get()));
+        for (name, bytes) in device_bytes {
+            m.srs_bytes.with_label_values(&[name, "device"]).set(bytes as i64);
         }
     }
 

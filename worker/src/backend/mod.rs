@@ -72,6 +72,40 @@ pub struct CudaOptions {
     pub key_memory_limit: Option<u64>,
     /// Where B's G2 MSM runs.
     pub b_g2_msm: G2Placement,
+    /// Which devices to open, one backend each.
+    pub devices: DeviceSet,
+}
+
+/// The CUDA devices a worker proves on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum DeviceSet {
+    /// Every device the driver lists.
+    #[default]
+    All,
+    /// These ordinals.
+    List(Vec<usize>),
+}
+
+impl DeviceSet {
+    /// The ordinals to open, given how many devices there are.
+    pub fn ordinals(&self, count: usize) -> Result<Vec<usize>, String> {
+        match self {
+            DeviceSet::All => Ok((0..count).collect()),
+            DeviceSet::List(list) => {
+                if list.is_empty() {
+                    return Err("gpu.devices lists no device".into());
+                }
+                if let Some(bad) = list.iter().find(|&&d| d >= count) {
+                    return Err(format!("gpu.devices names device {bad}, but {count} are present"));
+                }
+                let mut seen = std::collections::BTreeSet::new();
+                if let Some(dup) = list.iter().find(|d| !seen.insert(**d)) {
+                    return Err(format!("gpu.devices names device {dup} twice"));
+                }
+                Ok(list.clone())
+            }
+        }
+    }
 }
 
 /// Where a CUDA backend runs B's G2 MSM (`prove_finish`).
@@ -86,37 +120,58 @@ pub enum G2Placement {
     Cpu,
 }
 
-/// A backend as chosen, with what the caller should know about the choice.
+/// The backends as chosen (one per device), with what the caller should
+/// know about the choice.
 pub struct Selected {
-    pub backend: Arc<dyn Backend>,
-    /// The GPU it uses, for memory reporting.
-    pub gpu: Option<Arc<provd_kernels::Gpu>>,
+    /// One per GPU opened, or the CPU.
+    pub backends: Vec<Arc<dyn Backend>>,
+    /// The GPUs they use, for memory reporting.
+    pub gpus: Vec<Arc<provd_kernels::Gpu>>,
     /// Set when `Auto` fell back to the CPU: why the GPU is unused.
     pub fallback: Option<String>,
 }
 
-/// Builds the chosen backend. `data_dir` holds the compiled-kernel cache.
+impl Selected {
+    /// The first backend, for a caller that proves on one.
+    pub fn first(&self) -> Arc<dyn Backend> {
+        self.backends[0].clone()
+    }
+}
+
+/// Builds the chosen backends: one per device of `options.devices` for CUDA.
+/// `data_dir` holds the compiled-kernel cache.
 pub fn select(
     choice: BackendChoice,
     data_dir: &Path,
     options: &CudaOptions,
 ) -> Result<Selected, provd_kernels::GpuError> {
-    let cuda = |b: CudaBackend| {
-        let gpu = b.gpu();
-        Selected { backend: Arc::new(b), gpu: Some(gpu), fallback: None }
-    };
-    let cpu = |fallback| Selected { backend: Arc::new(CpuBackend), gpu: None, fallback };
+    let cpu = |fallback| Selected { backends: vec![Arc::new(CpuBackend)], gpus: Vec::new(), fallback };
     match choice {
         BackendChoice::Cpu => Ok(cpu(None)),
-        BackendChoice::Cuda => Ok(cuda(CudaBackend::open(0, data_dir, options.clone())?)),
-        BackendChoice::Auto => match CudaBackend::open(0, data_dir, options.clone()) {
-            Ok(b) => Ok(cuda(b)),
+        BackendChoice::Cuda => open_cuda(data_dir, options),
+        BackendChoice::Auto => match open_cuda(data_dir, options) {
+            Ok(s) => Ok(s),
             Err(reason) => {
                 tracing::warn!("GPU unused, proving on the CPU: {reason}");
                 Ok(cpu(Some(reason.to_string())))
             }
         },
     }
+}
+
+fn open_cuda(data_dir: &Path, options: &CudaOptions) -> Result<Selected, provd_kernels::GpuError> {
+    let count = provd_kernels::Gpu::count()?;
+    let ordinals = options.devices.ordinals(count).map_err(provd_kernels::GpuError::Unavailable)?;
+    if ordinals.is_empty() {
+        return Err(provd_kernels::GpuError::Unavailable("the driver lists no CUDA device".into()));
+    }
+    let mut selected = Selected { backends: Vec::new(), gpus: Vec::new(), fallback: None };
+    for ordinal in ordinals {
+        let b = CudaBackend::open(ordinal, data_dir, options.clone())?;
+        selected.gpus.push(b.gpu());
+        selected.backends.push(Arc::new(b));
+    }
+    Ok(selected)
 }
 
 /// Synthesizes `circuit` and proves it on `backend` in one go, without

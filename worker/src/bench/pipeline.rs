@@ -23,13 +23,18 @@ pub struct PipelineBench {
 }
 
 impl PipelineBench {
-    pub fn run(&self, backend: Arc<dyn Backend>, key: Arc<ProvingKey>) -> anyhow::Result<()> {
+    /// Runs the jobs on `backends` (one worker each, sharing the GPU queue).
+    pub fn run(&self, backends: Vec<Arc<dyn Backend>>, key: Arc<ProvingKey>) -> anyhow::Result<()> {
         let metrics = Arc::new(Metrics::new());
-        let engine = Engine::start(self.config.clone(), vec![backend.clone()], metrics.clone())?;
-        // The device's own busy time (CUDA events; zero on the CPU) and the
-        // worker thread's time in prove_start (host work included).
-        let gpu_busy = metrics.gpu_busy_seconds.with_label_values(&[backend.name()]);
-        let thread_busy = metrics.prove_start_thread_seconds.with_label_values(&[backend.name()]);
+        let engine = Engine::start(self.config.clone(), backends.clone(), metrics.clone())?;
+        let names: Vec<&str> = backends.iter().map(|b| b.name()).collect();
+        let devices = names.len() as f64;
+        // The devices' own busy time (CUDA events; zero on the CPU) and the
+        // worker threads' time in prove_start (host work included), summed.
+        let sum =
+            |v: &prometheus::CounterVec| names.iter().map(|n| v.with_label_values(&[n]).get()).sum::<f64>();
+        let gpu_busy = || sum(&metrics.gpu_busy_seconds);
+        let thread_busy = || sum(&metrics.prove_start_thread_seconds);
         let start = Instant::now();
         // Every proof is checked before it leaves, as `provd serve` does by default.
         let verifier = Arc::new(crate::groth16::Verifier::new(&key.vk));
@@ -39,7 +44,7 @@ impl PipelineBench {
             let partitions = (0..self.partitions)
                 .map(|p| {
                     let seed = (j * self.partitions + p) as u64;
-                    Box::new(move || synthesize(circuit.circuit(Some(seed)))) as crate::pipeline::SynthesisFn
+                    Arc::new(move || synthesize(circuit.circuit(Some(seed)))) as crate::pipeline::SynthesisFn
                 })
                 .collect();
             ids.push(engine.submit(JobSpec {
@@ -59,7 +64,7 @@ impl PipelineBench {
                 break;
             }
             std::thread::sleep(Duration::from_millis(20));
-            let now = (Instant::now(), gpu_busy.get());
+            let now = (Instant::now(), gpu_busy());
             let queued = metrics.gpu_queue_depth.get() > 0;
             if let (Some(prev), true) = (last, queued) {
                 steady_t += now.0.duration_since(prev.0).as_secs_f64();
@@ -87,20 +92,32 @@ impl PipelineBench {
         let synth_threads = self.config.synthesis_threads() as f64;
         let busy = [
             ("synthesis", synth / (synth_threads * wall)),
-            ("prove_start thread", thread_busy.get() / wall),
-            ("GPU device (CUDA events)", gpu_busy.get() / wall),
-            ("GPU device, steady queue", if steady_t > 0.0 { steady_busy / steady_t } else { f64::NAN }),
+            ("prove_start thread (per device)", thread_busy() / (devices * wall)),
+            ("GPU device (CUDA events, per device)", gpu_busy() / (devices * wall)),
+            (
+                "GPU device, steady queue",
+                if steady_t > 0.0 { steady_busy / (devices * steady_t) } else { f64::NAN },
+            ),
             ("finalize", finish / (self.config.finalize_threads as f64 * wall)),
         ];
+        let per_device: Vec<(String, f64)> = names
+            .iter()
+            .map(|n| (n.to_string(), metrics.gpu_busy_seconds.with_label_values(&[n]).get() / wall))
+            .collect();
         let peaks = engine.ledger().peaks();
         println!(
             "{} × {} partitions of {} on {}: {proofs} proofs in {wall:.2} s = {:.2} proofs/s",
             self.jobs,
             self.partitions,
             self.circuit,
-            backend.name(),
+            names.join(", "),
             proofs as f64 / wall
         );
+        if per_device.len() > 1 {
+            for (n, b) in &per_device {
+                println!("  {n}: device busy {:.1}%", b * 100.0);
+            }
+        }
         print_table(
             &["stage", "busy"],
             &busy.iter().map(|(s, b)| vec![s.to_string(), format!("{:.1}%", b * 100.0)]).collect::<Vec<_>>(),
@@ -116,7 +133,7 @@ impl PipelineBench {
             engine.budget().total() as f64 / 1048576.0
         );
         let report = json!({
-            "bench": "pipeline", "env": environment(), "circuit": self.circuit.to_string(), "backend": backend.name(),
+            "bench": "pipeline", "env": environment(), "circuit": self.circuit.to_string(), "backend": names.join(","), "devices": per_device.iter().map(|(n, b)| json!({"name": n, "busy": b})).collect::<Vec<_>>(),
             "jobs": self.jobs, "partitions": self.partitions, "wall_seconds": wall, "proofs_per_second": proofs as f64 / wall,
             "busy": busy.iter().map(|(s, b)| (s.to_string(), json!(b))).collect::<serde_json::Map<_, _>>(),
             "peak_buffers": peaks, "peak_reserved_bytes": engine.budget().peak(), "budget_bytes": engine.budget().total(),

@@ -208,7 +208,7 @@ impl CircuitKind for BenchKind {
                 .map_err(WitnessError)?;
             circuit = circuit.claiming(parsed);
         }
-        Ok(Box::new(move || synthesize(circuit)))
+        Ok(Arc::new(move || synthesize(circuit.clone())))
     }
 }
 

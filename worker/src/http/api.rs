@@ -105,7 +105,7 @@ pub async fn status(State(state): State<Arc<AppState>>) -> Result<axum::Json<Sta
     let p = &state.service.config.pipeline;
     Ok(axum::Json(StatusView {
         snapshot,
-        backends: vec![state.service.backend().clone()],
+        backends: state.service.backends(),
         draining: state.draining.load(Ordering::Acquire),
         config: StatusConfig {
             partition_permits: p.partition_permits,
@@ -151,6 +151,9 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Result<axum::Json<Rea
     let limit = state.service.config.server.max_queued_partitions;
     if state.draining.load(Ordering::Acquire) {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down"));
+    }
+    if let Some(why) = state.service.none_in_service() {
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why));
     }
     if queued >= limit {
         return Err(ApiError::new(

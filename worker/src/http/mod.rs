@@ -135,7 +135,7 @@ pub async fn serve(
             }
         );
     }
-    println!("  on backend {}", service.backend().name);
+    println!("  on backend {}", service.backend_names());
     tracing::info!(%addr, auth = state.token.is_some(), "serving");
     let shutdown_state = state.clone();
     axum::serve(listener, router(state.clone()))

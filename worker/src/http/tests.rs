@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::groth16::tests::Square;
 use crate::groth16::{keygen, synthesize, ProvingKey, VerifyingKey};
 use crate::pipeline::SynthesisFn;
-use crate::service::{BackendInfo, Service};
+use crate::service::Service;
 
 /// A kind that exists only in this test: witnesses are `{"x": N}`.
 struct SquareKind {
@@ -45,7 +45,7 @@ impl CircuitKind for SquareKind {
             .as_u64()
             .filter(|x| *x < 1 << 32)
             .ok_or_else(|| WitnessError(format!("partition {index}: expected {{\"x\": N}} with N < 2^32")))?;
-        Ok(Box::new(move || synthesize(Square(Some(x)))))
+        Ok(Arc::new(move || synthesize(Square(Some(x)))))
     }
 }
 
@@ -63,8 +63,8 @@ fn state(token: Option<&str>) -> Arc<AppState> {
     let service = Service::start_with(
         config,
         vec![("square".into(), Arc::new(kind))],
-        Arc::new(CpuBackend),
-        BackendInfo { name: "cpu".into(), fallback: None },
+        vec![Arc::new(CpuBackend)],
+        None,
         Vec::new(),
     )
     .unwrap();

@@ -59,6 +59,9 @@ pub struct PartitionView {
     pub stage: Stage,
     pub seconds: StageTimes,
     pub error: Option<String>,
+    /// Device faults met on earlier tries (the partition was tried again).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<String>,
     /// The proof in the circuit kind's encoding (`proof`, `public_inputs`
     /// for bench circuits), once done; absent from job summaries.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
@@ -88,7 +91,13 @@ impl JobView {
                         other => serde_json::Map::from_iter([("proof".to_string(), other)]),
                     }
                 });
-                PartitionView { stage: p.stage, seconds: p.times.clone(), error: p.error.clone(), result }
+                PartitionView {
+                    stage: p.stage,
+                    seconds: p.times.clone(),
+                    error: p.error.clone(),
+                    faults: p.faults.clone(),
+                    result,
+                }
             })
             .collect();
         JobView {

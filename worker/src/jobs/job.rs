@@ -53,8 +53,9 @@ impl Serialize for JobId {
     }
 }
 
-/// Produces one partition's witness (runs on the synthesis pool).
-pub type SynthesisFn = Box<dyn FnOnce() -> Result<Synthesized, ProveError> + Send>;
+/// Produces one partition's witness (runs on the synthesis pool). It can run
+/// again: a partition whose device failed is synthesized anew for another.
+pub type SynthesisFn = std::sync::Arc<dyn Fn() -> Result<Synthesized, ProveError> + Send + Sync>;
 
 /// A job to run: one circuit (its key) and one synthesis per partition.
 pub struct JobSpec {
@@ -82,6 +83,8 @@ pub struct StageTimes {
 #[derive(Clone, Debug)]
 pub struct PartitionStatus {
     pub stage: Stage,
+    /// Device faults this partition met, one per failed try, oldest first.
+    pub faults: Vec<String>,
     pub times: StageTimes,
     pub proof: Option<Proof>,
     pub public_inputs: Vec<Scalar>,
@@ -127,6 +130,7 @@ impl Job {
         let partitions = (0..n)
             .map(|_| PartitionStatus {
                 stage: Stage::Queued,
+                faults: Vec::new(),
                 times: StageTimes::default(),
                 proof: None,
                 public_inputs: Vec::new(),
@@ -166,6 +170,11 @@ impl Job {
 
     pub(crate) fn set_stage(&self, index: usize, stage: Stage) {
         self.lock().partitions[index].stage = stage;
+    }
+
+    /// Keeps the reason a try of partition `index` failed on a device.
+    pub(crate) fn note_fault(&self, index: usize, what: String) {
+        self.lock().partitions[index].faults.push(what);
     }
 
     pub(crate) fn record(&self, index: usize, f: impl FnOnce(&mut StageTimes)) {

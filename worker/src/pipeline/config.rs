@@ -24,6 +24,12 @@ pub struct PipelineConfig {
     /// Check every proof with the verifying key before returning it; a proof
     /// that fails fails its partition (and counts in provd_proofs_invalid_total).
     pub verify_proofs: bool,
+    /// Device faults in a row (backend errors, panics, proofs failing
+    /// verification) after which a device is taken out of service.
+    pub device_fault_limit: u32,
+    /// Tries a partition gets when devices fault (each on whatever device is
+    /// free) before it fails.
+    pub max_attempts: u32,
 }
 
 impl Default for PipelineConfig {
@@ -35,6 +41,8 @@ impl Default for PipelineConfig {
             finalize_threads: 2,
             memory_budget: MemoryBudget::Fraction(0.8),
             verify_proofs: true,
+            device_fault_limit: 3,
+            max_attempts: 3,
         }
     }
 }
@@ -50,6 +58,9 @@ impl PipelineConfig {
         }
         if self.finalize_threads == 0 {
             return Err("pipeline.finalize_threads must be at least 1".into());
+        }
+        if self.device_fault_limit == 0 || self.max_attempts == 0 {
+            return Err("pipeline.device_fault_limit and pipeline.max_attempts must be at least 1".into());
         }
         if self.memory_budget.bytes() == 0 {
             return Err("pipeline.memory_budget must be more than zero".into());
@@ -164,6 +175,8 @@ mod example {
             "finalize_threads",
             "memory_budget",
             "verify_proofs",
+            "device_fault_limit",
+            "max_attempts",
         ] {
             assert!(text.contains(&format!("\n{key} = ")), "{key} is documented in the example");
         }

@@ -14,6 +14,7 @@
 
 pub mod buffers;
 pub mod config;
+pub mod devices;
 pub mod memory;
 
 use std::collections::VecDeque;
@@ -33,6 +34,8 @@ pub use crate::telemetry::labels::{Outcome, Stage};
 use crate::telemetry::Metrics;
 use buffers::{BufferClass, BufferGuard, Ledger};
 pub use config::{MemoryBudget, PipelineConfig};
+use devices::Device;
+pub use devices::DeviceStatus;
 use memory::{Budget, Reservation};
 
 /// The stages an admitted partition is counted in (`provd_partitions_in_stage`).
@@ -117,8 +120,16 @@ pub struct KeyDoesNotFit {
 
 /// A partition waiting for admission.
 struct Queued {
-    synthesize: SynthesisFn,
+    attempt: Attempt,
     ticket: Ticket,
+}
+
+/// How to make a partition's witness, and which try this is (1 first), so
+/// that a device fault can send it round again.
+#[derive(Clone)]
+struct Attempt {
+    synthesize: SynthesisFn,
+    number: u32,
 }
 
 /// A synthesized partition in the GPU queue, its buffers under guard.
@@ -128,16 +139,18 @@ struct InGpuQueue {
     held: Held,
     stage: InStage,
     enqueued: Instant,
+    attempt: Attempt,
     ticket: Ticket,
 }
 
 /// A partition between prove_start and prove_finish.
 struct ToFinish {
-    backend: Arc<dyn Backend>,
+    device: Arc<Device>,
     pending: PendingProof,
     held: Held,
     pending_guard: BufferGuard,
     stage: InStage,
+    attempt: Attempt,
     ticket: Ticket,
 }
 
@@ -162,6 +175,7 @@ struct Shared {
     /// Draining: no new jobs, accepted ones run on.
     shutdown_requested: AtomicBool,
     jobs: Arc<dyn JobStore>,
+    devices: Vec<Arc<Device>>,
 }
 
 /// The proving engine. Dropping it stops its threads after cancelling
@@ -212,6 +226,7 @@ impl Engine {
             shutdown: AtomicBool::new(false),
             shutdown_requested: AtomicBool::new(false),
             jobs,
+            devices: backends.iter().map(|b| Device::new(b.clone(), metrics.clone())).collect(),
             config,
             metrics,
         });
@@ -224,11 +239,11 @@ impl Engine {
                 std::thread::Builder::new().name(format!("finalize-{i}")).spawn(move || finalizer(&s, rx))?,
             );
         }
-        for backend in backends {
-            shared.metrics.proofs_invalid.with_label_values(&[backend.name()]);
+        for device in shared.devices.clone() {
+            shared.metrics.proofs_invalid.with_label_values(&[device.name()]);
             let (s, rx) = (shared.clone(), gpu_rx.clone());
-            let name = format!("gpu-{}", backend.name());
-            threads.push(std::thread::Builder::new().name(name).spawn(move || gpu_worker(&s, backend, rx))?);
+            let name = format!("gpu-{}", device.name());
+            threads.push(std::thread::Builder::new().name(name).spawn(move || gpu_worker(&s, device, rx))?);
         }
         Ok(Self { shared, threads })
     }
@@ -253,7 +268,10 @@ impl Engine {
         let partitions = spec.partitions.len();
         let mut q = s.queue.lock().unwrap_or_else(|e| e.into_inner());
         for (i, synthesize) in spec.partitions.into_iter().enumerate() {
-            q.push_back(Queued { ticket: Ticket::new(job.clone(), i), synthesize });
+            q.push_back(Queued {
+                ticket: Ticket::new(job.clone(), i),
+                attempt: Attempt { synthesize, number: 1 },
+            });
         }
         s.metrics.partitions_waiting.set(q.len() as i64);
         drop(q);
@@ -361,6 +379,16 @@ impl Engine {
     pub fn config(&self) -> &PipelineConfig {
         &self.shared.config
     }
+
+    /// Every device and whether it is in service.
+    pub fn devices(&self) -> Vec<DeviceStatus> {
+        self.shared.devices.iter().map(|d| d.status()).collect()
+    }
+
+    /// Why no device takes work, or `None` while one does.
+    pub fn none_in_service(&self) -> Option<String> {
+        devices::none_in_service(&self.shared.devices)
+    }
 }
 
 impl Drop for Engine {
@@ -420,7 +448,7 @@ fn dispatch(s: &Arc<Shared>) {
 }
 
 fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: Reservation) {
-    let Queued { ticket, synthesize } = p;
+    let Queued { ticket, attempt } = p;
     let (job, index) = (ticket.job.clone(), ticket.index);
     let fp = Footprint::of(&job.key);
     let synth = s.ledger.guard(BufferClass::Synth, 0, None);
@@ -428,7 +456,7 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     job.set_stage(index, Stage::Synthesis);
     transition(s, job.id, index, "synthesis start");
     let t = Instant::now();
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(synthesize));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (attempt.synthesize)()));
     let secs = t.elapsed().as_secs_f64();
     s.metrics.stage_duration.with_label_values(&[Stage::Synthesis.name()]).observe(secs);
     job.record(index, |t| t.synthesis = Some(secs));
@@ -464,7 +492,7 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     job.set_stage(index, Stage::GpuQueue);
     transition(s, job.id, index, "synthesis end");
     let stage = InStage::enter(s, Stage::GpuQueue);
-    let item = InGpuQueue { ticket, witness, abc, held, stage, enqueued: Instant::now() };
+    let item = InGpuQueue { ticket, witness, abc, held, stage, enqueued: Instant::now(), attempt };
     // Rule 1: the permit is held while this blocks on a full queue, so at most
     // `partition_permits` synthesized partitions wait in front of it. (Dropping
     // the permit before this send would let every synthesis thread stack its
@@ -477,9 +505,16 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     transition(s, job.id, index, "gpu hand-off");
 }
 
-fn gpu_worker(s: &Arc<Shared>, backend: Arc<dyn Backend>, rx: Receiver<InGpuQueue>) {
+fn gpu_worker(s: &Arc<Shared>, device: Arc<Device>, rx: Receiver<InGpuQueue>) {
+    let backend = device.backend.clone();
     let thread_busy = s.metrics.prove_start_thread_seconds.with_label_values(&[backend.name()]);
     loop {
+        // Out of service: stop taking work while another device can, or, the
+        // last one out, fail what still arrives (nothing waits forever).
+        let last_out = if device.in_service() { None } else { devices::none_in_service(&s.devices) };
+        if !device.in_service() && last_out.is_none() {
+            return;
+        }
         let item = match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(item) => item,
             Err(crossbeam_channel::RecvTimeoutError::Timeout) if !s.shutdown.load(Ordering::Acquire) => {
@@ -488,9 +523,14 @@ fn gpu_worker(s: &Arc<Shared>, backend: Arc<dyn Backend>, rx: Receiver<InGpuQueu
             Err(_) => return,
         };
         s.metrics.gpu_queue_depth.set(rx.len() as i64);
-        let InGpuQueue { ticket, witness, abc, held, stage, enqueued } = item;
+        let InGpuQueue { ticket, witness, abc, held, stage, enqueued, attempt } = item;
         drop(stage);
         let (job, index) = (ticket.job.clone(), ticket.index);
+        if let Some(why) = last_out {
+            drop((witness, abc, held));
+            ticket.fail(FailureReason::Backend, why);
+            continue;
+        }
         let waited = enqueued.elapsed().as_secs_f64();
         s.metrics.stage_duration.with_label_values(&[Stage::GpuQueue.name()]).observe(waited);
         job.record(index, |t| t.gpu_queue = Some(waited));
@@ -516,25 +556,61 @@ fn gpu_worker(s: &Arc<Shared>, backend: Arc<dyn Backend>, rx: Receiver<InGpuQueu
                 }
                 p
             }
-            Ok(Err(e)) => {
+            Ok(Err(e)) if e.is_bad_input() => {
                 drop(held);
                 ticket.fail(e.reason(), e.to_string());
                 continue;
             }
+            Ok(Err(e)) => {
+                drop(held);
+                device_fault(s, &device, FailureReason::Backend, e.to_string(), attempt, ticket);
+                continue;
+            }
             Err(_) => {
                 drop(held);
-                ticket.fail(FailureReason::Panic, "prove_start panicked".into());
+                let what = format!("prove_start on {} panicked", backend.name());
+                device_fault(s, &device, FailureReason::Panic, what, attempt, ticket);
                 continue;
             }
         };
         let pending_guard = s.ledger.guard(BufferClass::Pending, 0, None);
         let stage = InStage::enter(s, Stage::ProveFinish);
-        let item = ToFinish { backend: backend.clone(), ticket, pending, held, pending_guard, stage };
+        let item = ToFinish { device: device.clone(), ticket, pending, held, pending_guard, stage, attempt };
         // Blocks while every finalize thread is busy and its queue is full.
         if s.finalize_tx.send(item).is_err() {
             return;
         }
     }
+}
+
+/// A device faulted on a partition: counts it against the device, then sends
+/// the partition round again (synthesized anew, for whichever device is free)
+/// while tries and a device in service remain; otherwise it fails.
+fn device_fault(
+    s: &Shared,
+    device: &Device,
+    reason: FailureReason,
+    what: String,
+    attempt: Attempt,
+    ticket: Ticket,
+) {
+    device.fault(&what, s.config.device_fault_limit);
+    let (job, index) = (ticket.job.clone(), ticket.index);
+    job.note_fault(index, format!("try {} on {}: {what}", attempt.number, device.name()));
+    let none_left = devices::none_in_service(&s.devices);
+    if attempt.number >= s.config.max_attempts || none_left.is_some() || job.is_cancelled() {
+        let why = none_left.map_or(String::new(), |n| format!("; {n}"));
+        return ticket
+            .fail(reason, format!("{what} (try {} of {}{why})", attempt.number, s.config.max_attempts));
+    }
+    s.metrics.partition_retries.inc();
+    job.set_stage(index, Stage::Queued);
+    let mut q = s.queue.lock().unwrap_or_else(|e| e.into_inner());
+    // A retry goes first: its job has waited once already.
+    q.push_front(Queued { attempt: Attempt { number: attempt.number + 1, ..attempt }, ticket });
+    s.metrics.partitions_waiting.set(q.len() as i64);
+    drop(q);
+    s.queued.notify_all();
 }
 
 fn finalizer(s: &Shared, rx: Receiver<ToFinish>) {
@@ -550,7 +626,8 @@ fn finalizer(s: &Shared, rx: Receiver<ToFinish>) {
 }
 
 fn finish_partition(s: &Shared, item: ToFinish) {
-    let ToFinish { backend, ticket, pending, held, pending_guard, stage } = item;
+    let ToFinish { device, ticket, pending, held, pending_guard, stage, attempt } = item;
+    let backend = device.backend.clone();
     let (job, index) = (ticket.job.clone(), ticket.index);
     if job.is_cancelled() {
         return;
@@ -574,8 +651,14 @@ fn finish_partition(s: &Shared, item: ToFinish) {
             }
             finished.proof
         }
-        Ok(Err(e)) => return ticket.fail(e.reason(), e.to_string()),
-        Err(_) => return ticket.fail(FailureReason::Panic, "prove_finish panicked".into()),
+        Ok(Err(e)) if e.is_bad_input() => return ticket.fail(e.reason(), e.to_string()),
+        Ok(Err(e)) => {
+            return device_fault(s, &device, FailureReason::Backend, e.to_string(), attempt, ticket)
+        }
+        Err(_) => {
+            let what = format!("prove_finish on {} panicked", backend.name());
+            return device_fault(s, &device, FailureReason::Panic, what, attempt, ticket);
+        }
     };
     // Never hand out a proof that does not verify: a faulty device fails its
     // partition loudly instead.
@@ -588,15 +671,14 @@ fn finish_partition(s: &Shared, item: ToFinish) {
         if let Err(e) = verdict {
             s.metrics.proofs_invalid.with_label_values(&[backend.name()]).inc();
             tracing::error!(job = %job.id, partition = index, backend = backend.name(), "proof rejected: {e}");
-            return ticket.fail(
-                FailureReason::InvalidProof,
-                format!(
-                    "the proof from backend {} failed verification ({e}); it was not returned",
-                    backend.name()
-                ),
+            let what = format!(
+                "the proof from backend {} failed verification ({e}); it was not returned",
+                backend.name()
             );
+            return device_fault(s, &device, FailureReason::InvalidProof, what, attempt, ticket);
         }
     }
+    device.succeeded();
     ticket.succeed(proof, public)
 }
 

@@ -23,11 +23,11 @@ fn key() -> Arc<ProvingKey> {
 }
 
 fn partition(seed: u64) -> SynthesisFn {
-    Box::new(move || synthesize(BenchCircuit::new(K, 2, Some(seed))))
+    Arc::new(move || synthesize(BenchCircuit::new(K, 2, Some(seed))))
 }
 
 fn failing_partition() -> SynthesisFn {
-    Box::new(|| Err(ProveError::Unsatisfied { index: 3, name: "round 0/u1 boolean".into() }))
+    Arc::new(|| Err(ProveError::Unsatisfied { index: 3, name: "round 0/u1 boolean".into() }))
 }
 
 fn job(partitions: Vec<SynthesisFn>) -> JobSpec {
@@ -260,6 +260,7 @@ fn a_proof_that_fails_verification_fails_its_partition_and_is_never_returned() {
     assert!(m.proofs_invalid.with_label_values(&["corrupt"]).get() >= 1);
     assert_all_released(&e);
     // The same backend without the check hands out the bad proof: the check is what stops it.
+    let e = Engine::start(PipelineConfig::default(), vec![Arc::new(CorruptGpu)], m.clone()).unwrap();
     let id = e.submit(job(vec![partition(3)])).unwrap();
     let st = e.wait(id, None).unwrap();
     let p = &st.partitions[0];
@@ -288,5 +289,113 @@ fn resident_keys_shrink_what_partitions_may_take() {
     drop(held);
     let id = e.submit(job(vec![partition(1)])).unwrap();
     assert_eq!(e.wait(id, None).unwrap().outcome, Some(Outcome::Succeeded));
+    assert_all_released(&e);
+}
+
+/// The CPU backend standing in for device `name`; counts its partitions and,
+/// after `good` of them, fails every prove_start as a broken GPU would.
+struct StandIn {
+    name: String,
+    done: std::sync::atomic::AtomicUsize,
+    good: usize,
+}
+
+impl StandIn {
+    fn new(name: &str, good: usize) -> Arc<Self> {
+        Arc::new(Self { name: name.into(), done: Default::default(), good })
+    }
+    fn done(&self) -> usize {
+        self.done.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Backend for StandIn {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn prove_start(&self, key: &ProvingKey, w: Synthesized) -> Result<PendingProof, ProveError> {
+        std::thread::sleep(Duration::from_millis(5)); // long enough that a free device takes the next one
+        if self.done() >= self.good {
+            return Err(ProveError::Backend {
+                backend: "cuda",
+                message: format!("{}: illegal address", self.name),
+            });
+        }
+        self.done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        CpuBackend.prove_start(key, w)
+    }
+}
+
+fn engine_on(devices: &[Arc<StandIn>], config: PipelineConfig) -> Engine {
+    let backends = devices.iter().map(|d| d.clone() as Arc<dyn Backend>).collect();
+    Engine::start(config, backends, Arc::new(Metrics::new())).unwrap()
+}
+
+#[test]
+fn partitions_spread_over_1_2_and_4_devices() {
+    for n in [1usize, 2, 4] {
+        let devices: Vec<_> = (0..n).map(|i| StandIn::new(&format!("cpu:{i}"), usize::MAX)).collect();
+        let config = PipelineConfig { partition_permits: 2 * n, gpu_queue_capacity: n, ..Default::default() };
+        let e = engine_on(&devices, config);
+        let id = e.submit(job((0..6 * n as u64).map(partition).collect())).unwrap();
+        assert_eq!(e.wait(id, None).unwrap().outcome, Some(Outcome::Succeeded), "{n} devices");
+        let counts: Vec<usize> = devices.iter().map(|d| d.done()).collect();
+        assert_eq!(counts.iter().sum::<usize>(), 6 * n, "{counts:?}");
+        assert!(counts.iter().all(|c| *c > 0), "every device took work: {counts:?}");
+        assert!(e.devices().iter().all(|d| d.in_service));
+        assert_all_released(&e);
+    }
+}
+
+#[test]
+fn a_device_that_fails_mid_job_is_taken_out_and_the_job_finishes_on_the_rest() {
+    for n in [2usize, 4] {
+        let mut devices: Vec<_> = (0..n - 1).map(|i| StandIn::new(&format!("cpu:{i}"), usize::MAX)).collect();
+        let broken = StandIn::new(&format!("cpu:{}", n - 1), 2); // fails after two partitions
+        devices.push(broken.clone());
+        let config = PipelineConfig { partition_permits: 2 * n, gpu_queue_capacity: n, ..Default::default() };
+        let e = engine_on(&devices, config);
+        let id = e.submit(job((0..8 * n as u64).map(partition).collect())).unwrap();
+        let st = e.wait(id, None).unwrap();
+        assert_eq!(st.outcome, Some(Outcome::Succeeded), "{n} devices: {:?}", st.error);
+        for p in &st.partitions {
+            assert!(p.proof.unwrap().verify(&key().vk, &p.public_inputs));
+        }
+        let faulted: Vec<_> = st.partitions.iter().filter(|p| !p.faults.is_empty()).collect();
+        assert!(!faulted.is_empty() && faulted[0].faults[0].contains("illegal address"), "{faulted:?}");
+        let status = e.devices();
+        let out = status.iter().find(|d| d.name == broken.name).unwrap();
+        assert!(!out.in_service, "{status:?}");
+        assert!(out.reason.as_deref().unwrap().contains("3 faults in a row"), "{status:?}");
+        assert!(status.iter().filter(|d| d.name != broken.name).all(|d| d.in_service));
+        let m = e.metrics();
+        assert_eq!(m.device_in_service.with_label_values(&[&broken.name]).get(), 0);
+        // three in a row took it out; up to two more come first when its two
+        // good partitions finish between faults and end the streak
+        let faults = m.device_faults.with_label_values(&[&broken.name]).get();
+        assert!((3..=5).contains(&faults), "{faults} faults");
+        assert_eq!(m.partition_retries.get(), faults, "every faulted partition went round again");
+        assert_eq!(broken.done(), 2);
+        // it takes no more work: the next job runs on the others alone
+        let id = e.submit(job((0..4).map(partition).collect())).unwrap();
+        assert_eq!(e.wait(id, None).unwrap().outcome, Some(Outcome::Succeeded));
+        assert_eq!(broken.done(), 2);
+        assert_all_released(&e);
+    }
+}
+
+#[test]
+fn when_every_device_is_out_the_work_fails_instead_of_waiting() {
+    let devices = [StandIn::new("cpu:0", 0), StandIn::new("cpu:1", 1)];
+    let e = engine_on(&devices, PipelineConfig { device_fault_limit: 2, ..Default::default() });
+    let id = e.submit(job((0..6).map(partition).collect())).unwrap();
+    let st = e.wait(id, Some(Duration::from_secs(60))).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Failed), "{st:?}");
+    assert!(e.none_in_service().is_some());
+    // later jobs fail too, with the reason, rather than hang
+    let id = e.submit(job(vec![partition(9)])).unwrap();
+    let st = e.wait(id, Some(Duration::from_secs(60))).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Failed));
+    assert!(st.error.unwrap().contains("every device is out of service"));
     assert_all_released(&e);
 }

@@ -36,6 +36,9 @@ pub struct Metrics {
     pub partition_permits_in_use: IntGauge,
     pub memory_reserved_peak_bytes: IntGauge,
     pub partition_failures: IntCounterVec,
+    pub device_in_service: IntGaugeVec,
+    pub device_faults: IntCounterVec,
+    pub partition_retries: prometheus::IntCounter,
 }
 
 /// The commit this binary was built from ("unknown" outside a git checkout).
@@ -282,6 +285,36 @@ impl Metrics {
                         "Partitions failed, by reason (witness, key, backend, invalid_proof, panic).",
                     ),
                     &["reason"],
+                )
+                .unwrap(),
+            ),
+            device_in_service: reg(
+                r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "provd_device_in_service",
+                        "1 while a device (GPU, or the CPU backend) takes work; 0 once faults took it out of service.",
+                    ),
+                    &["device"],
+                )
+                .unwrap(),
+            ),
+            device_faults: reg(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "provd_device_faults_total",
+                        "Device faults: backend errors, panics and proofs failing verification, per device.",
+                    ),
+                    &["device"],
+                )
+                .unwrap(),
+            ),
+            partition_retries: reg(
+                r,
+                prometheus::IntCounter::new(
+                    "provd_partition_retries_total",
+                    "Partitions synthesized again after a device fault, for another try.",
                 )
                 .unwrap(),
             ),
