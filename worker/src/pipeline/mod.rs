@@ -597,8 +597,11 @@ fn device_fault(
     device.fault(&what, s.config.device_fault_limit);
     let (job, index) = (ticket.job.clone(), ticket.index);
     job.note_fault(index, format!("try {} on {}: {what}", attempt.number, device.name()));
+    if job.is_cancelled() {
+        return; // the ticket, dropped, ends the partition as cancelled
+    }
     let none_left = devices::none_in_service(&s.devices);
-    if attempt.number >= s.config.max_attempts || none_left.is_some() || job.is_cancelled() {
+    if attempt.number >= s.config.max_attempts || none_left.is_some() {
         let why = none_left.map_or(String::new(), |n| format!("; {n}"));
         return ticket
             .fail(reason, format!("{what} (try {} of {}{why})", attempt.number, s.config.max_attempts));
