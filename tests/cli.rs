@@ -71,3 +71,27 @@ fn cuda_backend_without_a_gpu_is_an_error_not_a_crash() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+#[test]
+fn unsafe_serving_is_refused_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = |env: &[(&str, &str)], listen: &str| {
+        let mut cmd = std::process::Command::new(provd_e2e::provd_bin());
+        cmd.args(["serve", "--listen", listen, "--backend", "cpu"]).env("PROVD_DATA_DIR", dir.path());
+        cmd.env_remove("PROVD_AUTH_TOKEN");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    // off loopback with no token
+    let o = serve(&[], "0.0.0.0:0");
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("off loopback") && err.contains("allow_unauthenticated"), "{err}");
+    // a blank token is an error, not "no auth"
+    let o = serve(&[("PROVD_AUTH_TOKEN", "   ")], "127.0.0.1:0");
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("PROVD_AUTH_TOKEN is set but blank"), "{err}");
+}

@@ -254,7 +254,7 @@ fn events_stream_and_metrics_scrape() {
     // SSE: the history event first, then snapshots once a second.
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(server.addr).unwrap();
-    write!(s, "GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    write!(s, "GET /v1/events HTTP/1.1\r\nHost: {}\r\n\r\n", server.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
     let mut seen = String::new();
     let deadline = Instant::now() + Duration::from_secs(10);

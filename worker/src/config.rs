@@ -102,6 +102,8 @@ pub struct ServerConfig {
     /// A file holding the bearer token clients must send; unset: no auth
     /// (the environment variable PROVD_AUTH_TOKEN also sets one).
     pub auth_token_file: Option<PathBuf>,
+    /// Serve off loopback without a token (refused unless set).
+    pub allow_unauthenticated: bool,
     /// Seconds that shutdown waits for accepted jobs before failing them.
     pub shutdown_grace_seconds: u64,
     /// Seconds a finished job's result stays available.
@@ -115,6 +117,7 @@ impl Default for ServerConfig {
             max_body_bytes: 1 << 20,
             max_queued_partitions: 256,
             auth_token_file: None,
+            allow_unauthenticated: false,
             shutdown_grace_seconds: 60,
             job_retention_seconds: 3600,
         }
@@ -151,7 +154,29 @@ impl Config {
             anyhow::ensure!(!token.is_empty(), "auth_token_file {} is empty", path.display());
             return Ok(Some(token));
         }
-        Ok(std::env::var("PROVD_AUTH_TOKEN").ok().map(|t| t.trim().to_string()).filter(|t| !t.is_empty()))
+        match std::env::var("PROVD_AUTH_TOKEN") {
+            Ok(t) if t.trim().is_empty() => {
+                anyhow::bail!("PROVD_AUTH_TOKEN is set but blank; unset it for no token, or give one")
+            }
+            Ok(t) => Ok(Some(t.trim().to_string())),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// The token, after refusing a listen address off loopback without one
+    /// (unless `server.allow_unauthenticated` says so, which is logged).
+    pub fn checked_auth_token(&self) -> anyhow::Result<Option<String>> {
+        let token = self.auth_token()?;
+        let listen = self.server.listen;
+        if token.is_none() && !listen.ip().is_loopback() {
+            anyhow::ensure!(
+                self.server.allow_unauthenticated,
+                "listening on {listen} (off loopback) with no bearer token: set server.auth_token_file or \
+                 PROVD_AUTH_TOKEN, or server.allow_unauthenticated = true to serve the API to anyone who can reach it"
+            );
+            tracing::warn!(%listen, "serving off loopback WITHOUT authentication (server.allow_unauthenticated)");
+        }
+        Ok(token)
     }
 }
 
@@ -164,6 +189,23 @@ mod tests {
         let config: Config =
             toml::from_str(include_str!("../../provd.example.toml")).expect("example parses");
         assert_eq!(config, Config::default());
+    }
+
+    #[test]
+    fn off_loopback_without_a_token_is_refused_unless_allowed() {
+        let mut c = Config::default();
+        c.server.listen = "0.0.0.0:8080".parse().unwrap();
+        if std::env::var_os("PROVD_AUTH_TOKEN").is_none() {
+            let e = c.checked_auth_token().unwrap_err().to_string();
+            assert!(e.contains("off loopback") && e.contains("allow_unauthenticated"), "{e}");
+            c.server.allow_unauthenticated = true;
+            assert_eq!(c.checked_auth_token().unwrap(), None);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let blank = dir.path().join("token");
+        std::fs::write(&blank, " \n").unwrap();
+        c.server.auth_token_file = Some(blank);
+        assert!(c.checked_auth_token().unwrap_err().to_string().contains("is empty"));
     }
 
     #[test]

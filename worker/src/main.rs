@@ -378,7 +378,7 @@ fn serve(
     common: Common,
     demo: Option<(Builtin, usize)>,
 ) -> anyhow::Result<()> {
-    let token = config.auth_token()?;
+    let token = config.checked_auth_token()?;
     let listen = config.server.listen;
     let service = provd::service::Service::start(config, &common.data_dir, common.backend)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;

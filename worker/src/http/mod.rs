@@ -65,8 +65,58 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(dashboard::asset)
         .method_not_allowed_fallback(api::method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), same_origin))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// Keeps browsers from driving a worker on behalf of another site: a request
+/// whose `Origin` is not this worker's own address is refused (CSRF), and a
+/// worker on loopback answers only requests addressed to a loopback name, so
+/// a page on a domain rebound to 127.0.0.1 gets nothing (DNS rebinding).
+async fn same_origin(
+    State(state): State<Arc<AppState>>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    check_origin(state.service.config.server.listen.ip().is_loopback(), req.headers())?;
+    Ok(next.run(req).await)
+}
+
+fn check_origin(on_loopback: bool, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+    let get = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let host = get(header::HOST);
+    if on_loopback {
+        if let Some(h) = host.filter(|h| !is_loopback_host(h)) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!("Host '{h}' is not a loopback name; this worker listens on loopback only"),
+            ));
+        }
+    }
+    if let Some(origin) = get(header::ORIGIN) {
+        let origin_host = origin.split_once("://").map(|(_, rest)| rest.trim_end_matches('/'));
+        if origin_host.is_none() || origin_host != host {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!("cross-origin request from '{origin}' refused: provd serves its own page only"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// "localhost", "127.0.0.1:8080", "[::1]:80", with or without a port.
+fn is_loopback_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':')
+            .map_or(host, |(n, port)| if port.bytes().all(|b| b.is_ascii_digit()) { n } else { host })
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name.to_ascii_lowercase().ends_with(".localhost")
+        || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Bearer-token check in constant time; the token is never logged.
@@ -76,8 +126,9 @@ async fn auth(State(state): State<Arc<AppState>>, req: Request, next: Next) -> R
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map_or("", |(_, t)| t.trim());
         if !bool::from(given.as_bytes().ct_eq(token.as_bytes())) {
             return Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,

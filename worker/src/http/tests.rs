@@ -273,3 +273,39 @@ async fn the_token_guards_the_api_but_not_health_or_the_page() {
     assert_eq!(get(&s, "/healthz").await.status, StatusCode::OK);
     assert_eq!(get(&s, "/").await.status, StatusCode::OK);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn browsers_on_other_sites_cannot_drive_a_loopback_worker() {
+    let s = state(None);
+    let body = r#"{"circuit":"square","partitions":[{"x":2}]}"#;
+    let with = |headers: &[(&str, &str)]| {
+        let mut r = Request::post("/v1/prove").header(header::CONTENT_TYPE, "application/json");
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        r.body(Body::from(body)).unwrap()
+    };
+    // DNS rebinding: a foreign name resolved to 127.0.0.1
+    call(&s, with(&[("host", "evil.example:8080")]))
+        .await
+        .assert_error(StatusCode::FORBIDDEN, "not a loopback name");
+    // CSRF: a page elsewhere posting to the worker
+    call(&s, with(&[("host", "127.0.0.1:8080"), ("origin", "https://evil.example")]))
+        .await
+        .assert_error(StatusCode::FORBIDDEN, "cross-origin request");
+    // the worker's own page, and clients that send no Origin, are served
+    for ok in [
+        &[("host", "127.0.0.1:8080"), ("origin", "http://127.0.0.1:8080")][..],
+        &[("host", "localhost:8080")],
+        &[("host", "[::1]:8080")],
+    ] {
+        assert_eq!(call(&s, with(ok)).await.status, StatusCode::ACCEPTED, "{ok:?}");
+    }
+    assert!(super::is_loopback_host("LOCALHOST") && super::is_loopback_host("127.1.2.3"));
+    assert!(!super::is_loopback_host("127.0.0.1.evil.example") && !super::is_loopback_host("10.0.0.1:80"));
+    // the token's scheme is case-insensitive
+    let s = state(Some("t0ken"));
+    let lower =
+        Request::get("/v1/status").header(header::AUTHORIZATION, "bearer t0ken").body(Body::empty()).unwrap();
+    assert_eq!(call(&s, lower).await.status, StatusCode::OK);
+}
