@@ -333,10 +333,7 @@ impl Backend for CudaBackend {
     ) -> Result<Finished, ProveError> {
         match self.options.b_g2_msm {
             G2Placement::Gpu => self.finish(key, pending, blind),
-            G2Placement::Cpu => Ok(Finished {
-                proof: crate::groth16::prover::finish_on_cpu(key, pending, blind),
-                device_seconds: None,
-            }),
+            G2Placement::Cpu => Ok(Finished::on_cpu(key, pending, blind)),
         }
     }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 pub use cpu::CpuBackend;
 pub use cuda::{CudaBackend, KeyResidency, ResidentKey};
 
-use crate::groth16::prover::{finish_on_cpu, Blinding, Finished, PendingProof};
+use crate::groth16::prover::{Blinding, Finished, PendingProof};
 use crate::groth16::{synthesize, Proof, ProveError, ProvingKey, Synthesized};
 
 /// A proving backend: the CPU, or one CUDA device.
@@ -32,7 +32,7 @@ pub trait Backend: Send + Sync {
         pending: PendingProof,
         blind: Blinding,
     ) -> Result<Finished, ProveError> {
-        Ok(Finished { proof: finish_on_cpu(key, pending, blind), device_seconds: None })
+        Ok(Finished::on_cpu(key, pending, blind))
     }
 
     /// The keys whose bases this backend holds on its device (none on the CPU).

@@ -60,6 +60,13 @@ pub struct Finished {
     pub device_seconds: Option<f64>,
 }
 
+impl Finished {
+    /// `prove_finish` on the host: the G2 MSM by blst, then the assembly.
+    pub fn on_cpu(key: &ProvingKey, pending: PendingProof, blind: Blinding) -> Self {
+        Self { proof: finish_on_cpu(key, pending, blind), device_seconds: None }
+    }
+}
+
 /// The random r, s that make a proof zero-knowledge.
 #[derive(Clone, Copy, Debug)]
 pub struct Blinding {
