@@ -148,7 +148,7 @@ impl Service {
         let engine = Engine::start(config.pipeline.clone(), backends.clone(), metrics.clone())?;
         let mut circuits = BTreeMap::new();
         for (name, kind) in kinds {
-            let bytes = kind.key().resident_bytes() as u64;
+            let bytes = kind.resident_bytes();
             let hold = engine.hold_key(&name, bytes)?;
             metrics.srs_bytes.with_label_values(&[&name, "host"]).set(bytes as i64);
             metrics.srs_bytes.with_label_values(&[&name, "device"]).set(0);

@@ -10,7 +10,7 @@ use serde_json::json;
 use super::{environment, print_table, write_json};
 use crate::backend::Backend;
 use crate::circuits::Builtin;
-use crate::groth16::{synthesize, ProvingKey};
+use crate::groth16::ProvingKey;
 use crate::pipeline::{Engine, JobSpec, Outcome, PipelineConfig};
 use crate::telemetry::Metrics;
 
@@ -38,13 +38,17 @@ impl PipelineBench {
         let start = Instant::now();
         // Every proof is checked before it leaves, as `provd serve` does by default.
         let verifier = Arc::new(crate::groth16::Verifier::new(&key.vk));
+        // Synthesis as the service does it: sparse products over matrices recorded once.
+        let matrices = Arc::new(crate::groth16::Matrices::record(self.circuit.circuit(None))?);
         let mut ids = Vec::new();
         for j in 0..self.jobs {
             let circuit = self.circuit;
             let partitions = (0..self.partitions)
                 .map(|p| {
                     let seed = (j * self.partitions + p) as u64;
-                    Arc::new(move || synthesize(circuit.circuit(Some(seed)))) as crate::pipeline::SynthesisFn
+                    let m = matrices.clone();
+                    Arc::new(move || m.synthesize(circuit.circuit(Some(seed))))
+                        as crate::pipeline::SynthesisFn
                 })
                 .collect();
             ids.push(engine.submit(JobSpec {

@@ -17,7 +17,7 @@ use rand::{Rng, SeedableRng};
 use serde::Deserialize;
 
 use super::{parse_scalar, CircuitKind, KeySource, LoadError, WitnessError, BENCH_PUBLIC_INPUTS};
-use crate::groth16::{synthesize, PointCheck, ProvingKey};
+use crate::groth16::{Matrices, PointCheck, ProvingKey};
 use crate::pipeline::SynthesisFn;
 
 /// A built-in circuit named on the command line (`bench-16`).
@@ -99,6 +99,9 @@ pub struct BenchKind {
     builtin: Builtin,
     key: Arc<ProvingKey>,
     source: KeySource,
+    /// Its constraint matrices, recorded once: partitions are synthesized by
+    /// sparse products (`Matrices::synthesize`).
+    matrices: Arc<Matrices>,
 }
 
 /// One partition of a bench job, as a request gives it.
@@ -164,7 +167,11 @@ impl BenchKind {
                 (key, KeySource::GeneratedTestOnly { path: crate::params::key_path(data_dir, builtin) })
             }
         };
-        Ok(Self { builtin, key: Arc::new(key), source })
+        let matrices = Arc::new(Matrices::record(builtin.circuit(None)).map_err(|e| LoadError::Config {
+            circuit: config.name.clone(),
+            reason: format!("recording its constraints failed: {e}"),
+        })?);
+        Ok(Self { builtin, key: Arc::new(key), source, matrices })
     }
 }
 
@@ -183,6 +190,10 @@ impl CircuitKind for BenchKind {
 
     fn constraints(&self) -> usize {
         self.builtin.constraints()
+    }
+
+    fn resident_bytes(&self) -> u64 {
+        (self.key.resident_bytes() + self.matrices.heap_bytes()) as u64
     }
 
     fn partition(&self, index: usize, witness: serde_json::Value) -> Result<SynthesisFn, WitnessError> {
@@ -208,7 +219,8 @@ impl CircuitKind for BenchKind {
                 .map_err(WitnessError)?;
             circuit = circuit.claiming(parsed);
         }
-        Ok(Arc::new(move || synthesize(circuit.clone())))
+        let matrices = self.matrices.clone();
+        Ok(Arc::new(move || matrices.synthesize(circuit.clone())))
     }
 }
 
@@ -349,6 +361,7 @@ impl Circuit<Scalar> for BenchCircuit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::groth16::synthesize;
 
     #[test]
     fn parses_names() {

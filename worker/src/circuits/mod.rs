@@ -38,6 +38,12 @@ pub trait CircuitKind: Send + Sync {
     /// Constraints of the circuit (its inputs' constraints included).
     fn constraints(&self) -> usize;
 
+    /// Host bytes the circuit holds while it is served (its key, and whatever
+    /// the kind keeps beside it): held against the memory budget.
+    fn resident_bytes(&self) -> u64 {
+        self.key().resident_bytes() as u64
+    }
+
     /// Estimated bytes one partition holds in flight, before synthesis.
     fn footprint(&self) -> Footprint {
         Footprint::of(self.key())

@@ -6,6 +6,7 @@ pub mod domain;
 mod error;
 pub mod key;
 pub mod keygen;
+pub mod matrices;
 pub mod msm;
 mod proof;
 pub mod prover;
@@ -15,6 +16,7 @@ mod verify;
 
 pub use error::{ParamsError, ProveError};
 pub use key::{PointCheck, ProvingKey, VerifyingKey};
+pub use matrices::Matrices;
 pub use proof::{Proof, ProofDecodeError};
 pub use prover::{Blinding, Finished, PendingProof};
 pub use qap::Reduction;

@@ -1,0 +1,343 @@
+//! Synthesis for a circuit proved many times: its constraint matrices do not
+//! depend on the witness, so they are recorded once; per witness only the
+//! assignment is computed (a constraint system that builds no linear
+//! combinations: `enforce` is a no-op), and a, b, c come from parallel sparse
+//! matrix–vector products. [`synthesize`](super::synthesize), the recorder,
+//! stays the reference and serves one-off circuits; both give the same
+//! [`Synthesized`].
+
+use bellperson::{Circuit, ConstraintSystem, Index, LinearCombination, SynthesisError, Variable};
+use blstrs::Scalar;
+use ff::Field;
+use rayon::prelude::*;
+
+use super::error::ProveError;
+use super::synthesis::{Density, Synthesized};
+
+/// A column: input `i` is `i`, aux `i` is `AUX | i` (a circuit may allocate
+/// inputs after aux variables, so aux cannot simply follow the inputs).
+const AUX: u32 = 1 << 31;
+
+/// One sparse matrix, row by row.
+#[derive(Clone, Debug, Default)]
+struct Csr {
+    row_start: Vec<usize>,
+    cols: Vec<u32>,
+    coeffs: Vec<Scalar>,
+}
+
+impl Csr {
+    fn push_row(&mut self, lc: &LinearCombination<Scalar>) {
+        if self.row_start.is_empty() {
+            self.row_start.push(0);
+        }
+        for (&i, c) in lc.iter_inputs() {
+            if !bool::from(c.is_zero()) {
+                self.cols.push(i as u32);
+                self.coeffs.push(*c);
+            }
+        }
+        for (&i, c) in lc.iter_aux() {
+            if !bool::from(c.is_zero()) {
+                self.cols.push(AUX | i as u32);
+                self.coeffs.push(*c);
+            }
+        }
+        self.row_start.push(self.cols.len());
+    }
+
+    fn rows(&self) -> usize {
+        self.row_start.len().saturating_sub(1)
+    }
+
+    /// Row `r`'s dot product with the assignment.
+    fn dot(&self, r: usize, input: &[Scalar], aux: &[Scalar]) -> Scalar {
+        let (lo, hi) = (self.row_start[r], self.row_start[r + 1]);
+        let mut acc = Scalar::ZERO;
+        for (&col, c) in self.cols[lo..hi].iter().zip(&self.coeffs[lo..hi]) {
+            let v = if col & AUX != 0 { aux[(col & !AUX) as usize] } else { input[col as usize] };
+            acc += if *c == Scalar::ONE { v } else { v * c };
+        }
+        acc
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.row_start.len() * 8 + self.cols.len() * 4 + self.coeffs.len() * 32
+    }
+}
+
+/// A circuit's recorded R1CS: A, B, C (the `input · 0 = 0` constraints
+/// appended, as the recorder and the key generator do) and the densities.
+#[derive(Clone, Debug)]
+pub struct Matrices {
+    inputs: usize,
+    aux: usize,
+    a: Csr,
+    b: Csr,
+    c: Csr,
+    a_aux_density: Density,
+    b_input_density: Density,
+    b_aux_density: Density,
+}
+
+impl Matrices {
+    /// Records `circuit`'s constraints (its witness, if any, is not computed).
+    pub fn record<C: Circuit<Scalar>>(circuit: C) -> Result<Self, ProveError> {
+        let mut cs = Recording {
+            m: Matrices {
+                inputs: 0,
+                aux: 0,
+                a: Csr::default(),
+                b: Csr::default(),
+                c: Csr::default(),
+                a_aux_density: Density::default(),
+                b_input_density: Density::default(),
+                b_aux_density: Density::default(),
+            },
+        };
+        cs.alloc_input(|| "ONE", || Ok(Scalar::ONE)).map_err(ProveError::Synthesis)?;
+        circuit.synthesize(&mut cs).map_err(ProveError::Synthesis)?;
+        for i in 0..cs.m.inputs {
+            cs.enforce(|| "", |lc| lc + Variable::new_unchecked(Index::Input(i)), |lc| lc, |lc| lc);
+        }
+        // Density: the variables with a non-zero coefficient somewhere in A
+        // (aux only: every input is in the A query) and in B.
+        let mut m = cs.m;
+        let (mut a_aux, mut b_in, mut b_aux) =
+            (Density::new(m.aux), Density::new(m.inputs), Density::new(m.aux));
+        for &col in &m.a.cols {
+            if col & AUX != 0 {
+                a_aux.set((col & !AUX) as usize);
+            }
+        }
+        for &col in &m.b.cols {
+            if col & AUX != 0 {
+                b_aux.set((col & !AUX) as usize);
+            } else {
+                b_in.set(col as usize);
+            }
+        }
+        (m.a_aux_density, m.b_input_density, m.b_aux_density) = (a_aux, b_in, b_aux);
+        Ok(m)
+    }
+
+    /// Constraints, the input constraints included.
+    pub fn num_constraints(&self) -> usize {
+        self.a.rows()
+    }
+
+    /// Host bytes the matrices hold (resident as long as the circuit is served).
+    pub fn heap_bytes(&self) -> usize {
+        self.a.heap_bytes()
+            + self.b.heap_bytes()
+            + self.c.heap_bytes()
+            + self.a_aux_density.heap_bytes()
+            + self.b_aux_density.heap_bytes()
+            + self.b_input_density.heap_bytes()
+    }
+
+    /// Computes `circuit`'s assignment and a, b, c by sparse products. A
+    /// witness that does not satisfy the circuit is reported as the recorder
+    /// reports it (the constraint's index and name, found by running the
+    /// recorder on a clone of the circuit, on that path only).
+    pub fn synthesize<C: Circuit<Scalar> + Clone>(&self, circuit: C) -> Result<Synthesized, ProveError> {
+        let reference = circuit.clone();
+        let mut cs =
+            WitnessOnly { input: Vec::with_capacity(self.inputs), aux: Vec::with_capacity(self.aux) };
+        cs.alloc_input(|| "ONE", || Ok(Scalar::ONE)).map_err(ProveError::Synthesis)?;
+        circuit.synthesize(&mut cs).map_err(ProveError::Synthesis)?;
+        let WitnessOnly { input, aux } = cs;
+        if input.len() != self.inputs || aux.len() != self.aux {
+            return Err(ProveError::KeyMismatch(format!(
+                "the circuit allocated {} inputs and {} aux variables; its recorded matrices have {} and {}",
+                input.len(),
+                aux.len(),
+                self.inputs,
+                self.aux
+            )));
+        }
+        let product = |m: &Csr| -> Vec<Scalar> {
+            (0..m.rows()).into_par_iter().with_min_len(4096).map(|r| m.dot(r, &input, &aux)).collect()
+        };
+        let (a, (b, c)) =
+            rayon::join(|| product(&self.a), || rayon::join(|| product(&self.b), || product(&self.c)));
+        let unsatisfied =
+            (0..a.len()).into_par_iter().with_min_len(4096).find_first(|&i| a[i] * b[i] != c[i]);
+        if unsatisfied.is_some() {
+            return match super::synthesize(reference) {
+                Err(e) => Err(e),
+                Ok(_) => Err(ProveError::Synthesis(SynthesisError::Unsatisfiable)),
+            };
+        }
+        Ok(Synthesized {
+            a,
+            b,
+            c,
+            input_assignment: input,
+            aux_assignment: aux,
+            a_aux_density: self.a_aux_density.clone(),
+            b_input_density: self.b_input_density.clone(),
+            b_aux_density: self.b_aux_density.clone(),
+        })
+    }
+}
+
+/// Records the matrices; computes no witness value.
+struct Recording {
+    m: Matrices,
+}
+
+impl ConstraintSystem<Scalar> for Recording {
+    type Root = Self;
+
+    fn alloc<F, A, AR>(&mut self, _: A, _: F) -> Result<Variable, SynthesisError>
+    where
+        F: FnOnce() -> Result<Scalar, SynthesisError>,
+        A: FnOnce() -> AR,
+        AR: Into<String>,
+    {
+        if self.m.aux as u32 >= AUX {
+            return Err(SynthesisError::Unsatisfiable);
+        }
+        self.m.aux += 1;
+        Ok(Variable::new_unchecked(Index::Aux(self.m.aux - 1)))
+    }
+
+    fn alloc_input<F, A, AR>(&mut self, _: A, _: F) -> Result<Variable, SynthesisError>
+    where
+        F: FnOnce() -> Result<Scalar, SynthesisError>,
+        A: FnOnce() -> AR,
+        AR: Into<String>,
+    {
+        self.m.inputs += 1;
+        Ok(Variable::new_unchecked(Index::Input(self.m.inputs - 1)))
+    }
+
+    fn enforce<A, AR, LA, LB, LC>(&mut self, _: A, a: LA, b: LB, c: LC)
+    where
+        A: FnOnce() -> AR,
+        AR: Into<String>,
+        LA: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
+        LB: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
+        LC: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
+    {
+        self.m.a.push_row(&a(LinearCombination::zero()));
+        self.m.b.push_row(&b(LinearCombination::zero()));
+        self.m.c.push_row(&c(LinearCombination::zero()));
+    }
+
+    fn push_namespace<NR, N>(&mut self, _: N)
+    where
+        NR: Into<String>,
+        N: FnOnce() -> NR,
+    {
+    }
+
+    fn pop_namespace(&mut self) {}
+
+    fn get_root(&mut self) -> &mut Self::Root {
+        self
+    }
+}
+
+/// Computes the assignment only: no linear combination is built.
+struct WitnessOnly {
+    input: Vec<Scalar>,
+    aux: Vec<Scalar>,
+}
+
+impl ConstraintSystem<Scalar> for WitnessOnly {
+    type Root = Self;
+
+    fn alloc<F, A, AR>(&mut self, _: A, f: F) -> Result<Variable, SynthesisError>
+    where
+        F: FnOnce() -> Result<Scalar, SynthesisError>,
+        A: FnOnce() -> AR,
+        AR: Into<String>,
+    {
+        self.aux.push(f()?);
+        Ok(Variable::new_unchecked(Index::Aux(self.aux.len() - 1)))
+    }
+
+    fn alloc_input<F, A, AR>(&mut self, _: A, f: F) -> Result<Variable, SynthesisError>
+    where
+        F: FnOnce() -> Result<Scalar, SynthesisError>,
+        A: FnOnce() -> AR,
+        AR: Into<String>,
+    {
+        self.input.push(f()?);
+        Ok(Variable::new_unchecked(Index::Input(self.input.len() - 1)))
+    }
+
+    fn enforce<A, AR, LA, LB, LC>(&mut self, _: A, _: LA, _: LB, _: LC)
+    where
+        A: FnOnce() -> AR,
+        AR: Into<String>,
+        LA: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
+        LB: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
+        LC: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
+    {
+    }
+
+    fn push_namespace<NR, N>(&mut self, _: N)
+    where
+        NR: Into<String>,
+        N: FnOnce() -> NR,
+    {
+    }
+
+    fn pop_namespace(&mut self) {}
+
+    fn get_root(&mut self) -> &mut Self::Root {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::circuits::BenchCircuit;
+
+    fn same(got: &Synthesized, want: &Synthesized, what: &str) {
+        assert_eq!(got.a, want.a, "{what}: a");
+        assert_eq!(got.b, want.b, "{what}: b");
+        assert_eq!(got.c, want.c, "{what}: c");
+        assert_eq!(got.input_assignment, want.input_assignment, "{what}: inputs");
+        assert_eq!(got.aux_assignment, want.aux_assignment, "{what}: aux");
+        assert_eq!(got.a_aux_density, want.a_aux_density, "{what}: A density");
+        assert_eq!(got.b_input_density, want.b_input_density, "{what}: B input density");
+        assert_eq!(got.b_aux_density, want.b_aux_density, "{what}: B aux density");
+    }
+
+    #[test]
+    fn sparse_products_give_the_recorders_witness() {
+        for (k, inputs) in [(4u32, 1usize), (8, 4), (12, 4), (14, 40)] {
+            let m = Matrices::record(BenchCircuit::new(k, inputs, None)).unwrap();
+            assert_eq!(m.num_constraints(), 1 << k);
+            for seed in [1u64, 7] {
+                let c = BenchCircuit::new(k, inputs, Some(seed));
+                same(
+                    &m.synthesize(c.clone()).unwrap(),
+                    &super::super::synthesize(c).unwrap(),
+                    &format!("bench-{k}/{seed}"),
+                );
+            }
+        }
+        let m = Matrices::record(super::super::tests::Square(None)).unwrap();
+        let c = super::super::tests::Square(Some(12));
+        same(&m.synthesize(c.clone()).unwrap(), &super::super::synthesize(c).unwrap(), "square");
+    }
+
+    #[test]
+    fn a_bad_witness_is_named_as_the_recorder_names_it() {
+        let m = Matrices::record(BenchCircuit::new(8, 2, None)).unwrap();
+        let honest = super::super::synthesize(BenchCircuit::new(8, 2, Some(3))).unwrap();
+        let mut wrong = honest.public_inputs().to_vec();
+        wrong[1] += Scalar::ONE;
+        let err = m.synthesize(BenchCircuit::new(8, 2, Some(3)).claiming(wrong)).unwrap_err();
+        assert!(err.to_string().contains("'out1'"), "{err}");
+        // a circuit of another shape is refused, not proved
+        let err = m.synthesize(BenchCircuit::new(8, 3, Some(3))).unwrap_err();
+        assert!(err.to_string().contains("recorded matrices"), "{err}");
+    }
+}
