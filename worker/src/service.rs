@@ -15,7 +15,9 @@ use crate::config::Config;
 use crate::groth16::Verifier;
 use crate::pipeline::buffers::ClassCounts;
 use crate::pipeline::memory::Reservation;
-use crate::pipeline::{Engine, JobId, JobSpec, JobStatus, Outcome, SubmitError, SynthesisFn};
+use crate::pipeline::{
+    Engine, Idempotency, JobId, JobSpec, JobStatus, Outcome, SubmitError, Submitted, SynthesisFn,
+};
 use crate::telemetry::Metrics;
 
 /// A circuit the service proves: its kind (key resident), the prepared
@@ -225,6 +227,30 @@ impl Service {
 
     /// Validates a request's partitions with the circuit's kind and submits the job.
     pub fn submit(&self, circuit: &str, partitions: Vec<serde_json::Value>) -> Result<JobId, RequestError> {
+        self.submit_with_key(circuit, partitions, None).map(Submitted::id)
+    }
+
+    /// As [`Service::submit`]; with an idempotency key, a retry of the same
+    /// request returns the job the first one created.
+    pub fn submit_with_key(
+        &self,
+        circuit: &str,
+        partitions: Vec<serde_json::Value>,
+        key: Option<String>,
+    ) -> Result<Submitted, RequestError> {
+        let idem = key.map(|key| {
+            use sha2::Digest;
+            let mut h = sha2::Sha256::new();
+            h.update(circuit.as_bytes());
+            h.update([0]);
+            // serde_json's maps are sorted: equal requests give equal bytes
+            h.update(serde_json::to_vec(&partitions).expect("JSON values encode"));
+            Idempotency { key, digest: h.finalize().into() }
+        });
+        // A retry is answered before the queue and its limits are looked at.
+        if let Some(earlier) = idem.as_ref().and_then(|i| self.engine.earlier_submission(i)) {
+            return Ok(earlier?);
+        }
         let served = self
             .served(circuit)
             .map_err(|(name, available)| RequestError::UnknownCircuit { name, available })?;
@@ -250,12 +276,16 @@ impl Service {
             .map(|(i, w)| served.kind.partition(i, w))
             .collect::<Result<Vec<SynthesisFn>, _>>()
             .map_err(|e| RequestError::Invalid(e.to_string()))?;
-        Ok(self.engine.submit(JobSpec {
+        let spec = JobSpec {
             circuit: circuit.to_string(),
             key: served.kind.key().clone(),
             verifier: self.config.pipeline.verify_proofs.then(|| served.verifier.clone()),
             partitions: work,
-        })?)
+        };
+        Ok(match idem {
+            Some(idem) => self.engine.submit_once(spec, idem)?,
+            None => Submitted::New(self.engine.submit(spec)?),
+        })
     }
 
     pub fn job(&self, id: JobId) -> Option<JobStatus> {

@@ -29,26 +29,51 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("internal error: {e}")))
 }
 
+/// The `Idempotency-Key` header: 1 to 255 visible ASCII characters.
+fn idempotency_key(headers: &axum::http::HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get("idempotency-key") else { return Ok(None) };
+    let key = v
+        .to_str()
+        .ok()
+        .map(str::trim)
+        .filter(|k| (1..=255).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic()));
+    key.map(|k| Some(k.to_string()))
+        .ok_or_else(|| ApiError::bad_request("Idempotency-Key must be 1 to 255 visible ASCII characters"))
+}
+
 pub async fn prove(
     State(state): State<Arc<AppState>>,
     Query(q): Query<ProveQuery>,
+    headers: axum::http::HeaderMap,
     Json(req): Json<ProveRequest>,
 ) -> Result<Response, ApiError> {
     if state.draining.load(Ordering::Acquire) {
         return Err(RequestError::Submit(SubmitError::ShuttingDown).into());
     }
+    let key = idempotency_key(&headers)?;
     let service = state.service.clone();
-    let id = blocking(move || service.submit(&req.circuit, req.partitions)).await??;
+    let submitted = blocking(move || service.submit_with_key(&req.circuit, req.partitions, key)).await??;
+    let (id, replayed) = (submitted.id(), matches!(submitted, crate::pipeline::Submitted::Existing(_)));
     if q.wait {
         let service = state.service.clone();
         let status = blocking(move || service.wait(id))
             .await?
             .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "job vanished"))?;
-        return Ok((StatusCode::OK, axum::Json(JobView::new(&status, &state.service, true))).into_response());
+        let res = (StatusCode::OK, axum::Json(JobView::new(&status, &state.service, true))).into_response();
+        return Ok(mark_replayed(res, replayed));
     }
     let body = Accepted { job_id: id.to_string(), status_url: format!("/v1/jobs/{id}") };
-    Ok((StatusCode::ACCEPTED, [(header::LOCATION, body.status_url.clone())], axum::Json(body))
-        .into_response())
+    let res = (StatusCode::ACCEPTED, [(header::LOCATION, body.status_url.clone())], axum::Json(body))
+        .into_response();
+    Ok(mark_replayed(res, replayed))
+}
+
+/// `Idempotent-Replayed: true` on the answer to a retry.
+fn mark_replayed(mut res: Response, replayed: bool) -> Response {
+    if replayed {
+        res.headers_mut().insert("idempotent-replayed", header::HeaderValue::from_static("true"));
+    }
+    res
 }
 
 fn parse_id(id: &str) -> Result<JobId, ApiError> {

@@ -38,6 +38,9 @@ impl From<RequestError> for ApiError {
             RequestError::QueueFull { .. } => {
                 Self::new(StatusCode::TOO_MANY_REQUESTS, e.to_string()).retry_after(5)
             }
+            RequestError::Submit(SubmitError::KeyReused { .. }) => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())
+            }
             RequestError::Submit(SubmitError::NeverFits { .. })
             | RequestError::Submit(SubmitError::Empty) => Self::bad_request(e.to_string()),
             RequestError::Submit(SubmitError::ShuttingDown) => Self::new(

@@ -309,3 +309,41 @@ async fn browsers_on_other_sites_cannot_drive_a_loopback_worker() {
         Request::get("/v1/status").header(header::AUTHORIZATION, "bearer t0ken").body(Body::empty()).unwrap();
     assert_eq!(call(&s, lower).await.status, StatusCode::OK);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idempotency_key_returns_the_first_job() {
+    let s = state(None);
+    let post = |key: &str, uri: &str, body: &str| {
+        Request::post(uri)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header("idempotency-key", key)
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    };
+    let body = r#"{"circuit":"square","partitions":[{"x":6}]}"#;
+    let first = call(&s, post("retry-1", "/v1/prove", body)).await;
+    assert_eq!(first.status, StatusCode::ACCEPTED);
+    assert!(first.headers.get("idempotent-replayed").is_none());
+    let again = call(&s, post("retry-1", "/v1/prove", body)).await;
+    assert_eq!(again.status, StatusCode::ACCEPTED);
+    assert_eq!(again.headers["idempotent-replayed"], "true");
+    assert_eq!(again.json()["job_id"], first.json()["job_id"], "one job for both");
+    // with ?wait=true the retry waits for that same job
+    let waited = call(&s, post("retry-1", "/v1/prove?wait=true", body)).await;
+    assert_eq!(
+        (waited.status, waited.json()["id"].clone()),
+        (StatusCode::OK, first.json()["job_id"].clone())
+    );
+    // the same key for another request is refused; a new key makes a new job
+    call(&s, post("retry-1", "/v1/prove", r#"{"circuit":"square","partitions":[{"x":7}]}"#))
+        .await
+        .assert_error(StatusCode::UNPROCESSABLE_ENTITY, "was used for another request");
+    let other = call(&s, post("retry-2", "/v1/prove", body)).await;
+    assert_ne!(other.json()["job_id"], first.json()["job_id"]);
+    call(&s, post(" ", "/v1/prove", body)).await.assert_error(StatusCode::BAD_REQUEST, "Idempotency-Key");
+    // concurrent retries make one job
+    let tries: Vec<_> = (0..8).map(|_| call(&s, post("burst", "/v1/prove", body))).collect();
+    let ids: std::collections::BTreeSet<String> =
+        futures_util::future::join_all(tries).await.iter().map(|r| r.json()["job_id"].to_string()).collect();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+}

@@ -10,6 +10,8 @@ use super::{Job, JobId, JobStore};
 #[derive(Default)]
 pub struct MemoryStore {
     jobs: Mutex<HashMap<JobId, Arc<Job>>>,
+    /// Idempotency key → (job, digest of its request).
+    keys: Mutex<HashMap<String, (JobId, [u8; 32])>>,
 }
 
 impl MemoryStore {
@@ -43,6 +45,16 @@ impl JobStore for MemoryStore {
     }
 
     fn forget_ended(&self, age: Duration) {
-        self.lock().retain(|_, j| j.outcome().is_none() || j.ended_for() < age);
+        let mut jobs = self.lock();
+        jobs.retain(|_, j| j.outcome().is_none() || j.ended_for() < age);
+        self.keys.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, (id, _)| jobs.contains_key(id));
+    }
+
+    fn by_idempotency_key(&self, key: &str) -> Option<(JobId, [u8; 32])> {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner()).get(key).copied()
+    }
+
+    fn remember_idempotency_key(&self, key: &str, digest: [u8; 32], id: JobId) {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner()).insert(key.to_string(), (id, digest));
     }
 }

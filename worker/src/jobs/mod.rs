@@ -24,6 +24,14 @@ pub trait JobStore: Send + Sync {
     fn unfinished(&self) -> Vec<Arc<Job>>;
     /// Every job in the table.
     fn all(&self) -> Vec<Arc<Job>>;
-    /// Drops ended jobs that ended more than `age` ago.
+    /// Drops ended jobs that ended more than `age` ago (and their
+    /// idempotency keys).
     fn forget_ended(&self, age: Duration);
+
+    /// The job submitted under idempotency key `key`, with the digest of the
+    /// request that created it.
+    fn by_idempotency_key(&self, key: &str) -> Option<(JobId, [u8; 32])>;
+
+    /// Records that `key` (for a request with `digest`) created job `id`.
+    fn remember_idempotency_key(&self, key: &str, digest: [u8; 32], id: JobId);
 }

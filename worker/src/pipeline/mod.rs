@@ -96,6 +96,34 @@ pub enum SubmitError {
     NeverFits { circuit: String, need: u64, budget: u64 },
     #[error("the engine is shutting down")]
     ShuttingDown,
+    #[error(
+        "idempotency key '{key}' was used for another request (job {job}); use a new key for a new request"
+    )]
+    KeyReused { key: String, job: JobId },
+}
+
+/// A client's idempotency key and the digest of its request.
+#[derive(Clone, Debug)]
+pub struct Idempotency {
+    pub key: String,
+    pub digest: [u8; 32],
+}
+
+/// What a submission did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Submitted {
+    /// A new job.
+    New(JobId),
+    /// The job an earlier request with the same idempotency key created.
+    Existing(JobId),
+}
+
+impl Submitted {
+    pub fn id(self) -> JobId {
+        match self {
+            Submitted::New(id) | Submitted::Existing(id) => id,
+        }
+    }
 }
 
 /// Why a key could not be held resident against the memory budget.
@@ -175,6 +203,8 @@ struct Shared {
     /// Draining: no new jobs, accepted ones run on.
     shutdown_requested: AtomicBool,
     jobs: Arc<dyn JobStore>,
+    /// Serialises idempotent submissions (check, then submit and record).
+    idempotent: Mutex<()>,
     devices: Vec<Arc<Device>>,
 }
 
@@ -226,6 +256,7 @@ impl Engine {
             shutdown: AtomicBool::new(false),
             shutdown_requested: AtomicBool::new(false),
             jobs,
+            idempotent: Mutex::new(()),
             devices: backends.iter().map(|b| Device::new(b.clone(), metrics.clone())).collect(),
             config,
             metrics,
@@ -315,6 +346,31 @@ impl Engine {
     /// The most recent jobs, newest first.
     pub fn recent_jobs(&self, n: usize) -> Vec<JobStatus> {
         self.shared.jobs.recent(n).iter().map(|j| j.status()).collect()
+    }
+
+    /// Submits `spec` unless a job was already submitted under the same
+    /// idempotency key: then that job, if the request was the same, or
+    /// `KeyReused`. Checked and recorded under one lock, so two concurrent
+    /// retries make one job.
+    pub fn submit_once(&self, spec: JobSpec, idem: Idempotency) -> Result<Submitted, SubmitError> {
+        let _one_at_a_time = self.shared.idempotent.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(earlier) = self.earlier_submission(&idem) {
+            return earlier;
+        }
+        let id = self.submit(spec)?;
+        self.shared.jobs.remember_idempotency_key(&idem.key, idem.digest, id);
+        Ok(Submitted::New(id))
+    }
+
+    /// The outcome of an earlier submission under `idem`'s key, if any: its
+    /// job for the same request, `KeyReused` for another.
+    pub fn earlier_submission(&self, idem: &Idempotency) -> Option<Result<Submitted, SubmitError>> {
+        let (job, digest) = self.shared.jobs.by_idempotency_key(&idem.key)?;
+        Some(if digest == idem.digest {
+            Ok(Submitted::Existing(job))
+        } else {
+            Err(SubmitError::KeyReused { key: idem.key.clone(), job })
+        })
     }
 
     /// Jobs not yet ended.
