@@ -71,7 +71,8 @@ pub struct Snapshot {
     pub buffers: ClassCounts,
     pub buffer_bytes: ClassCounts,
     pub reserved_bytes: u64,
-    /// The part of `reserved_bytes` held by resident proving keys.
+    /// The part of `reserved_bytes` the served circuits hold resident (their
+    /// proving keys, and what their kinds keep beside them: recorded matrices).
     pub key_bytes: u64,
     pub budget_bytes: u64,
     pub rss_bytes: u64,
@@ -150,12 +151,15 @@ impl Service {
         let engine = Engine::start(config.pipeline.clone(), backends.clone(), metrics.clone())?;
         let mut circuits = BTreeMap::new();
         for (name, kind) in kinds {
+            // The budget holds all the kind keeps resident (key and recorded
+            // matrices); provd_srs_bytes reports the key alone.
             let bytes = kind.resident_bytes();
             let hold = engine.hold_key(&name, bytes)?;
-            metrics.srs_bytes.with_label_values(&[&name, "host"]).set(bytes as i64);
+            let key_bytes = kind.key().resident_bytes() as u64;
+            metrics.srs_bytes.with_label_values(&[&name, "host"]).set(key_bytes as i64);
             metrics.srs_bytes.with_label_values(&[&name, "device"]).set(0);
             let verifier = Arc::new(Verifier::new(&kind.key().vk));
-            tracing::info!(circuit = %name, kind = kind.kind(), key_mib = bytes >> 20, "serving");
+            tracing::info!(circuit = %name, kind = kind.kind(), key_mib = key_bytes >> 20, resident_mib = bytes >> 20, "serving");
             anyhow::ensure!(
                 circuits.insert(name.clone(), Served { kind, verifier, _budget: hold }).is_none(),
                 "two circuits are named '{name}'"
@@ -408,7 +412,7 @@ impl Service {
         let count = |v: &prometheus::IntCounterVec, o: Outcome| v.with_label_values(&[o.name()]).get();
         Snapshot {
             t: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
-            stages: crate::pipeline::STAGES
+            stages: crate::pipeline::Stage::IN_PIPELINE
                 .iter()
                 .map(|st| (st.name(), m.partitions_in_stage.with_label_values(&[st.name()]).get()))
                 .collect(),
