@@ -61,12 +61,16 @@ impl ProveBench {
             let public = w.public_inputs().to_vec();
             let pending = backend.prove_start(key, w)?;
             let t_start = t.elapsed();
-            let device = pending.device_seconds.map(Duration::from_secs_f64);
+            let started_on_device = pending.device_seconds;
             let finished = backend.prove_finish(key, pending, Blinding::random(&mut rand::rngs::OsRng))?;
-            let (proof, device) = match (device, finished.device_seconds.map(Duration::from_secs_f64)) {
-                (Some(a), Some(b)) => (finished.proof, Some(a + b)),
-                (d, e) => (finished.proof, d.or(e)),
-            };
+            let (proof, device) = (
+                finished.proof,
+                [started_on_device, finished.device_seconds]
+                    .into_iter()
+                    .flatten()
+                    .reduce(|a, b| a + b)
+                    .map(Duration::from_secs_f64),
+            );
             let t_total = t.elapsed();
             let t = Instant::now();
             verifier.verify(&proof, &public).context("provd proof did not verify")?;

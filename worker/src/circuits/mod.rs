@@ -59,13 +59,19 @@ pub trait CircuitKind: Send + Sync {
     /// witness, for the client.
     fn partition(&self, index: usize, witness: serde_json::Value) -> Result<SynthesisFn, WitnessError>;
 
-    /// One proof as the job document carries it. The default is bellperson's
-    /// 192-byte encoding in hex and the public inputs as `0x` hex strings.
-    fn proof_json(&self, proof: &Proof, public_inputs: &[Scalar]) -> serde_json::Value {
-        serde_json::json!({
-            "proof": hex::encode(proof.to_bytes()),
-            "public_inputs": public_inputs.iter().map(format_scalar).collect::<Vec<_>>(),
-        })
+    /// One proof's fields in the job document's partition. The default is
+    /// bellperson's 192-byte encoding in hex and the public inputs as `0x` hex
+    /// strings.
+    fn proof_json(
+        &self,
+        proof: &Proof,
+        public_inputs: &[Scalar],
+    ) -> serde_json::Map<String, serde_json::Value> {
+        let inputs: Vec<String> = public_inputs.iter().map(format_scalar).collect();
+        serde_json::Map::from_iter([
+            ("proof".to_string(), hex::encode(proof.to_bytes()).into()),
+            ("public_inputs".to_string(), inputs.into()),
+        ])
     }
 
     /// The verifying key encodings this kind offers; the first is the default.

@@ -166,7 +166,11 @@ impl Matrices {
         if unsatisfied.is_some() {
             return match super::synthesize(reference) {
                 Err(e) => Err(e),
-                Ok(_) => Err(ProveError::Synthesis(SynthesisError::Unsatisfiable)),
+                // The recorder accepts what the products refuse: the circuit's
+                // constraints depend on its witness, so recorded matrices cannot serve it.
+                Ok(_) => Err(ProveError::KeyMismatch(
+                    "the circuit's constraints differ from its recorded matrices (they depend on the witness)".into(),
+                )),
             };
         }
         Ok(Synthesized {
@@ -196,8 +200,9 @@ impl ConstraintSystem<Scalar> for Recording {
         A: FnOnce() -> AR,
         AR: Into<String>,
     {
-        if self.m.aux as u32 >= AUX {
-            return Err(SynthesisError::Unsatisfiable);
+        if self.m.aux >= AUX as usize {
+            // Aux indices share a u32 column with the AUX tag: 2^31 at most.
+            return Err(SynthesisError::PolynomialDegreeTooLarge);
         }
         self.m.aux += 1;
         Ok(Variable::new_unchecked(Index::Aux(self.m.aux - 1)))

@@ -81,15 +81,12 @@ impl JobView {
             .partitions
             .iter()
             .map(|p| {
-                let result = results.then(|| {
-                    let encoded = match (&p.proof, kind) {
-                        (Some(proof), Some(kind)) => kind.proof_json(proof, &p.public_inputs),
-                        _ => serde_json::json!({ "proof": null, "public_inputs": null }),
-                    };
-                    match encoded {
-                        Value::Object(m) => m,
-                        other => serde_json::Map::from_iter([("proof".to_string(), other)]),
-                    }
+                let result = results.then(|| match (&p.proof, kind) {
+                    (Some(proof), Some(kind)) => kind.proof_json(proof, &p.public_inputs),
+                    _ => serde_json::Map::from_iter([
+                        ("proof".to_string(), Value::Null),
+                        ("public_inputs".to_string(), Value::Null),
+                    ]),
                 });
                 PartitionView {
                     stage: p.stage,

@@ -32,7 +32,6 @@ pub struct DeviceStatus {
     pub in_service: bool,
     /// Why it is out of service.
     pub reason: Option<String>,
-    pub faults_in_a_row: u32,
 }
 
 impl Device {
@@ -81,7 +80,6 @@ impl Device {
             name: self.name().to_string(),
             in_service: self.in_service(),
             reason: self.reason.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-            faults_in_a_row: self.faults_in_a_row.load(Ordering::Acquire),
         }
     }
 }

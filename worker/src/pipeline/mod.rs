@@ -38,9 +38,6 @@ use devices::Device;
 pub use devices::DeviceStatus;
 use memory::{Budget, Reservation};
 
-/// The stages an admitted partition is counted in (`provd_partitions_in_stage`).
-pub const STAGES: [Stage; 4] = Stage::IN_PIPELINE;
-
 /// Counts a partition in one stage for as long as it lives.
 struct InStage(prometheus::IntGauge);
 

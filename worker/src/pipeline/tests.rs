@@ -54,7 +54,7 @@ fn engine(config: PipelineConfig, gpu_delay: Duration) -> Engine {
 fn assert_all_released(e: &Engine) {
     // Guards drop on the worker threads just after a job ends; allow a moment.
     let in_stages = || {
-        STAGES
+        Stage::IN_PIPELINE
             .iter()
             .map(|st| e.metrics().partitions_in_stage.with_label_values(&[st.name()]).get())
             .sum::<i64>()
@@ -77,7 +77,7 @@ fn assert_all_released(e: &Engine) {
         assert_eq!(m.buffer_bytes.with_label_values(&[c.name()]).get(), 0, "{} bytes gauge", c.name());
     }
     assert_eq!(m.memory_reserved_bytes.get(), 0);
-    for stage in STAGES {
+    for stage in Stage::IN_PIPELINE {
         let left = m.partitions_in_stage.with_label_values(&[stage.name()]).get();
         assert_eq!(left, 0, "partitions in {}", stage.name());
     }
