@@ -183,17 +183,26 @@ enum Scaling {
     InverseCosetOverN,
     /// 1 / n
     OverN,
+    /// ω₂ₙ^i / n: an unscaled inverse NTT's output → the odd 2n-th roots.
+    OddCosetOverN,
 }
 
 /// The NTT engine of one device: kernels and cached per-size tables.
 pub struct Ntt {
     gpu: Arc<Gpu>,
+    root: TwoAdicRoot,
     tables: HashMap<u32, Tables>,
 }
 
 impl Ntt {
+    /// An engine on bellperson's roots of unity.
     pub fn new(gpu: Arc<Gpu>) -> Self {
-        Self { gpu, tables: HashMap::new() }
+        Self::with_root(gpu, TwoAdicRoot::Seven)
+    }
+
+    /// An engine whose domains are built on `root`.
+    pub fn with_root(gpu: Arc<Gpu>, root: TwoAdicRoot) -> Self {
+        Self { gpu, root, tables: HashMap::new() }
     }
 
     /// Builds the tables of size 2^log_n now, so that timings exclude them.
@@ -204,7 +213,7 @@ impl Ntt {
     fn tables(&mut self, log_n: u32) -> Result<&mut Tables, GpuError> {
         if !self.tables.contains_key(&log_n) {
             let half = 1usize << log_n.saturating_sub(1);
-            let omega = root_of_unity(log_n);
+            let omega = self.root.of_order(log_n);
             let twiddles = self.fill_powers(half, Scalar::ONE, omega)?;
             self.tables.insert(log_n, Tables { twiddles, powers: HashMap::new(), spare: None });
         }
@@ -260,6 +269,7 @@ impl Ntt {
             Scaling::CosetOverN => (n_inv, g),
             Scaling::InverseCosetOverN => (n_inv, g.invert().unwrap()),
             Scaling::OverN => (n_inv, Scalar::ONE),
+            Scaling::OddCosetOverN => (n_inv, self.root.of_order(log_n + 1)),
         };
         if !self.tables(log_n)?.powers.contains_key(&scaling) {
             let t = self.power_tables(n, c, x)?;
@@ -421,25 +431,10 @@ impl Ntt {
         mut c: FrBuffer,
     ) -> Result<Order, GpuError> {
         let log_n = a.log_n;
-        if b.log_n != log_n || c.log_n != log_n {
-            return Err(GpuError::Invalid("a, b and c must have the same length".into()));
-        }
-        for v in [&mut *a, &mut b, &mut c] {
-            // evaluations → coefficients (bit-reversed, unscaled) → ·g^i/n → coset evaluations (natural)
-            self.transform(v, Order::Natural, true)?;
-            self.scale(v, Scaling::CosetOverN, Order::BitReversed)?;
-            self.transform(v, Order::BitReversed, false)?;
-        }
-        let n = 1usize << log_n;
+        self.move_to_coset([&mut *a, &mut b, &mut c], Scaling::CosetOverN)?;
         let g = Scalar::MULTIPLICATIVE_GENERATOR;
-        let z_inv = (g.pow_vartime([n as u64]) - Scalar::ONE).invert().unwrap().to_raw();
-        let f = self.gpu.function("quotient_pointwise")?;
-        let n32 = n as u32;
-        let mut lb = self.gpu.stream().launch_builder(&f);
-        lb.arg(&mut a.data).arg(&b.data).arg(&c.data).arg(&z_inv).arg(&n32);
-        unsafe { lb.launch(LaunchConfig::for_num_elems(n32)) }
-            .map(drop)
-            .during("launching quotient_pointwise")?;
+        let z_inv = (g.pow_vartime([1u64 << log_n]) - Scalar::ONE).invert().unwrap();
+        self.pointwise(a, &b, &c, z_inv)?;
         drop((b, c));
         self.transform(a, Order::Natural, true)?;
         self.scale(a, Scaling::InverseCosetOverN, Order::BitReversed)?;
@@ -447,13 +442,100 @@ impl Ntt {
     }
 }
 
-/// The primitive 2^log_n-th root of unity of Fr.
-pub fn root_of_unity(log_n: u32) -> Scalar {
-    let mut omega = Scalar::ROOT_OF_UNITY;
-    for _ in log_n..Scalar::S {
-        omega = omega.square();
+impl Ntt {
+    /// snarkjs's H scalars: given A, B, C as evaluations on the domain
+    /// (natural order), A·B − C at the odd 2n-th roots ω₂ₙ·ω^i, **in natural
+    /// order** (the order of a zkey's H bases). a is overwritten with the
+    /// result; b and c are consumed.
+    pub fn odd_coset_evaluations(
+        &mut self,
+        a: &mut FrBuffer,
+        mut b: FrBuffer,
+        mut c: FrBuffer,
+    ) -> Result<Order, GpuError> {
+        self.move_to_coset([&mut *a, &mut b, &mut c], Scaling::OddCosetOverN)?;
+        self.pointwise(a, &b, &c, Scalar::ONE)?;
+        Ok(Order::Natural)
     }
-    omega
+
+    /// Evaluations on the domain (natural order) → evaluations on a coset
+    /// (natural order): an inverse transform to bit-reversed coefficients
+    /// (unscaled), `scaling` (the shift's powers and 1/n), a forward transform.
+    fn move_to_coset(&mut self, abc: [&mut FrBuffer; 3], scaling: Scaling) -> Result<(), GpuError> {
+        if abc[1].log_n != abc[0].log_n || abc[2].log_n != abc[0].log_n {
+            return Err(GpuError::Invalid("a, b and c must have the same length".into()));
+        }
+        for v in abc {
+            self.transform(v, Order::Natural, true)?;
+            self.scale(v, scaling, Order::BitReversed)?;
+            self.transform(v, Order::BitReversed, false)?;
+        }
+        Ok(())
+    }
+
+    /// a ← (a·b − c)·k, elementwise.
+    fn pointwise(&self, a: &mut FrBuffer, b: &FrBuffer, c: &FrBuffer, k: Scalar) -> Result<(), GpuError> {
+        let n32 = 1u32 << a.log_n;
+        let k = k.to_raw();
+        let f = self.gpu.function("quotient_pointwise")?;
+        let mut lb = self.gpu.stream().launch_builder(&f);
+        lb.arg(&mut a.data).arg(&b.data).arg(&c.data).arg(&k).arg(&n32);
+        unsafe { lb.launch(LaunchConfig::for_num_elems(n32)) }
+            .map(drop)
+            .during("launching quotient_pointwise")
+    }
+}
+
+/// Which primitive 2^32-th root of unity of Fr the domains are built on. Fr
+/// has many; a prover must use the one its key's setup interpolated with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TwoAdicRoot {
+    /// 7^t (t = (r − 1)/2^32): blstrs's `ROOT_OF_UNITY`, used by bellperson
+    /// and Filecoin.
+    #[default]
+    Seven,
+    /// 5^t: ffjavascript's (5 is Fr's smallest non-residue), used by snarkjs.
+    Five,
+}
+
+impl TwoAdicRoot {
+    /// The primitive 2^log_n-th root of unity on this root's chain.
+    pub fn of_order(self, log_n: u32) -> Scalar {
+        assert!(log_n <= Scalar::S, "Fr has no 2^{log_n}-th root of unity");
+        let mut omega = match self {
+            TwoAdicRoot::Seven => Scalar::ROOT_OF_UNITY,
+            TwoAdicRoot::Five => {
+                let t = ((Scalar::ZERO - Scalar::ONE).to_repr(), Scalar::S);
+                Scalar::from(5u64).pow_vartime(shift_right(t.0, t.1))
+            }
+        };
+        for _ in log_n..Scalar::S {
+            omega = omega.square();
+        }
+        omega
+    }
+}
+
+/// A little-endian 256-bit integer shifted right by `k` bits, as u64 limbs.
+fn shift_right(le: <Scalar as PrimeField>::Repr, k: u32) -> [u64; 4] {
+    let mut limbs = [0u64; 4];
+    for (l, c) in limbs.iter_mut().zip(le.as_ref().chunks_exact(8)) {
+        *l = u64::from_le_bytes(c.try_into().unwrap());
+    }
+    let (words, bits) = ((k / 64) as usize, k % 64);
+    let mut out = [0u64; 4];
+    for i in 0..4 - words {
+        let lo = limbs[i + words] >> bits;
+        let hi = if bits > 0 && i + words + 1 < 4 { limbs[i + words + 1] << (64 - bits) } else { 0 };
+        out[i] = lo | hi;
+    }
+    out
+}
+
+/// The primitive 2^log_n-th root of unity of Fr that bellperson uses
+/// ([`TwoAdicRoot::Seven`]).
+pub fn root_of_unity(log_n: u32) -> Scalar {
+    TwoAdicRoot::Seven.of_order(log_n)
 }
 
 #[cfg(test)]
@@ -461,6 +543,19 @@ mod tests {
     use super::*;
 
     /// The host's launch arithmetic mirrors constants of `cuda/ntt.cu`.
+    #[test]
+    fn both_roots_are_primitive_and_differ() {
+        for root in [TwoAdicRoot::Seven, TwoAdicRoot::Five] {
+            let w = root.of_order(Scalar::S);
+            assert_eq!(w.pow_vartime([1u64 << 31]), -Scalar::ONE, "{root:?}");
+        }
+        assert_ne!(TwoAdicRoot::Seven.of_order(4), TwoAdicRoot::Five.of_order(4));
+        // ffjavascript's 2^32-th root, as snarkjs prints it (Fr.w[Fr.s]).
+        let five = TwoAdicRoot::Five.of_order(Scalar::S);
+        let want = "937917089079007706106976984802249742464848817460758522850752807661925904159";
+        assert_eq!(five, Scalar::from_str_vartime(want).unwrap());
+    }
+
     #[test]
     fn host_constants_match_the_kernels() {
         let src = crate::compile::kernel_source();

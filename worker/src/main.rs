@@ -101,11 +101,32 @@ enum Command {
         #[arg(long)]
         public: PathBuf,
     },
+    /// circom circuits set up with snarkjs: drop-ins for `snarkjs groth16 ...`.
+    Groth16 {
+        #[command(subcommand)]
+        command: Groth16Command,
+    },
     /// Benchmarks: each prints a table and writes JSON.
     Bench {
         #[command(subcommand)]
         command: BenchCommand,
     },
+}
+
+#[derive(Subcommand)]
+enum Groth16Command {
+    /// As `snarkjs groth16 prove`: a BLS12-381 zkey and a witness in, snarkjs's
+    /// proof.json and public.json out (the proof verified before it is written).
+    Prove {
+        zkey: PathBuf,
+        wtns: PathBuf,
+        proof: PathBuf,
+        public: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// As `snarkjs zkey export verificationkey`: verification_key.json for a zkey.
+    ExportVk { zkey: PathBuf, out: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -284,6 +305,7 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
             }
         }
         Command::Verify { vk, proof, public } => return verify(&vk, &proof, &public),
+        Command::Groth16 { command } => groth16(command)?,
         Command::Params { command: ParamsCommand::Gen { circuit, force, vs, data_dir } } => {
             let path = params::key_path(&data_dir, circuit);
             if force && path.exists() {
@@ -335,6 +357,46 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
 }
 
 /// `provd verify`: exit 0 for a valid proof, 1 for an invalid one.
+fn groth16(command: Groth16Command) -> anyhow::Result<()> {
+    use provd::circuits::circom::{self, json, Witness};
+    let read_zkey = |path: &PathBuf| {
+        circom::read_zkey(path).with_context(|| format!("reading the zkey {}", path.display()))
+    };
+    let write_json = |path: &PathBuf, value: &serde_json::Value| {
+        let text = serde_json::to_string_pretty(value).expect("JSON values encode");
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    };
+    match command {
+        Groth16Command::Prove { zkey, wtns, proof, public, common } => {
+            let (key, circuit) = read_zkey(&zkey)?;
+            let bytes = std::fs::read(&wtns).with_context(|| format!("reading {}", wtns.display()))?;
+            let witness = Witness::parse(&bytes, circuit.witness_len())
+                .with_context(|| format!("the witness {}", wtns.display()))?;
+            let prover =
+                provd::Prover::with_options(common.backend, &common.data_dir, &common.cuda_options())?;
+            if let Some(why) = prover.fallback_reason() {
+                eprintln!("proving on the CPU: {why}");
+            }
+            let t = Instant::now();
+            let proved = prover.prove_synthesized(&key, circuit.synthesize(&witness))?;
+            write_json(&proof, &json::proof(&proved.proof))?;
+            write_json(&public, &json::public(&proved.public_inputs))?;
+            eprintln!(
+                "proof verified ({} backend, {:.1} ms) and written to {}, public signals to {}",
+                prover.backend_name(),
+                t.elapsed().as_secs_f64() * 1e3,
+                proof.display(),
+                public.display()
+            );
+        }
+        Groth16Command::ExportVk { zkey, out } => {
+            let (key, _) = read_zkey(&zkey)?;
+            write_json(&out, &json::verification_key(&key.vk))?;
+        }
+    }
+    Ok(())
+}
+
 fn verify(
     vk: &std::path::Path,
     proof: &std::path::Path,

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use blstrs::Scalar;
 
 use crate::backend::{self, Backend, BackendChoice, CudaOptions};
-use crate::groth16::{Proof, ProveError, ProvingKey, Verifier, VerifyError};
+use crate::groth16::{Proof, ProveError, ProvingKey, Synthesized, Verifier, VerifyError};
 
 /// Proves bellperson circuits on one backend. Every proof is checked with
 /// the key's verifying key before it is returned.
@@ -113,7 +113,16 @@ impl Prover {
     where
         C: bellperson::Circuit<Scalar>,
     {
-        let (proof, public_inputs) = backend::prove(self.backend.as_ref(), key, circuit)?;
+        self.prove_synthesized(key, crate::groth16::synthesize(circuit)?)
+    }
+
+    /// Proves an already synthesized witness (a, b, c and the assignment,
+    /// as a circuit kind's synthesis makes them) under `key` and verifies it.
+    pub fn prove_synthesized(&self, key: &ProvingKey, witness: Synthesized) -> Result<VerifiedProof, ProverError> {
+        let public_inputs = witness.public_inputs().to_vec();
+        let pending = self.backend.prove_start(key, witness)?;
+        let blind = crate::groth16::Blinding::random(&mut rand::rngs::OsRng);
+        let proof = self.backend.prove_finish(key, pending, blind)?.proof;
         self.verifier(key)
             .verify(&proof, &public_inputs)
             .map_err(|reason| ProverError::Invalid { backend: self.backend.name().to_string(), reason })?;

@@ -17,7 +17,7 @@ impl Backend for CpuBackend {
 
     fn prove_start(&self, key: &ProvingKey, witness: Synthesized) -> Result<PendingProof, ProveError> {
         key.check_matches(&witness)?;
-        let domain = Domain::for_constraints(witness.num_constraints())?;
+        let domain = Domain::for_constraints(witness.num_constraints(), key.reduction.root())?;
         let ([a, b, c], assignment, a_aux_density) = split(witness);
         let h = key.reduction.quotient(&domain, a, b, c);
         let g1 = msm::g1_parts(key, &h, &assignment, &a_aux_density);

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use blstrs::{G1Affine, Scalar};
+use provd_kernels::ntt::TwoAdicRoot;
 use provd_kernels::{FrBuffer, G1Bases, G2Bases, Gpu, GpuError, Msm, Ntt, Order, Timer};
 
 use super::{Backend, CudaOptions, G2Placement};
@@ -36,7 +37,8 @@ pub struct CudaBackend {
 }
 
 struct State {
-    ntt: Ntt,
+    /// NTT engines by the roots of unity their keys were set up on.
+    ntts: HashMap<TwoAdicRoot, Ntt>,
     /// CUDA events around each piece of device work, for the device's busy time.
     timer: Timer,
     /// Resident keys, least recently used first.
@@ -63,8 +65,17 @@ pub struct ResidentKey {
     pub uploads: u64,
 }
 
-/// A proving key's G1 bases on the device. H's bases are stored in
-/// bit-reversed order, the order in which the NTT chain leaves H.
+/// The order in which the device's NTT chain leaves H's scalars, and so the
+/// order of the key's H bases on the device.
+fn h_order(reduction: Reduction) -> Order {
+    match reduction {
+        Reduction::Bellperson => Order::BitReversed,
+        Reduction::Snarkjs => Order::Natural,
+    }
+}
+
+/// A proving key's G1 bases on the device. H's bases are stored in the
+/// order of [`h_order`].
 struct DeviceKey {
     fingerprint: [u8; 32],
     h: G1Bases,
@@ -88,11 +99,15 @@ impl DeviceKey {
     fn upload(gpu: &Gpu, key: &ProvingKey, b_inputs: usize, g2: G2Placement) -> Result<Self, GpuError> {
         let n = key.domain_size();
         let log_n = n.trailing_zeros();
-        // position p holds the base of coefficient bitrev(p); coefficient n−1
-        // has no base (it is always zero), so it gets the identity.
+        // position p holds the base of scalar i (bitrev(p) when bit-reversed);
+        // a scalar with no base (bellperson's coefficient n−1, always zero)
+        // gets the identity.
         let mut h = vec![G1Affine::default(); n];
         for (p, slot) in h.iter_mut().enumerate() {
-            let i = if log_n == 0 { 0 } else { p.reverse_bits() >> (usize::BITS - log_n) };
+            let i = match h_order(key.reduction) {
+                Order::BitReversed if log_n > 0 => p.reverse_bits() >> (usize::BITS - log_n),
+                _ => p,
+            };
             if let Some(b) = key.h.get(i) {
                 *slot = *b;
             }
@@ -146,7 +161,7 @@ impl CudaBackend {
             msm: Msm::new(gpu.clone()),
             options,
             state: Mutex::new(State {
-                ntt: Ntt::new(gpu.clone()),
+                ntts: HashMap::new(),
                 timer: gpu.timer()?,
                 keys: Vec::new(),
                 uploads: HashMap::new(),
@@ -213,26 +228,27 @@ impl CudaBackend {
         Ok(state.keys.len() - 1)
     }
 
-    /// H's coefficients left on the device, in bit-reversed order.
+    /// H's scalars left on the device, in the order of the key's H bases on it.
     fn quotient_on_device(
         &self,
-        ntt: &mut Ntt,
+        ntts: &mut HashMap<TwoAdicRoot, Ntt>,
         reduction: Reduction,
         log_n: u32,
         a: &[Scalar],
         b: &[Scalar],
         c: &[Scalar],
     ) -> Result<FrBuffer, GpuError> {
-        match reduction {
-            Reduction::Bellperson => {
-                let mut da = FrBuffer::upload_padded(&self.gpu, a, log_n)?;
-                let db = FrBuffer::upload_padded(&self.gpu, b, log_n)?;
-                let dc = FrBuffer::upload_padded(&self.gpu, c, log_n)?;
-                let order = ntt.quotient(&mut da, db, dc)?;
-                debug_assert_eq!(order, Order::BitReversed);
-                Ok(da)
-            }
-        }
+        let mut da = FrBuffer::upload_padded(&self.gpu, a, log_n)?;
+        let db = FrBuffer::upload_padded(&self.gpu, b, log_n)?;
+        let dc = FrBuffer::upload_padded(&self.gpu, c, log_n)?;
+        let root = reduction.root();
+        let ntt = ntts.entry(root).or_insert_with(|| Ntt::with_root(self.gpu.clone(), root));
+        let order = match reduction {
+            Reduction::Bellperson => ntt.quotient(&mut da, db, dc)?,
+            Reduction::Snarkjs => ntt.odd_coset_evaluations(&mut da, db, dc)?,
+        };
+        debug_assert_eq!(order, h_order(reduction));
+        Ok(da)
     }
 
     fn start(&self, key: &ProvingKey, witness: Synthesized) -> Result<PendingProof, ProveError> {
@@ -240,12 +256,12 @@ impl CudaBackend {
         let ([a, b, c], asg, a_aux_density) = split(witness);
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let slot = self.make_resident(&mut state, key, asg.b_input_density.ones())?;
-        let State { ntt, keys, timer, .. } = &mut *state;
+        let State { ntts, keys, timer, .. } = &mut *state;
         let mut clock = DeviceClock { timer, ms: 0.0 };
         let dk = &keys[slot];
         let msm = &self.msm;
         let g1 = (|| -> Result<G1Parts, GpuError> {
-            let h_coeffs = clock.time(|| self.quotient_on_device(ntt, key.reduction, log_n, &a, &b, &c))?;
+            let h_coeffs = clock.time(|| self.quotient_on_device(ntts, key.reduction, log_n, &a, &b, &c))?;
             drop((a, b, c)); // a/b/c freed right after the NTT stage
             let h = clock.time(|| msm.run_device(&dk.h, h_coeffs.raw(), h_coeffs.len()))?;
             drop(h_coeffs);
@@ -361,13 +377,15 @@ mod tests {
     use ff::Field;
     use rand::SeedableRng;
 
-    /// H's coefficients (natural order, n − 1 of them) from a/b/c evaluations.
-    fn quotient(gpu: &CudaBackend, log_n: u32, a: &[Scalar], b: &[Scalar], c: &[Scalar]) -> Vec<Scalar> {
+    /// H's scalars in natural order, as the CPU reference returns them.
+    fn quotient(gpu: &CudaBackend, r: Reduction, log_n: u32, a: &[Scalar], b: &[Scalar], c: &[Scalar]) -> Vec<Scalar> {
         let mut state = gpu.state.lock().unwrap();
-        let mut h = gpu.quotient_on_device(&mut state.ntt, Reduction::Bellperson, log_n, a, b, c).unwrap();
-        state.ntt.bit_reverse(&mut h).unwrap();
+        let mut h = gpu.quotient_on_device(&mut state.ntts, r, log_n, a, b, c).unwrap();
+        if h_order(r) == Order::BitReversed {
+            state.ntts[&r.root()].bit_reverse(&mut h).unwrap();
+        }
         let mut h = h.download(&gpu.gpu).unwrap();
-        h.truncate(h.len() - 1);
+        h.truncate(r.h_len(1 << log_n));
         h
     }
 
@@ -393,9 +411,12 @@ mod tests {
                 (0..len).map(|_| Scalar::random(&mut *rng)).collect::<Vec<_>>()
             };
             let (a, b, c) = (v(&mut rng), v(&mut rng), v(&mut rng));
-            let want = Reduction::Bellperson.quotient(&Domain::new(log_n), a.clone(), b.clone(), c.clone());
-            let got = quotient(&gpu, log_n, &a, &b, &c);
-            assert_eq!(got, want, "n=2^{log_n}");
+            for r in [Reduction::Bellperson, Reduction::Snarkjs] {
+                let domain = Domain::on(log_n, r.root());
+                let want = r.quotient(&domain, a.clone(), b.clone(), c.clone());
+                let got = quotient(&gpu, r, log_n, &a, &b, &c);
+                assert_eq!(got, want, "{r:?}, n=2^{log_n}");
+            }
         }
     }
 

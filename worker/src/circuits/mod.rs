@@ -1,5 +1,5 @@
-//! The circuits a worker serves. Each is a *kind* (today `bench`) plus the
-//! kind's files, named in the config's `[[circuits]]` entries.
+//! The circuits a worker serves. Each is a *kind* (`bench`, `circom`) plus
+//! the kind's files, named in the config's `[[circuits]]` entries.
 //!
 //! A kind implements [`CircuitKind`]: it owns loading and checking its key,
 //! the per-partition footprint, decoding a partition's witness from a request
@@ -9,6 +9,7 @@
 //! here and a variant of [`CircuitConfig`]; nothing else changes.
 
 mod bench;
+pub mod circom;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use blstrs::Scalar;
 use serde::Deserialize;
 
 pub use bench::{BenchCircuit, BenchConfig, BenchKind, Builtin, UnknownCircuit};
+pub use circom::{CircomConfig, CircomKind};
 
 use crate::groth16::{Proof, ProvingKey};
 use crate::pipeline::{Footprint, SynthesisFn};
@@ -59,6 +61,20 @@ pub trait CircuitKind: Send + Sync {
     /// witness, for the client.
     fn partition(&self, index: usize, witness: serde_json::Value) -> Result<SynthesisFn, WitnessError>;
 
+    /// Size in bytes of one partition's witness sent as a binary body
+    /// (`application/octet-stream`), or `None` if the kind takes JSON only.
+    /// The body limit for such a request follows from it.
+    fn binary_witness_bytes(&self) -> Option<u64> {
+        None
+    }
+
+    /// Decodes partition `index`'s witness from a binary body (see
+    /// [`CircuitKind::binary_witness_bytes`]).
+    fn partition_from_bytes(&self, index: usize, bytes: &[u8]) -> Result<SynthesisFn, WitnessError> {
+        let _ = bytes;
+        Err(WitnessError(format!("partition {index}: {} circuits take witnesses in JSON only", self.kind())))
+    }
+
     /// One proof's fields in the job document's partition. The default is
     /// bellperson's 192-byte encoding in hex and the public inputs as `0x` hex
     /// strings.
@@ -83,6 +99,10 @@ pub trait CircuitKind: Send + Sync {
     fn verifying_key(&self, encoding: VkEncoding) -> Option<Vec<u8>> {
         match encoding {
             VkEncoding::Bellperson => Some(self.key().vk.to_bytes()),
+            VkEncoding::Snarkjs => {
+                let json = circom::json::verification_key(&self.key().vk);
+                Some(serde_json::to_vec_pretty(&json).expect("JSON values encode"))
+            }
         }
     }
 }
@@ -92,20 +112,32 @@ pub trait CircuitKind: Send + Sync {
 pub enum VkEncoding {
     /// bellperson's `VerifyingKey::write` (binary, uncompressed points).
     Bellperson,
+    /// snarkjs's `verification_key.json`, for `snarkjs groth16 verify`.
+    Snarkjs,
 }
 
 impl VkEncoding {
-    pub const ALL: [VkEncoding; 1] = [VkEncoding::Bellperson];
+    pub const ALL: [VkEncoding; 2] = [VkEncoding::Bellperson, VkEncoding::Snarkjs];
 
     pub fn name(self) -> &'static str {
         match self {
             VkEncoding::Bellperson => "bellperson",
+            VkEncoding::Snarkjs => "snarkjs",
         }
     }
 
     pub fn content_type(self) -> &'static str {
         match self {
             VkEncoding::Bellperson => "application/octet-stream",
+            VkEncoding::Snarkjs => "application/json",
+        }
+    }
+
+    /// The usual file name extension.
+    pub fn extension(self) -> &'static str {
+        match self {
+            VkEncoding::Bellperson => "vk",
+            VkEncoding::Snarkjs => "json",
         }
     }
 }
@@ -141,6 +173,8 @@ pub struct WitnessError(pub String);
 pub enum CircuitConfig {
     /// `kind = "bench"`: a built-in bench-K circuit.
     Bench(BenchConfig),
+    /// `kind = "circom"`: a circom circuit's snarkjs zkey.
+    Circom(CircomConfig),
 }
 
 impl CircuitConfig {
@@ -148,6 +182,7 @@ impl CircuitConfig {
     pub fn name(&self) -> &str {
         match self {
             CircuitConfig::Bench(c) => &c.name,
+            CircuitConfig::Circom(c) => &c.name,
         }
     }
 
@@ -156,6 +191,7 @@ impl CircuitConfig {
     pub fn load(&self, data_dir: &Path) -> Result<Arc<dyn CircuitKind>, LoadError> {
         match self {
             CircuitConfig::Bench(c) => Ok(Arc::new(BenchKind::load(c, data_dir)?)),
+            CircuitConfig::Circom(c) => Ok(Arc::new(CircomKind::load(c)?)),
         }
     }
 }
@@ -262,7 +298,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(f.circuits[0].name(), "bench-10");
-        let CircuitConfig::Bench(mine) = &f.circuits[1];
+        let CircuitConfig::Bench(mine) = &f.circuits[1] else { panic!("a bench entry") };
         assert_eq!((mine.log_size, mine.params.as_deref()), (Some(12), Some(Path::new("/k.params"))));
         for (bad, says) in [
             ("[[circuits]]\nname = \"bench-10\"\n", "missing field `kind`"),

@@ -24,22 +24,28 @@ pub struct Domain {
     /// The coset shift g (Fr's multiplicative generator, not a root of unity).
     shift: Scalar,
     shift_inv: Scalar,
+    root: TwoAdicRoot,
 }
 
 impl Domain {
     /// The smallest domain that holds `constraints` evaluations.
-    pub fn for_constraints(constraints: usize) -> Result<Self, ProveError> {
+    pub fn for_constraints(constraints: usize, root: TwoAdicRoot) -> Result<Self, ProveError> {
         let log_n = constraints.max(1).next_power_of_two().trailing_zeros();
         if log_n > Scalar::S {
             return Err(ProveError::DomainTooLarge { constraints });
         }
-        Ok(Self::new(log_n))
+        Ok(Self::on(log_n, root))
     }
 
-    /// The domain of size 2^log_n. Panics above 2^32 (Fr's two-adicity).
+    /// The domain of size 2^log_n on bellperson's roots of unity. Panics
+    /// above 2^32 (Fr's two-adicity).
     pub fn new(log_n: u32) -> Self {
-        assert!(log_n <= Scalar::S, "Fr has no 2^{log_n}-th root of unity");
-        let omega = root_of_unity(log_n);
+        Self::on(log_n, TwoAdicRoot::Seven)
+    }
+
+    /// The domain of size 2^log_n on the roots of unity of `root`.
+    pub fn on(log_n: u32, root: TwoAdicRoot) -> Self {
+        let omega = root.of_order(log_n);
         let n = 1usize << log_n;
         let shift = Scalar::MULTIPLICATIVE_GENERATOR;
         Self {
@@ -49,6 +55,7 @@ impl Domain {
             inv_twiddles: powers(omega.invert().unwrap(), n / 2),
             shift,
             shift_inv: shift.invert().unwrap(),
+            root,
         }
     }
 
@@ -101,6 +108,22 @@ impl Domain {
         transform(v, &self.twiddles);
     }
 
+    /// Evaluations at ω^i → evaluations at the odd 2n-th roots ω₂ₙ·ω^i
+    /// (snarkjs's coset, where Z = xⁿ − 1 is −2).
+    pub fn to_odd_coset(&self, v: &mut [Scalar]) {
+        self.check(v);
+        transform(v, &self.inv_twiddles);
+        distribute_powers(v, self.n_inv, self.root.of_order(self.log_n + 1));
+        transform(v, &self.twiddles);
+    }
+
+    /// Coefficients → evaluations at the odd 2n-th roots ω₂ₙ·ω^i.
+    pub fn to_odd_coset_from_coefficients(&self, v: &mut [Scalar]) {
+        self.check(v);
+        distribute_powers(v, Scalar::ONE, self.root.of_order(self.log_n + 1));
+        transform(v, &self.twiddles);
+    }
+
     /// 1 / Z(g·ω^i), the same for every i: Z(x) = x^n − 1 and (g·ω^i)^n = g^n.
     pub fn z_inv_on_coset(&self) -> Scalar {
         (self.shift.pow_vartime([self.size() as u64]) - Scalar::ONE).invert().unwrap()
@@ -112,7 +135,7 @@ impl Domain {
 }
 
 /// The primitive 2^log_n-th root of unity (one definition, shared with the GPU NTT).
-pub use provd_kernels::ntt::root_of_unity;
+pub use provd_kernels::ntt::{root_of_unity, TwoAdicRoot};
 
 /// [1, x, x^2, …, x^(len−1)], in parallel chunks.
 fn powers(x: Scalar, len: usize) -> Vec<Scalar> {

@@ -40,7 +40,8 @@ pub struct VerifyingKey {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProvingKey {
     pub vk: VerifyingKey,
-    /// τ^i·Z(τ)/δ for i in 0..n−1, n the domain size.
+    /// The H bases: τ^i·Z(τ)/δ for i in 0..n−1 (n the domain size) for
+    /// [`Reduction::Bellperson`]; n bases for [`Reduction::Snarkjs`].
     pub h: Vec<G1Affine>,
     /// (β·u_i + α·v_i + w_i)/δ for each aux variable.
     pub l: Vec<G1Affine>,
@@ -87,7 +88,7 @@ impl VerifyingKey {
 impl ProvingKey {
     /// The evaluation domain size the key was made for.
     pub fn domain_size(&self) -> usize {
-        self.h.len() + 1
+        self.reduction.domain_size(self.h.len())
     }
 
     /// Host bytes the key's points occupy (what "SRS bytes resident" reports).
@@ -131,7 +132,7 @@ impl ProvingKey {
         expect("IC points (public inputs + 1)", self.vk.ic.len(), inputs)?;
         expect("L points (aux variables)", self.l.len(), s.aux_assignment.len())?;
         let domain = s.num_constraints().max(1).next_power_of_two();
-        expect("H points (domain size − 1)", self.h.len(), domain - 1)?;
+        expect("H points", self.h.len(), self.reduction.h_len(domain))?;
         expect("A points", self.a.len(), inputs + s.a_aux_density.ones())?;
         let b = s.b_input_density.ones() + s.b_aux_density.ones();
         expect("B(G1) points", self.b_g1.len(), b)?;

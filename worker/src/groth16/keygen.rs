@@ -13,7 +13,7 @@ use group::{Curve, Group};
 use rand_core::RngCore;
 use rayon::prelude::*;
 
-use super::domain::{root_of_unity, Domain};
+use super::domain::{root_of_unity, Domain, TwoAdicRoot};
 use super::error::ProveError;
 use super::key::{ProvingKey, VerifyingKey};
 
@@ -29,7 +29,7 @@ where
     for i in 0..cs.inputs.len() {
         cs.enforce(|| "", |lc| lc + Variable::new_unchecked(Index::Input(i)), |lc| lc, |lc| lc);
     }
-    let domain = Domain::for_constraints(cs.constraints)?;
+    let domain = Domain::for_constraints(cs.constraints, TwoAdicRoot::Seven)?;
     let n = domain.size();
 
     let [tau, alpha, beta, gamma, delta] = [(); 5].map(|_| nonzero(rng));

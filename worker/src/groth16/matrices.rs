@@ -12,59 +12,8 @@ use ff::Field;
 use rayon::prelude::*;
 
 use super::error::ProveError;
+use super::sparse::{Column, SparseMatrix};
 use super::synthesis::{Density, Synthesized};
-
-/// A column: input `i` is `i`, aux `i` is `AUX | i` (a circuit may allocate
-/// inputs after aux variables, so aux cannot simply follow the inputs).
-const AUX: u32 = 1 << 31;
-
-/// One sparse matrix, row by row.
-#[derive(Clone, Debug, Default)]
-struct Csr {
-    row_start: Vec<usize>,
-    cols: Vec<u32>,
-    coeffs: Vec<Scalar>,
-}
-
-impl Csr {
-    fn push_row(&mut self, lc: &LinearCombination<Scalar>) {
-        if self.row_start.is_empty() {
-            self.row_start.push(0);
-        }
-        for (&i, c) in lc.iter_inputs() {
-            if !bool::from(c.is_zero()) {
-                self.cols.push(i as u32);
-                self.coeffs.push(*c);
-            }
-        }
-        for (&i, c) in lc.iter_aux() {
-            if !bool::from(c.is_zero()) {
-                self.cols.push(AUX | i as u32);
-                self.coeffs.push(*c);
-            }
-        }
-        self.row_start.push(self.cols.len());
-    }
-
-    fn rows(&self) -> usize {
-        self.row_start.len().saturating_sub(1)
-    }
-
-    /// Row `r`'s dot product with the assignment.
-    fn dot(&self, r: usize, input: &[Scalar], aux: &[Scalar]) -> Scalar {
-        let (lo, hi) = (self.row_start[r], self.row_start[r + 1]);
-        let mut acc = Scalar::ZERO;
-        for (&col, c) in self.cols[lo..hi].iter().zip(&self.coeffs[lo..hi]) {
-            let v = if col & AUX != 0 { aux[(col & !AUX) as usize] } else { input[col as usize] };
-            acc += if *c == Scalar::ONE { v } else { v * c };
-        }
-        acc
-    }
-
-    fn heap_bytes(&self) -> usize {
-        self.row_start.len() * 8 + self.cols.len() * 4 + self.coeffs.len() * 32
-    }
-}
 
 /// A circuit's recorded R1CS: A, B, C (the `input · 0 = 0` constraints
 /// appended, as the recorder and the key generator do) and the densities.
@@ -72,9 +21,9 @@ impl Csr {
 pub struct Matrices {
     inputs: usize,
     aux: usize,
-    a: Csr,
-    b: Csr,
-    c: Csr,
+    a: SparseMatrix,
+    b: SparseMatrix,
+    c: SparseMatrix,
     a_aux_density: Density,
     b_input_density: Density,
     b_aux_density: Density,
@@ -87,9 +36,9 @@ impl Matrices {
             m: Matrices {
                 inputs: 0,
                 aux: 0,
-                a: Csr::default(),
-                b: Csr::default(),
-                c: Csr::default(),
+                a: SparseMatrix::default(),
+                b: SparseMatrix::default(),
+                c: SparseMatrix::default(),
                 a_aux_density: Density::default(),
                 b_input_density: Density::default(),
                 b_aux_density: Density::default(),
@@ -105,16 +54,15 @@ impl Matrices {
         let mut m = cs.m;
         let (mut a_aux, mut b_in, mut b_aux) =
             (Density::new(m.aux), Density::new(m.inputs), Density::new(m.aux));
-        for &col in &m.a.cols {
-            if col & AUX != 0 {
-                a_aux.set((col & !AUX) as usize);
+        for col in m.a.columns() {
+            if let Column::Aux(i) = col {
+                a_aux.set(i as usize);
             }
         }
-        for &col in &m.b.cols {
-            if col & AUX != 0 {
-                b_aux.set((col & !AUX) as usize);
-            } else {
-                b_in.set(col as usize);
+        for col in m.b.columns() {
+            match col {
+                Column::Aux(i) => b_aux.set(i as usize),
+                Column::Input(i) => b_in.set(i as usize),
             }
         }
         (m.a_aux_density, m.b_input_density, m.b_aux_density) = (a_aux, b_in, b_aux);
@@ -156,9 +104,7 @@ impl Matrices {
                 self.aux
             )));
         }
-        let product = |m: &Csr| -> Vec<Scalar> {
-            (0..m.rows()).into_par_iter().with_min_len(4096).map(|r| m.dot(r, &input, &aux)).collect()
-        };
+        let product = |m: &SparseMatrix| m.product(&input, &aux);
         let (a, (b, c)) =
             rayon::join(|| product(&self.a), || rayon::join(|| product(&self.b), || product(&self.c)));
         let unsatisfied =
@@ -186,6 +132,12 @@ impl Matrices {
     }
 }
 
+/// A linear combination's terms as matrix columns.
+fn terms(lc: &LinearCombination<Scalar>) -> impl Iterator<Item = (Column, Scalar)> + '_ {
+    let inputs = lc.iter_inputs().map(|(&i, c)| (Column::Input(i as u32), *c));
+    inputs.chain(lc.iter_aux().map(|(&i, c)| (Column::Aux(i as u32), *c)))
+}
+
 /// Records the matrices; computes no witness value.
 struct Recording {
     m: Matrices,
@@ -200,7 +152,7 @@ impl ConstraintSystem<Scalar> for Recording {
         A: FnOnce() -> AR,
         AR: Into<String>,
     {
-        if self.m.aux >= AUX as usize {
+        if self.m.aux > Column::MAX_INDEX {
             // Aux indices share a u32 column with the AUX tag: 2^31 at most.
             return Err(SynthesisError::PolynomialDegreeTooLarge);
         }
@@ -226,9 +178,9 @@ impl ConstraintSystem<Scalar> for Recording {
         LB: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
         LC: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
     {
-        self.m.a.push_row(&a(LinearCombination::zero()));
-        self.m.b.push_row(&b(LinearCombination::zero()));
-        self.m.c.push_row(&c(LinearCombination::zero()));
+        self.m.a.push_row(terms(&a(LinearCombination::zero())));
+        self.m.b.push_row(terms(&b(LinearCombination::zero())));
+        self.m.c.push_row(terms(&c(LinearCombination::zero())));
     }
 
     fn push_namespace<NR, N>(&mut self, _: N)

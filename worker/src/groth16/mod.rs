@@ -11,6 +11,7 @@ pub mod msm;
 mod proof;
 pub mod prover;
 pub mod qap;
+pub mod sparse;
 pub mod synthesis;
 mod verify;
 

@@ -27,6 +27,15 @@ impl Density {
         Self { words: vec![0; len.div_ceil(64)], len, ones: 0 }
     }
 
+    /// A bitmap of `len` variables, all present.
+    pub fn full(len: usize) -> Self {
+        let mut d = Self::new(len);
+        for i in 0..len {
+            d.set(i);
+        }
+        d
+    }
+
     fn push(&mut self) {
         if self.len.is_multiple_of(64) {
             self.words.push(0);

@@ -113,7 +113,7 @@ pub async fn verifying_key(
     Query(q): Query<VkQuery>,
 ) -> Result<Response, ApiError> {
     let (encoding, bytes) = state.service.verifying_key(&name, q.encoding.as_deref())?;
-    let disposition = format!("attachment; filename=\"{name}.vk\"");
+    let disposition = format!("attachment; filename=\"{name}.{}\"", encoding.extension());
     Ok((
         [
             (header::CONTENT_TYPE, encoding.content_type().to_string()),

@@ -1,0 +1,179 @@
+//! `kind = "circom"`: circuits written in circom and set up with snarkjs,
+//! served from their Groth16 `.zkey` (BLS12-381), proved from circom's
+//! `.wtns` witnesses, with proofs in snarkjs's JSON.
+//!
+//! Synthesis is what snarkjs does: A·w and B·w are sparse products with the
+//! zkey's coefficient matrices (which already hold the constraints snarkjs
+//! adds for the public signals), and C is A·w ∘ B·w, pointwise. H is
+//! snarkjs's reduction ([`Reduction::Snarkjs`](crate::groth16::Reduction)).
+//! snarkjs's zkey holds no C matrix, so a witness that does not satisfy the
+//! circuit is caught when its proof fails verification.
+
+mod binfile;
+mod field;
+pub mod json;
+mod wtns;
+mod zkey;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use base64::Engine as _;
+use blstrs::Scalar;
+use serde::Deserialize;
+
+pub use binfile::BinFileError;
+pub use wtns::{Witness, WtnsError};
+pub use zkey::{Zkey, ZkeyError};
+
+use super::{CircuitKind, KeySource, LoadError, VkEncoding, WitnessError};
+use crate::groth16::sparse::SparseMatrix;
+use crate::groth16::{Density, Proof, ProvingKey, Synthesized};
+use crate::pipeline::SynthesisFn;
+
+/// `[[circuits]]` with `kind = "circom"`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CircomConfig {
+    /// The name clients use.
+    pub name: String,
+    /// The snarkjs Groth16 zkey (BLS12-381); every point is checked at load.
+    pub zkey: PathBuf,
+}
+
+/// What synthesis needs from a zkey besides the key: the coefficient matrices.
+#[derive(Debug)]
+pub struct CircomCircuit {
+    a: SparseMatrix,
+    b: SparseMatrix,
+    n_vars: usize,
+    n_public: usize,
+}
+
+impl CircomCircuit {
+    /// Signals a witness holds (the constant 1 first).
+    pub fn witness_len(&self) -> usize {
+        self.n_vars
+    }
+
+    /// a, b, c and the assignment of a checked witness, as snarkjs computes them.
+    pub fn synthesize(&self, w: &Witness) -> Synthesized {
+        debug_assert_eq!(w.values.len(), self.n_vars);
+        let (input, aux) = w.values.split_at(self.n_public + 1);
+        let (a, b) = rayon::join(|| self.a.product(input, aux), || self.b.product(input, aux));
+        let c = {
+            use rayon::prelude::*;
+            a.par_iter().zip(&b).with_min_len(4096).map(|(a, b)| a * b).collect()
+        };
+        let aux_len = aux.len();
+        Synthesized {
+            a,
+            b,
+            c,
+            input_assignment: input.to_vec(),
+            aux_assignment: aux.to_vec(),
+            // snarkjs's A and B points cover every signal (zero points where unused).
+            a_aux_density: Density::full(aux_len),
+            b_input_density: Density::full(input.len()),
+            b_aux_density: Density::full(aux_len),
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.a.heap_bytes() + self.b.heap_bytes()
+    }
+}
+
+/// A circom circuit, its zkey loaded.
+pub struct CircomKind {
+    key: Arc<ProvingKey>,
+    circuit: Arc<CircomCircuit>,
+    source: KeySource,
+}
+
+impl CircomKind {
+    pub fn load(config: &CircomConfig) -> Result<Self, LoadError> {
+        let (key, circuit) = read_zkey(&config.zkey).map_err(|e| LoadError::Config {
+            circuit: config.name.clone(),
+            reason: format!("zkey {}: {e}", config.zkey.display()),
+        })?;
+        Ok(Self { key, circuit, source: KeySource::File { path: config.zkey.clone() } })
+    }
+
+    pub fn circuit(&self) -> &Arc<CircomCircuit> {
+        &self.circuit
+    }
+}
+
+/// Reads a zkey into the proving key and the circuit's matrices.
+pub fn read_zkey(path: &Path) -> Result<(Arc<ProvingKey>, Arc<CircomCircuit>), ZkeyError> {
+    let Zkey { key, a, b, n_vars, n_public } = Zkey::read(path)?;
+    Ok((Arc::new(key), Arc::new(CircomCircuit { a, b, n_vars, n_public })))
+}
+
+/// A partition's witness in a JSON request: the `.wtns` file, base64.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonWitness {
+    wtns: String,
+}
+
+impl CircuitKind for CircomKind {
+    fn kind(&self) -> &'static str {
+        "circom"
+    }
+
+    fn key(&self) -> &Arc<ProvingKey> {
+        &self.key
+    }
+
+    fn key_source(&self) -> &KeySource {
+        &self.source
+    }
+
+    fn constraints(&self) -> usize {
+        self.circuit.a.rows()
+    }
+
+    fn resident_bytes(&self) -> u64 {
+        (self.key.resident_bytes() + self.circuit.heap_bytes()) as u64
+    }
+
+    fn partition(&self, index: usize, witness: serde_json::Value) -> Result<SynthesisFn, WitnessError> {
+        let w: JsonWitness = serde_json::from_value(witness).map_err(|e| {
+            WitnessError(format!("partition {index}: {e}; a circom partition is {{\"wtns\": \"<base64 of the .wtns file>\"}}"))
+        })?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(w.wtns.trim())
+            .map_err(|e| WitnessError(format!("partition {index}: \"wtns\" is not base64: {e}")))?;
+        self.partition_from_bytes(index, &bytes)
+    }
+
+    fn partition_from_bytes(&self, index: usize, wtns: &[u8]) -> Result<SynthesisFn, WitnessError> {
+        let witness = Witness::parse(wtns, self.circuit.n_vars)
+            .map_err(|e| WitnessError(format!("partition {index}: {e}")))?;
+        let circuit = self.circuit.clone();
+        Ok(Arc::new(move || Ok(circuit.synthesize(&witness))))
+    }
+
+    fn binary_witness_bytes(&self) -> Option<u64> {
+        Some(wtns_file_bytes(self.circuit.n_vars))
+    }
+
+    fn proof_json(&self, proof: &Proof, public_inputs: &[Scalar]) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::Map::from_iter([
+            ("proof".to_string(), json::proof(proof)),
+            ("public".to_string(), json::public(public_inputs)),
+        ])
+    }
+
+    fn verifying_key_encodings(&self) -> &'static [VkEncoding] {
+        &[VkEncoding::Snarkjs, VkEncoding::Bellperson]
+    }
+}
+
+/// The size of a `.wtns` of `n` values: header, section table, values.
+pub fn wtns_file_bytes(n: usize) -> u64 {
+    // magic + version + count, two section headers, n8 + r + count, the values
+    (12 + 2 * 12 + (4 + 32 + 4) + 32 * n) as u64
+}

@@ -1,0 +1,144 @@
+//! Sparse constraint matrices and their products with an assignment: how a, b
+//! and c are computed for circuits whose matrices are known ahead of the
+//! witness (recorded bellperson circuits, circom's zkey coefficients).
+
+use blstrs::Scalar;
+use ff::Field;
+use rayon::prelude::*;
+
+/// A variable of the assignment: an input (the constant ONE is input 0) or an
+/// aux variable. Stored as one `u32`, aux tagged with the top bit, because a
+/// circuit may allocate inputs after aux variables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Column {
+    Input(u32),
+    Aux(u32),
+}
+
+/// The tag bit of an aux column; indices stay below it.
+const AUX: u32 = 1 << 31;
+
+impl Column {
+    /// Most variables of one kind a column can name.
+    pub const MAX_INDEX: usize = AUX as usize - 1;
+
+    fn encode(self) -> u32 {
+        match self {
+            Column::Input(i) => i,
+            Column::Aux(i) => AUX | i,
+        }
+    }
+
+    fn decode(raw: u32) -> Self {
+        if raw & AUX != 0 {
+            Column::Aux(raw & !AUX)
+        } else {
+            Column::Input(raw)
+        }
+    }
+}
+
+/// One sparse matrix in compressed rows.
+#[derive(Clone, Debug, Default)]
+pub struct SparseMatrix {
+    row_start: Vec<usize>,
+    cols: Vec<u32>,
+    coeffs: Vec<Scalar>,
+}
+
+impl SparseMatrix {
+    /// Appends a row of (column, coefficient) terms; zero coefficients are dropped.
+    pub fn push_row(&mut self, terms: impl IntoIterator<Item = (Column, Scalar)>) {
+        if self.row_start.is_empty() {
+            self.row_start.push(0);
+        }
+        for (col, c) in terms {
+            if !bool::from(c.is_zero()) {
+                self.cols.push(col.encode());
+                self.coeffs.push(c);
+            }
+        }
+        self.row_start.push(self.cols.len());
+    }
+
+    /// A matrix of `rows` rows from terms in any order (row, column, coefficient);
+    /// terms of one cell add up. Every row index must be below `rows`.
+    pub fn from_terms(rows: usize, terms: &[(u32, Column, Scalar)]) -> Self {
+        let mut row_start = vec![0usize; rows + 1];
+        for &(r, _, _) in terms {
+            row_start[r as usize + 1] += 1;
+        }
+        for r in 0..rows {
+            row_start[r + 1] += row_start[r];
+        }
+        let mut next = row_start.clone();
+        let mut cols = vec![0u32; terms.len()];
+        let mut coeffs = vec![Scalar::ZERO; terms.len()];
+        for &(r, col, c) in terms {
+            let at = &mut next[r as usize];
+            cols[*at] = col.encode();
+            coeffs[*at] = c;
+            *at += 1;
+        }
+        Self { row_start, cols, coeffs }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.row_start.len().saturating_sub(1)
+    }
+
+    /// Every column the matrix uses (with repeats).
+    pub fn columns(&self) -> impl Iterator<Item = Column> + '_ {
+        self.cols.iter().map(|&c| Column::decode(c))
+    }
+
+    /// Row `r`'s dot product with the assignment.
+    fn dot(&self, r: usize, input: &[Scalar], aux: &[Scalar]) -> Scalar {
+        let (lo, hi) = (self.row_start[r], self.row_start[r + 1]);
+        let mut acc = Scalar::ZERO;
+        for (&col, c) in self.cols[lo..hi].iter().zip(&self.coeffs[lo..hi]) {
+            let v = if col & AUX != 0 { aux[(col & !AUX) as usize] } else { input[col as usize] };
+            acc += if *c == Scalar::ONE { v } else { v * c };
+        }
+        acc
+    }
+
+    /// The matrix times the assignment, rows in parallel. Every column must
+    /// be within `input` and `aux`.
+    pub fn product(&self, input: &[Scalar], aux: &[Scalar]) -> Vec<Scalar> {
+        (0..self.rows()).into_par_iter().with_min_len(4096).map(|r| self.dot(r, input, aux)).collect()
+    }
+
+    /// Whether every column is within `inputs` inputs and `aux` aux variables.
+    pub fn columns_within(&self, inputs: usize, aux: usize) -> bool {
+        self.columns().all(|c| match c {
+            Column::Input(i) => (i as usize) < inputs,
+            Column::Aux(i) => (i as usize) < aux,
+        })
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.row_start.len() * 8 + self.cols.len() * 4 + self.coeffs.len() * 32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terms_in_any_order_give_the_rows_pushed_in_order() {
+        let s = |v: u64| Scalar::from(v);
+        let mut pushed = SparseMatrix::default();
+        pushed.push_row([(Column::Input(0), s(2)), (Column::Aux(1), s(3))]);
+        pushed.push_row([]);
+        pushed.push_row([(Column::Aux(0), s(5))]);
+        let terms = [(2, Column::Aux(0), s(5)), (0, Column::Aux(1), s(3)), (0, Column::Input(0), s(2))];
+        let built = SparseMatrix::from_terms(3, &terms);
+        let (input, aux) = ([s(7)], [s(11), s(13)]);
+        assert_eq!(pushed.product(&input, &aux), vec![s(2 * 7 + 3 * 13), s(0), s(5 * 11)]);
+        assert_eq!(built.product(&input, &aux), pushed.product(&input, &aux));
+        assert!(built.columns_within(1, 2));
+        assert!(!built.columns_within(1, 1));
+    }
+}
