@@ -51,6 +51,10 @@ python3 -m check_jsonschema --builtin-schema vendor.compose-spec deploy/compose.
 (cd deploy/test && npm ci --no-audit --no-fund --silent)
 node --test deploy/test/
 
+# circom's compiler, snarkjs and circomlib for the circom end-to-end tests.
+(cd tests/circom && npm ci --no-audit --no-fund --silent)
+export PROVD_REQUIRE_CIRCOM=1
+
 # The dashboard's chart code, with Node's own test runner.
 node --test dashboard/test/
 

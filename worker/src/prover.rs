@@ -118,7 +118,11 @@ impl Prover {
 
     /// Proves an already synthesized witness (a, b, c and the assignment,
     /// as a circuit kind's synthesis makes them) under `key` and verifies it.
-    pub fn prove_synthesized(&self, key: &ProvingKey, witness: Synthesized) -> Result<VerifiedProof, ProverError> {
+    pub fn prove_synthesized(
+        &self,
+        key: &ProvingKey,
+        witness: Synthesized,
+    ) -> Result<VerifiedProof, ProverError> {
         let public_inputs = witness.public_inputs().to_vec();
         let pending = self.backend.prove_start(key, witness)?;
         let blind = crate::groth16::Blinding::random(&mut rand::rngs::OsRng);

@@ -378,7 +378,14 @@ mod tests {
     use rand::SeedableRng;
 
     /// H's scalars in natural order, as the CPU reference returns them.
-    fn quotient(gpu: &CudaBackend, r: Reduction, log_n: u32, a: &[Scalar], b: &[Scalar], c: &[Scalar]) -> Vec<Scalar> {
+    fn quotient(
+        gpu: &CudaBackend,
+        r: Reduction,
+        log_n: u32,
+        a: &[Scalar],
+        b: &[Scalar],
+        c: &[Scalar],
+    ) -> Vec<Scalar> {
         let mut state = gpu.state.lock().unwrap();
         let mut h = gpu.quotient_on_device(&mut state.ntts, r, log_n, a, b, c).unwrap();
         if h_order(r) == Order::BitReversed {

@@ -40,7 +40,11 @@ pub struct BinFile {
 
 impl BinFile {
     /// Reads the header and the section table, checking the magic and version.
-    pub fn scan<R: Read + Seek>(r: &mut R, magic: &'static str, max_version: u32) -> Result<Self, BinFileError> {
+    pub fn scan<R: Read + Seek>(
+        r: &mut R,
+        magic: &'static str,
+        max_version: u32,
+    ) -> Result<Self, BinFileError> {
         let end = r.seek(SeekFrom::End(0))?;
         r.seek(SeekFrom::Start(0))?;
         let mut head = [0u8; 12];
@@ -90,7 +94,8 @@ impl BinFile {
     pub fn read<R: Read + Seek>(&self, r: &mut R, id: u32) -> Result<Vec<u8>, BinFileError> {
         let s = self.unique(id)?;
         r.seek(SeekFrom::Start(s.offset))?;
-        let len = usize::try_from(s.len).map_err(|_| BinFileError::Truncated { what: format!("section {id}") })?;
+        let len =
+            usize::try_from(s.len).map_err(|_| BinFileError::Truncated { what: format!("section {id}") })?;
         let mut buf = vec![0u8; len];
         read_exact(r, &mut buf, &format!("section {id}"))?;
         Ok(buf)

@@ -7,7 +7,10 @@ use ff::{Field, PrimeField};
 
 /// Curves snarkjs knows, by their base field's modulus (big-endian hex).
 const CURVES: [(&str, &str); 2] = [
-    ("bls12381", "1a0111ea397fe69a4b1ba7b6434bacd764774b84f38512bf6730d2a0f6b0f6241eabfffeb153ffffb9feffffffffaaab"),
+    (
+        "bls12381",
+        "1a0111ea397fe69a4b1ba7b6434bacd764774b84f38512bf6730d2a0f6b0f6241eabfffeb153ffffb9feffffffffaaab",
+    ),
     ("bn128", "30644e72e131a029b85045b68181585d97816a916871ca8d3c208c16d87cfd47"),
 ];
 /// Scalar fields snarkjs knows (the `q` a `.wtns` names), big-endian hex.
@@ -60,17 +63,17 @@ fn fp_montgomery(bytes: &[u8]) -> Option<Fp> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PointError {
     #[error("a coordinate is not reduced modulo the base field")]
-    NotReduced,
+    Unreduced,
     #[error("the point is not on the curve")]
-    NotOnCurve,
+    OffCurve,
     #[error("the point is not in the prime-order subgroup")]
-    NotInSubgroup,
+    OutsideSubgroup,
 }
 
 /// A G1 point as snarkjs writes it (x, y in Montgomery form; zeros for the identity).
 pub fn g1(bytes: &[u8]) -> Result<G1Affine, PointError> {
-    let x = fp_montgomery(&bytes[..48]).ok_or(PointError::NotReduced)?;
-    let y = fp_montgomery(&bytes[48..96]).ok_or(PointError::NotReduced)?;
+    let x = fp_montgomery(&bytes[..48]).ok_or(PointError::Unreduced)?;
+    let y = fp_montgomery(&bytes[48..96]).ok_or(PointError::Unreduced)?;
     if bool::from(x.is_zero() & y.is_zero()) {
         return Ok(G1Affine::default());
     }
@@ -80,11 +83,8 @@ pub fn g1(bytes: &[u8]) -> Result<G1Affine, PointError> {
 
 /// A G2 point as snarkjs writes it (x.c0, x.c1, y.c0, y.c1).
 pub fn g2(bytes: &[u8]) -> Result<G2Affine, PointError> {
-    let c: Vec<Fp> = bytes
-        .chunks_exact(48)
-        .map(fp_montgomery)
-        .collect::<Option<_>>()
-        .ok_or(PointError::NotReduced)?;
+    let c: Vec<Fp> =
+        bytes.chunks_exact(48).map(fp_montgomery).collect::<Option<_>>().ok_or(PointError::Unreduced)?;
     let (x, y) = (Fp2::new(c[0], c[1]), Fp2::new(c[2], c[3]));
     if bool::from(x.is_zero() & y.is_zero()) {
         return Ok(G2Affine::default());
@@ -95,8 +95,8 @@ pub fn g2(bytes: &[u8]) -> Result<G2Affine, PointError> {
 
 fn checked<P>(on_curve: bool, in_subgroup: bool, p: P) -> Result<P, PointError> {
     match (on_curve, in_subgroup) {
-        (false, _) => Err(PointError::NotOnCurve),
-        (true, false) => Err(PointError::NotInSubgroup),
+        (false, _) => Err(PointError::OffCurve),
+        (true, false) => Err(PointError::OutsideSubgroup),
         (true, true) => Ok(p),
     }
 }
@@ -129,8 +129,8 @@ mod tests {
         assert_eq!(g1(&[0u8; 96]), Ok(G1Affine::identity()));
         let mut off = bytes.clone();
         off[50] ^= 1;
-        assert!(matches!(g1(&off), Err(PointError::NotOnCurve | PointError::NotReduced)));
-        assert_eq!(g1(&[0xff; 96]), Err(PointError::NotReduced));
+        assert!(matches!(g1(&off), Err(PointError::OffCurve | PointError::Unreduced)));
+        assert_eq!(g1(&[0xff; 96]), Err(PointError::Unreduced));
 
         let h = G2Affine::generator();
         let mut bytes = fp_bytes(&h.x().c0());

@@ -24,10 +24,7 @@ fn fp2(x: &Fp2) -> Value {
 fn fp12(x: &Fp12) -> Value {
     // blstrs does not export its Fp6 type; its coefficients are reached through it.
     let (a, b) = (x.c0(), x.c1());
-    json!([
-        [fp2(&a.c0()), fp2(&a.c1()), fp2(&a.c2())],
-        [fp2(&b.c0()), fp2(&b.c1()), fp2(&b.c2())],
-    ])
+    json!([[fp2(&a.c0()), fp2(&a.c1()), fp2(&a.c2())], [fp2(&b.c0()), fp2(&b.c1()), fp2(&b.c2())],])
 }
 
 /// A scalar as a decimal string (a public signal).

@@ -141,7 +141,9 @@ impl CircuitKind for CircomKind {
 
     fn partition(&self, index: usize, witness: serde_json::Value) -> Result<SynthesisFn, WitnessError> {
         let w: JsonWitness = serde_json::from_value(witness).map_err(|e| {
-            WitnessError(format!("partition {index}: {e}; a circom partition is {{\"wtns\": \"<base64 of the .wtns file>\"}}"))
+            WitnessError(format!(
+                "partition {index}: {e}; a circom partition is {{\"wtns\": \"<base64 of the .wtns file>\"}}"
+            ))
         })?;
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(w.wtns.trim())
@@ -160,7 +162,11 @@ impl CircuitKind for CircomKind {
         Some(wtns_file_bytes(self.circuit.n_vars))
     }
 
-    fn proof_json(&self, proof: &Proof, public_inputs: &[Scalar]) -> serde_json::Map<String, serde_json::Value> {
+    fn proof_json(
+        &self,
+        proof: &Proof,
+        public_inputs: &[Scalar],
+    ) -> serde_json::Map<String, serde_json::Value> {
         serde_json::Map::from_iter([
             ("proof".to_string(), json::proof(proof)),
             ("public".to_string(), json::public(public_inputs)),

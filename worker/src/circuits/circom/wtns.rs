@@ -16,7 +16,9 @@ use super::field::{self, FR_BYTES};
 pub enum WtnsError {
     #[error(transparent)]
     Container(#[from] BinFileError),
-    #[error("this witness is over {0}'s scalar field; provd proves BLS12-381 (compile with --prime bls12381)")]
+    #[error(
+        "this witness is over {0}'s scalar field; provd proves BLS12-381 (compile with --prime bls12381)"
+    )]
     Field(String),
     #[error("the witness has {got} values; this circuit's zkey needs {expected}")]
     Length { expected: usize, got: usize },

@@ -140,7 +140,9 @@ impl Header {
         let n_public = f.u32("nPublic")? as usize;
         let domain_size = f.u32("domainSize")? as usize;
         if n_public + 1 > n_vars {
-            return Err(ZkeyError::Malformed(format!("{n_public} public signals but {n_vars} signals in all")));
+            return Err(ZkeyError::Malformed(format!(
+                "{n_public} public signals but {n_vars} signals in all"
+            )));
         }
         if !domain_size.is_power_of_two() || domain_size.trailing_zeros() > MAX_LOG_DOMAIN {
             return Err(ZkeyError::Malformed(format!(
@@ -155,11 +157,21 @@ impl Header {
 }
 
 fn header_g1(f: &mut Fields, name: &'static str) -> Result<G1Affine, ZkeyError> {
-    field::g1(f.take(G1_BYTES, name)?).map_err(|reason| ZkeyError::Point { section: 2, name, index: 0, reason })
+    field::g1(f.take(G1_BYTES, name)?).map_err(|reason| ZkeyError::Point {
+        section: 2,
+        name,
+        index: 0,
+        reason,
+    })
 }
 
 fn header_g2(f: &mut Fields, name: &'static str) -> Result<G2Affine, ZkeyError> {
-    field::g2(f.take(G2_BYTES, name)?).map_err(|reason| ZkeyError::Point { section: 2, name, index: 0, reason })
+    field::g2(f.take(G2_BYTES, name)?).map_err(|reason| ZkeyError::Point {
+        section: 2,
+        name,
+        index: 0,
+        reason,
+    })
 }
 
 fn expect_len(bytes: &[u8], section: u32, name: &str, count: usize, size: usize) -> Result<(), ZkeyError> {
@@ -172,7 +184,12 @@ fn expect_len(bytes: &[u8], section: u32, name: &str, count: usize, size: usize)
     Ok(())
 }
 
-fn g1_section(bytes: &[u8], section: u32, name: &'static str, count: usize) -> Result<Vec<G1Affine>, ZkeyError> {
+fn g1_section(
+    bytes: &[u8],
+    section: u32,
+    name: &'static str,
+    count: usize,
+) -> Result<Vec<G1Affine>, ZkeyError> {
     expect_len(bytes, section, name, count, G1_BYTES)?;
     bytes
         .par_chunks_exact(G1_BYTES)
@@ -181,7 +198,12 @@ fn g1_section(bytes: &[u8], section: u32, name: &'static str, count: usize) -> R
         .collect()
 }
 
-fn g2_section(bytes: &[u8], section: u32, name: &'static str, count: usize) -> Result<Vec<G2Affine>, ZkeyError> {
+fn g2_section(
+    bytes: &[u8],
+    section: u32,
+    name: &'static str,
+    count: usize,
+) -> Result<Vec<G2Affine>, ZkeyError> {
     expect_len(bytes, section, name, count, G2_BYTES)?;
     bytes
         .par_chunks_exact(G2_BYTES)
