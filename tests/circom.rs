@@ -186,6 +186,36 @@ fn cli_proofs_verify_with_snarkjs_and_tampering_is_caught() {
     assert_eq!(public, serde_json::json!(["33", "3"]));
 }
 
+/// provd's TEST-ONLY setup follows snarkjs's conventions: snarkjs proves with
+/// its zkey and verifies those proofs, and provd's proofs under it.
+#[test]
+fn test_only_zkeys_from_r1cs_work_with_snarkjs() {
+    let Some(f) = fixture() else { return };
+    let data = tempfile::tempdir().unwrap();
+    let (r1cs, zkey, vk) =
+        (f.path("merkle.r1cs"), f.path("merkle.provd.zkey"), f.path("merkle.provd.vk.json"));
+    let out =
+        provd(data.path(), &["groth16", "setup-test-only", r1cs.to_str().unwrap(), zkey.to_str().unwrap()]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let tools = tools_dir();
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    run(&bin("snarkjs"), &["zkey", "export", "verificationkey", &s(&zkey), &s(&vk)], &tools);
+    let (proof, public) =
+        (f.path("merkle.snarkjs-on-provd-zkey.json"), f.path("merkle.snarkjs-on-provd-zkey.public.json"));
+    run(
+        &bin("snarkjs"),
+        &["groth16", "prove", &s(&zkey), &s(&f.wtns("merkle")), &s(&proof), &s(&public)],
+        &tools,
+    );
+    assert!(snarkjs_verifies(&vk, &public, &proof), "snarkjs's proof under provd's zkey");
+    let out = provd(
+        data.path(),
+        &["groth16", "prove", &s(&zkey), &s(&f.wtns("merkle")), &s(&proof), &s(&public), "--backend", "cpu"],
+    );
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert!(snarkjs_verifies(&vk, &public, &proof), "provd's proof under provd's zkey");
+}
+
 #[test]
 fn exported_verifying_key_is_snarkjs_own() {
     let Some(f) = fixture() else { return };

@@ -127,6 +127,10 @@ enum Groth16Command {
     },
     /// As `snarkjs zkey export verificationkey`: verification_key.json for a zkey.
     ExportVk { zkey: PathBuf, out: PathBuf },
+    /// TEST-ONLY: a zkey for a circom `.r1cs` from fresh random toxic waste
+    /// (whoever runs it can forge proofs), in seconds where snarkjs's setup
+    /// takes hours; snarkjs proves with it and verifies its proofs.
+    SetupTestOnly { r1cs: PathBuf, zkey: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -387,6 +391,19 @@ fn groth16(command: Groth16Command) -> anyhow::Result<()> {
                 t.elapsed().as_secs_f64() * 1e3,
                 proof.display(),
                 public.display()
+            );
+        }
+        Groth16Command::SetupTestOnly { r1cs, zkey } => {
+            let t = Instant::now();
+            let system = circom::R1cs::read(&r1cs).with_context(|| format!("reading {}", r1cs.display()))?;
+            let made = circom::test_only_zkey(&system, &mut rand::rngs::OsRng)?;
+            made.write(&zkey).with_context(|| format!("writing {}", zkey.display()))?;
+            eprintln!(
+                "TEST-ONLY zkey for {} constraints (domain 2^{}) written to {} in {:.2} s",
+                system.constraints,
+                made.key.domain_size().trailing_zeros(),
+                zkey.display(),
+                t.elapsed().as_secs_f64()
             );
         }
         Groth16Command::ExportVk { zkey, out } => {

@@ -13,7 +13,7 @@ use group::{Curve, Group};
 use rand_core::RngCore;
 use rayon::prelude::*;
 
-use super::domain::{root_of_unity, Domain, TwoAdicRoot};
+use super::domain::{Domain, TwoAdicRoot};
 use super::error::ProveError;
 use super::key::{ProvingKey, VerifyingKey};
 
@@ -36,7 +36,7 @@ where
     let (g1, g2) = (G1Projective::random(&mut *rng), G2Projective::random(&mut *rng));
     let (gamma_inv, delta_inv) = (gamma.invert().unwrap(), delta.invert().unwrap());
 
-    let lagrange = lagrange_at(tau, domain.log_size());
+    let lagrange = lagrange_at(tau, domain.log_size(), TwoAdicRoot::Seven);
     let eval = |vars: &[Var]| -> Vec<[Scalar; 3]> {
         vars.par_iter()
             .map(|v| {
@@ -86,7 +86,8 @@ where
     })
 }
 
-fn nonzero(rng: &mut impl RngCore) -> Scalar {
+/// A random non-zero scalar (toxic waste).
+pub(crate) fn nonzero(rng: &mut impl RngCore) -> Scalar {
     loop {
         let s = Scalar::random(&mut *rng);
         if !bool::from(s.is_zero()) {
@@ -95,10 +96,11 @@ fn nonzero(rng: &mut impl RngCore) -> Scalar {
     }
 }
 
-/// L_j(τ) for every j: (τ^n − 1)/n · ω^j / (τ − ω^j).
-fn lagrange_at(tau: Scalar, log_n: u32) -> Vec<Scalar> {
+/// L_j(τ) for every j of the domain of 2^log_n points on `root`'s roots of
+/// unity: (τ^n − 1)/n · ω^j / (τ − ω^j).
+pub(crate) fn lagrange_at(tau: Scalar, log_n: u32, root: TwoAdicRoot) -> Vec<Scalar> {
     let n = 1usize << log_n;
-    let omega = root_of_unity(log_n);
+    let omega = root.of_order(log_n);
     let mut w = vec![Scalar::ONE; n];
     super::domain::distribute_powers(&mut w, Scalar::ONE, omega);
     let zn = (tau.pow_vartime([n as u64]) - Scalar::ONE) * Scalar::from(n as u64).invert().unwrap();
@@ -111,7 +113,7 @@ fn lagrange_at(tau: Scalar, log_n: u32) -> Vec<Scalar> {
 
 /// Fixed-base multiplication: table[k][d] = d·2^(W·k)·G, so k·G costs one
 /// mixed addition per W-bit window of k and no doublings.
-struct FixedBase<G: Curve> {
+pub(crate) struct FixedBase<G: Curve> {
     table: Vec<Vec<G::AffineRepr>>,
 }
 
@@ -122,7 +124,7 @@ where
     G: Curve + Group<Scalar = Scalar> + Send + Sync + std::ops::AddAssign<G::AffineRepr>,
     G::AffineRepr: Copy + Send + Sync + Default,
 {
-    fn new(base: G) -> Self {
+    pub(crate) fn new(base: G) -> Self {
         let windows = (Scalar::NUM_BITS as usize).div_ceil(WINDOW);
         let mut row_bases = Vec::with_capacity(windows);
         let mut b = base;
@@ -169,7 +171,8 @@ where
         acc
     }
 
-    fn mul_all(&self, scalars: &[Scalar]) -> Vec<G::AffineRepr> {
+    /// k·G for every k, in parallel, as affine points.
+    pub(crate) fn mul_all(&self, scalars: &[Scalar]) -> Vec<G::AffineRepr> {
         let mut out = vec![G::AffineRepr::default(); scalars.len()];
         out.par_chunks_mut(1 << 12).zip(scalars.par_chunks(1 << 12)).for_each(|(out, s)| {
             let proj: Vec<G> = s.iter().map(|s| self.mul(s)).collect();

@@ -87,6 +87,14 @@ impl SparseMatrix {
         self.row_start.len().saturating_sub(1)
     }
 
+    /// Every term, row by row: (row, column, coefficient).
+    pub fn terms(&self) -> impl Iterator<Item = (usize, Column, Scalar)> + '_ {
+        (0..self.rows()).flat_map(move |r| {
+            let (lo, hi) = (self.row_start[r], self.row_start[r + 1]);
+            (lo..hi).map(move |k| (r, Column::decode(self.cols[k]), self.coeffs[k]))
+        })
+    }
+
     /// Every column the matrix uses (with repeats).
     pub fn columns(&self) -> impl Iterator<Item = Column> + '_ {
         self.cols.iter().map(|&c| Column::decode(c))
@@ -135,6 +143,11 @@ mod tests {
         pushed.push_row([(Column::Aux(0), s(5))]);
         let terms = [(2, Column::Aux(0), s(5)), (0, Column::Aux(1), s(3)), (0, Column::Input(0), s(2))];
         let built = SparseMatrix::from_terms(3, &terms);
+        let listed: Vec<_> = built.terms().collect();
+        assert_eq!(
+            listed,
+            [(0, Column::Aux(1), s(3)), (0, Column::Input(0), s(2)), (2, Column::Aux(0), s(5))]
+        );
         let (input, aux) = ([s(7)], [s(11), s(13)]);
         assert_eq!(pushed.product(&input, &aux), vec![s(2 * 7 + 3 * 13), s(0), s(5 * 11)]);
         assert_eq!(built.product(&input, &aux), pushed.product(&input, &aux));

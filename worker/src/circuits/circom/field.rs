@@ -109,6 +109,30 @@ pub fn coefficient_unscale() -> Scalar {
     (r * r).invert().unwrap()
 }
 
+/// A G1 point as snarkjs writes it: blst's affine limbs are exactly
+/// snarkjs's Montgomery coordinates, and its identity is all zeros.
+pub fn g1_bytes(p: &G1Affine) -> Vec<u8> {
+    let b = &provd_kernels::blst_repr::g1_affine_as_blst(std::slice::from_ref(p))[0];
+    b.x.l.iter().chain(&b.y.l).flat_map(|l| l.to_le_bytes()).collect()
+}
+
+/// A G2 point as snarkjs writes it (x.c0, x.c1, y.c0, y.c1).
+pub fn g2_bytes(p: &G2Affine) -> Vec<u8> {
+    let b = &provd_kernels::blst_repr::g2_affine_as_blst(std::slice::from_ref(p))[0];
+    let coords = [&b.x.fp[0], &b.x.fp[1], &b.y.fp[0], &b.y.fp[1]];
+    coords.iter().flat_map(|c| c.l.iter()).flat_map(|l| l.to_le_bytes()).collect()
+}
+
+/// BLS12-381's base field modulus p and scalar field modulus r, little-endian.
+pub fn bls12381_moduli_le() -> (Vec<u8>, Vec<u8>) {
+    let le = |hex_be: &str| {
+        let mut v = hex::decode(hex_be).expect("a hex constant");
+        v.reverse();
+        v
+    };
+    (le(CURVES[0].1), le(SCALAR_FIELDS[0].1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,6 +163,9 @@ mod tests {
         }
         assert_eq!(g2(&bytes), Ok(h));
         assert_eq!(g2(&[0u8; 192]), Ok(G2Affine::identity()));
+        assert_eq!(g2_bytes(&h), bytes);
+        assert_eq!(g1_bytes(&g), [fp_bytes(&g.x()), fp_bytes(&g.y())].concat());
+        assert_eq!(g1_bytes(&G1Affine::identity()), vec![0u8; 96]);
     }
 
     #[test]

@@ -12,6 +12,8 @@
 mod binfile;
 mod field;
 pub mod json;
+mod r1cs;
+mod setup;
 mod wtns;
 mod zkey;
 
@@ -23,6 +25,8 @@ use blstrs::Scalar;
 use serde::Deserialize;
 
 pub use binfile::BinFileError;
+pub use r1cs::{R1cs, R1csError};
+pub use setup::{test_only_zkey, SetupError};
 pub use wtns::{Witness, WtnsError};
 pub use zkey::{Zkey, ZkeyError};
 

@@ -79,8 +79,7 @@ impl Witness {
     /// A `.wtns` file of these values (as circom writes one).
     pub fn to_bytes(&self) -> Vec<u8> {
         use ff::PrimeField;
-        let mut r = hex::decode("73eda753299d7d483339d80809a1d80553bda402fffe5bfeffffffff00000001").unwrap();
-        r.reverse();
+        let (_, r) = field::bls12381_moduli_le();
         let mut header = (FR_BYTES as u32).to_le_bytes().to_vec();
         header.extend(&r);
         header.extend((self.values.len() as u32).to_le_bytes());

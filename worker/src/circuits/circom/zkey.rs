@@ -7,10 +7,11 @@
 //! (one per domain point), 10 contributions (not needed to prove).
 
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Write};
 use std::path::Path;
 
 use blstrs::{G1Affine, G2Affine, Scalar};
+use ff::{Field, PrimeField};
 use rayon::prelude::*;
 
 use super::binfile::{BinFile, BinFileError, Fields};
@@ -256,4 +257,87 @@ fn coefficients(bytes: &[u8], h: &Header) -> Result<(SparseMatrix, SparseMatrix)
     };
     let (a, b) = rayon::join(|| matrix(0), || matrix(1));
     Ok((a, b))
+}
+
+impl Zkey {
+    /// Writes the zkey in snarkjs's format (one contribution-free setup:
+    /// section 10 holds a zero hash and no contributions). The file appears
+    /// whole or not at all (written beside it, then renamed).
+    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+        let key = &self.key;
+        let vk = &key.vk;
+        let (q, r) = field::bls12381_moduli_le();
+        let mut header = Vec::new();
+        header.extend(48u32.to_le_bytes());
+        header.extend(&q);
+        header.extend(32u32.to_le_bytes());
+        header.extend(&r);
+        for v in [self.n_vars, self.n_public, key.domain_size()] {
+            header.extend((v as u32).to_le_bytes());
+        }
+        header.extend(field::g1_bytes(&vk.alpha_g1));
+        header.extend(field::g1_bytes(&vk.beta_g1));
+        header.extend(field::g2_bytes(&vk.beta_g2));
+        header.extend(field::g2_bytes(&vk.gamma_g2));
+        header.extend(field::g1_bytes(&vk.delta_g1));
+        header.extend(field::g2_bytes(&vk.delta_g2));
+
+        // c·R², so that snarkjs's Montgomery product with a plain witness value gives c·w.
+        let r2 = field::coefficient_unscale().invert().unwrap();
+        let signal = |c: Column| match c {
+            Column::Input(i) => i,
+            Column::Aux(j) => (self.n_public + 1) as u32 + j,
+        };
+        let terms: Vec<(u32, usize, Column, Scalar)> = [(0u32, &self.a), (1, &self.b)]
+            .into_iter()
+            .flat_map(|(m, matrix)| matrix.terms().map(move |(row, col, v)| (m, row, col, v)))
+            .collect();
+        let mut coefficients = (terms.len() as u32).to_le_bytes().to_vec();
+        for (m, row, col, v) in terms {
+            coefficients.extend(m.to_le_bytes());
+            coefficients.extend((row as u32).to_le_bytes());
+            coefficients.extend(signal(col).to_le_bytes());
+            coefficients.extend((v * r2).to_repr());
+        }
+        let g1s =
+            |points: &[G1Affine]| -> Vec<u8> { points.par_iter().flat_map_iter(field::g1_bytes).collect() };
+        let g2s =
+            |points: &[G2Affine]| -> Vec<u8> { points.par_iter().flat_map_iter(field::g2_bytes).collect() };
+        let mut contributions = vec![0u8; 64];
+        contributions.extend(0u32.to_le_bytes());
+        let sections: [(u32, Vec<u8>); 10] = [
+            (1, 1u32.to_le_bytes().to_vec()),
+            (2, header),
+            (3, g1s(&vk.ic)),
+            (4, coefficients),
+            (5, g1s(&key.a)),
+            (6, g1s(&key.b_g1)),
+            (7, g2s(&key.b_g2)),
+            (8, g1s(&key.l)),
+            (9, g1s(&key.h)),
+            (10, contributions),
+        ];
+        let mut partial = path.as_os_str().to_owned();
+        partial.push(format!(".partial-{}", std::process::id()));
+        let partial = std::path::PathBuf::from(partial);
+        let written =
+            Self::write_sections(&partial, &sections).and_then(|()| std::fs::rename(&partial, path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&partial);
+        }
+        written
+    }
+
+    fn write_sections(path: &Path, sections: &[(u32, Vec<u8>)]) -> std::io::Result<()> {
+        let mut w = std::io::BufWriter::new(File::create(path)?);
+        w.write_all(b"zkey")?;
+        w.write_all(&1u32.to_le_bytes())?;
+        w.write_all(&(sections.len() as u32).to_le_bytes())?;
+        for (id, bytes) in sections {
+            w.write_all(&id.to_le_bytes())?;
+            w.write_all(&(bytes.len() as u64).to_le_bytes())?;
+            w.write_all(bytes)?;
+        }
+        w.into_inner().map_err(|e| e.into_error())?.sync_all()
+    }
 }
