@@ -187,6 +187,22 @@ enum BenchCommand {
         #[command(flatten)]
         common: Common,
     },
+    /// A circom circuit's proof from its zkey and witness, against `snarkjs groth16 prove`.
+    Circom {
+        #[arg(long)]
+        zkey: PathBuf,
+        #[arg(long)]
+        wtns: PathBuf,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// The snarkjs command to time beside provd (e.g. node_modules/.bin/snarkjs).
+        #[arg(long)]
+        snarkjs: Option<PathBuf>,
+        #[arg(long, default_value = "bench-results/circom.json")]
+        json: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Many jobs through the pipeline engine: throughput, stage busy time, peak gauges.
     Pipeline {
         #[arg(long, default_value = "bench-14")]
@@ -364,7 +380,8 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
 fn groth16(command: Groth16Command) -> anyhow::Result<()> {
     use provd::circuits::circom::{self, json, Witness};
     let read_zkey = |path: &PathBuf| {
-        circom::read_zkey(path).with_context(|| format!("reading the zkey {}", path.display()))
+        circom::read_zkey(path, provd::groth16::PointCheck::OnCurve)
+            .with_context(|| format!("reading the zkey {}", path.display()))
     };
     let write_json = |path: &PathBuf, value: &serde_json::Value| {
         let text = serde_json::to_string_pretty(value).expect("JSON values encode");
@@ -491,6 +508,13 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
                 provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?.first();
             bench::prove::ProveBench { circuit, runs, vs_bellperson: vs.is_some(), json }
                 .run(backend.as_ref(), &key)
+        }
+        BenchCommand::Circom { zkey, wtns, runs, snarkjs, json, common } => {
+            anyhow::ensure!(runs > 0, "--runs must be at least 1");
+            let selected = provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?;
+            let backend_arg = if selected.gpus.is_empty() { "cpu" } else { "cuda" };
+            bench::circom::CircomBench { zkey, wtns, runs, snarkjs, backend_arg, json }
+                .run(selected.first().as_ref())
         }
         BenchCommand::Pipeline { circuit, jobs, partitions, permits, queue, devices, json, common } => {
             anyhow::ensure!(jobs > 0 && partitions > 0, "--jobs and --partitions must be at least 1");

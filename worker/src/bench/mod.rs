@@ -1,6 +1,7 @@
 //! Benchmarks behind `provd bench ...`: each prints a table and writes JSON
 //! with the machine and commit it ran on.
 
+pub mod circom;
 pub mod msm;
 pub mod ntt;
 pub mod pipeline;

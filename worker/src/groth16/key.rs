@@ -56,12 +56,18 @@ pub struct ProvingKey {
     pub reduction: Reduction,
 }
 
-/// Whether to verify that every point is on the curve and in the prime-order
-/// subgroup while reading. Untrusted files must be checked; a key this process
-/// generated and cached can skip the (expensive) subgroup checks.
+/// How much to check of every point while reading a key. Untrusted files
+/// served for long are checked fully; a key this process generated and
+/// cached is trusted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PointCheck {
+    /// On the curve and in the prime-order subgroup.
     Full,
+    /// On the curve; the (expensive) subgroup check skipped. For a key read
+    /// again for every proof, whose proofs are verified against its fully
+    /// checked verifying key before they are used.
+    OnCurve,
+    /// No check.
     Trusted,
 }
 
@@ -277,6 +283,8 @@ impl Encoded for G1Affine {
         let repr: &[u8; G1_BYTES] = bytes.try_into().ok()?;
         match check {
             PointCheck::Full => G1Affine::from_uncompressed(repr).into(),
+            PointCheck::OnCurve => Option::<G1Affine>::from(G1Affine::from_uncompressed_unchecked(repr))
+                .filter(|p| bool::from(p.is_on_curve())),
             PointCheck::Trusted => G1Affine::from_uncompressed_unchecked(repr).into(),
         }
     }
@@ -288,6 +296,8 @@ impl Encoded for G2Affine {
         let repr: &[u8; G2_BYTES] = bytes.try_into().ok()?;
         match check {
             PointCheck::Full => G2Affine::from_uncompressed(repr).into(),
+            PointCheck::OnCurve => Option::<G2Affine>::from(G2Affine::from_uncompressed_unchecked(repr))
+                .filter(|p| bool::from(p.is_on_curve())),
             PointCheck::Trusted => G2Affine::from_uncompressed_unchecked(repr).into(),
         }
     }

@@ -3,6 +3,8 @@
 //! Montgomery form (the limbs blst keeps in memory), the identity as zeros.
 
 use blstrs::{Fp, Fp2, G1Affine, G2Affine, Scalar};
+
+use crate::groth16::PointCheck;
 use ff::{Field, PrimeField};
 
 /// Curves snarkjs knows, by their base field's modulus (big-endian hex).
@@ -70,19 +72,20 @@ pub enum PointError {
     OutsideSubgroup,
 }
 
-/// A G1 point as snarkjs writes it (x, y in Montgomery form; zeros for the identity).
-pub fn g1(bytes: &[u8]) -> Result<G1Affine, PointError> {
+/// A G1 point as snarkjs writes it (x, y in Montgomery form; zeros for the
+/// identity), checked as `check` says (coordinates are always checked).
+pub fn g1(bytes: &[u8], check: PointCheck) -> Result<G1Affine, PointError> {
     let x = fp_montgomery(&bytes[..48]).ok_or(PointError::Unreduced)?;
     let y = fp_montgomery(&bytes[48..96]).ok_or(PointError::Unreduced)?;
     if bool::from(x.is_zero() & y.is_zero()) {
         return Ok(G1Affine::default());
     }
     let p = G1Affine::from_raw_unchecked(x, y, false);
-    checked(p.is_on_curve().into(), p.is_torsion_free().into(), p)
+    checked(check, || p.is_on_curve().into(), || p.is_torsion_free().into(), p)
 }
 
 /// A G2 point as snarkjs writes it (x.c0, x.c1, y.c0, y.c1).
-pub fn g2(bytes: &[u8]) -> Result<G2Affine, PointError> {
+pub fn g2(bytes: &[u8], check: PointCheck) -> Result<G2Affine, PointError> {
     let c: Vec<Fp> =
         bytes.chunks_exact(48).map(fp_montgomery).collect::<Option<_>>().ok_or(PointError::Unreduced)?;
     let (x, y) = (Fp2::new(c[0], c[1]), Fp2::new(c[2], c[3]));
@@ -90,15 +93,22 @@ pub fn g2(bytes: &[u8]) -> Result<G2Affine, PointError> {
         return Ok(G2Affine::default());
     }
     let p = G2Affine::from_raw_unchecked(x, y, false);
-    checked(p.is_on_curve().into(), p.is_torsion_free().into(), p)
+    checked(check, || p.is_on_curve().into(), || p.is_torsion_free().into(), p)
 }
 
-fn checked<P>(on_curve: bool, in_subgroup: bool, p: P) -> Result<P, PointError> {
-    match (on_curve, in_subgroup) {
-        (false, _) => Err(PointError::OffCurve),
-        (true, false) => Err(PointError::OutsideSubgroup),
-        (true, true) => Ok(p),
+fn checked<P>(
+    check: PointCheck,
+    on_curve: impl Fn() -> bool,
+    in_subgroup: impl Fn() -> bool,
+    p: P,
+) -> Result<P, PointError> {
+    if check != PointCheck::Trusted && !on_curve() {
+        return Err(PointError::OffCurve);
     }
+    if check == PointCheck::Full && !in_subgroup() {
+        return Err(PointError::OutsideSubgroup);
+    }
+    Ok(p)
 }
 
 /// snarkjs stores a matrix coefficient c as c·R² (R = 2²⁵⁶ mod r) so that
@@ -149,20 +159,23 @@ mod tests {
         let g = G1Affine::generator();
         let mut bytes = fp_bytes(&g.x());
         bytes.extend(fp_bytes(&g.y()));
-        assert_eq!(g1(&bytes), Ok(g));
-        assert_eq!(g1(&[0u8; 96]), Ok(G1Affine::identity()));
+        let full = PointCheck::Full;
+        assert_eq!(g1(&bytes, full), Ok(g));
+        assert_eq!(g1(&[0u8; 96], full), Ok(G1Affine::identity()));
         let mut off = bytes.clone();
         off[50] ^= 1;
-        assert!(matches!(g1(&off), Err(PointError::OffCurve | PointError::Unreduced)));
-        assert_eq!(g1(&[0xff; 96]), Err(PointError::Unreduced));
+        for check in [PointCheck::Full, PointCheck::OnCurve] {
+            assert!(matches!(g1(&off, check), Err(PointError::OffCurve | PointError::Unreduced)));
+        }
+        assert_eq!(g1(&[0xff; 96], full), Err(PointError::Unreduced));
 
         let h = G2Affine::generator();
         let mut bytes = fp_bytes(&h.x().c0());
         for c in [h.x().c1(), h.y().c0(), h.y().c1()] {
             bytes.extend(fp_bytes(&c));
         }
-        assert_eq!(g2(&bytes), Ok(h));
-        assert_eq!(g2(&[0u8; 192]), Ok(G2Affine::identity()));
+        assert_eq!(g2(&bytes, full), Ok(h));
+        assert_eq!(g2(&[0u8; 192], full), Ok(G2Affine::identity()));
         assert_eq!(g2_bytes(&h), bytes);
         assert_eq!(g1_bytes(&g), [fp_bytes(&g.x()), fp_bytes(&g.y())].concat());
         assert_eq!(g1_bytes(&G1Affine::identity()), vec![0u8; 96]);

@@ -32,7 +32,7 @@ pub use zkey::{Zkey, ZkeyError};
 
 use super::{CircuitKind, KeySource, LoadError, VkEncoding, WitnessError};
 use crate::groth16::sparse::SparseMatrix;
-use crate::groth16::{Density, Proof, ProvingKey, Synthesized};
+use crate::groth16::{Density, PointCheck, Proof, ProvingKey, Synthesized};
 use crate::pipeline::SynthesisFn;
 
 /// `[[circuits]]` with `kind = "circom"`.
@@ -83,6 +83,11 @@ impl CircomCircuit {
         }
     }
 
+    /// Constraints (rows of A and B), the public signals' included.
+    pub fn constraints(&self) -> usize {
+        self.a.rows()
+    }
+
     fn heap_bytes(&self) -> usize {
         self.a.heap_bytes() + self.b.heap_bytes()
     }
@@ -97,7 +102,7 @@ pub struct CircomKind {
 
 impl CircomKind {
     pub fn load(config: &CircomConfig) -> Result<Self, LoadError> {
-        let (key, circuit) = read_zkey(&config.zkey).map_err(|e| LoadError::Config {
+        let (key, circuit) = read_zkey(&config.zkey, PointCheck::Full).map_err(|e| LoadError::Config {
             circuit: config.name.clone(),
             reason: format!("zkey {}: {e}", config.zkey.display()),
         })?;
@@ -109,9 +114,12 @@ impl CircomKind {
     }
 }
 
-/// Reads a zkey into the proving key and the circuit's matrices.
-pub fn read_zkey(path: &Path) -> Result<(Arc<ProvingKey>, Arc<CircomCircuit>), ZkeyError> {
-    let Zkey { key, a, b, n_vars, n_public } = Zkey::read(path)?;
+/// Reads a zkey into the proving key and the circuit's matrices. A served
+/// zkey is checked fully at start-up; the command line, which reads the zkey
+/// for every proof as snarkjs does, checks the proving key's points only for
+/// being on the curve (its proofs are verified before they are written).
+pub fn read_zkey(path: &Path, check: PointCheck) -> Result<(Arc<ProvingKey>, Arc<CircomCircuit>), ZkeyError> {
+    let Zkey { key, a, b, n_vars, n_public } = Zkey::read(path, check)?;
     Ok((Arc::new(key), Arc::new(CircomCircuit { a, b, n_vars, n_public })))
 }
 
@@ -136,7 +144,7 @@ impl CircuitKind for CircomKind {
     }
 
     fn constraints(&self) -> usize {
-        self.circuit.a.rows()
+        self.circuit.constraints()
     }
 
     fn resident_bytes(&self) -> u64 {

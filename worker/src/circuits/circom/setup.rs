@@ -134,7 +134,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.zkey");
         zkey.write(&path).unwrap();
-        let (key, circuit) = crate::circuits::circom::read_zkey(&path).unwrap();
+        let (key, circuit) =
+            crate::circuits::circom::read_zkey(&path, crate::groth16::PointCheck::Full).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(*key, zkey.key);
         let check = |circuit: &CircomCircuit| {

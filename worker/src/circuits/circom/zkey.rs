@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use super::binfile::{BinFile, BinFileError, Fields};
 use super::field::{self, PointError, FR_BYTES, G1_BYTES, G2_BYTES};
 use crate::groth16::sparse::{Column, SparseMatrix};
-use crate::groth16::{ProvingKey, Reduction, VerifyingKey};
+use crate::groth16::{PointCheck, ProvingKey, Reduction, VerifyingKey};
 
 /// The largest domain a zkey may declare (2^28 points: beyond any GPU this
 /// runs on, and a bound on what a malformed header can make us allocate).
@@ -53,8 +53,9 @@ pub struct Zkey {
 }
 
 impl Zkey {
-    /// Reads and checks a zkey: every point on the curve and in its subgroup.
-    pub fn read(path: &Path) -> Result<Self, ZkeyError> {
+    /// Reads and checks a zkey. The verifying key's points are always
+    /// checked fully; the proving key's bulk as `check` says.
+    pub fn read(path: &Path, check: PointCheck) -> Result<Self, ZkeyError> {
         let mut r = BufReader::with_capacity(1 << 20, File::open(path).map_err(BinFileError::Io)?);
         let file = BinFile::scan(&mut r, "zkey", 1)?;
         let protocol = file.read(&mut r, 1)?;
@@ -68,12 +69,12 @@ impl Zkey {
         let (n_vars, n_public, n) = (header.n_vars, header.n_public, header.domain_size);
         let points = |id: u32, name: &'static str, count: usize, r: &mut BufReader<File>| {
             let bytes = file.read(r, id)?;
-            g1_section(&bytes, id, name, count)
+            g1_section(&bytes, id, name, count, check)
         };
-        let ic = points(3, "IC", n_public + 1, &mut r)?;
+        let ic = g1_section(&file.read(&mut r, 3)?, 3, "IC", n_public + 1, PointCheck::Full)?;
         let a_points = points(5, "A", n_vars, &mut r)?;
         let b_g1 = points(6, "B1", n_vars, &mut r)?;
-        let b_g2 = g2_section(&file.read(&mut r, 7)?, 7, "B2", n_vars)?;
+        let b_g2 = g2_section(&file.read(&mut r, 7)?, 7, "B2", n_vars, check)?;
         let l = points(8, "C", n_vars - n_public - 1, &mut r)?;
         let h = points(9, "H", n, &mut r)?;
         let (a, b) = coefficients(&file.read(&mut r, 4)?, &header)?;
@@ -158,7 +159,7 @@ impl Header {
 }
 
 fn header_g1(f: &mut Fields, name: &'static str) -> Result<G1Affine, ZkeyError> {
-    field::g1(f.take(G1_BYTES, name)?).map_err(|reason| ZkeyError::Point {
+    field::g1(f.take(G1_BYTES, name)?, PointCheck::Full).map_err(|reason| ZkeyError::Point {
         section: 2,
         name,
         index: 0,
@@ -167,7 +168,7 @@ fn header_g1(f: &mut Fields, name: &'static str) -> Result<G1Affine, ZkeyError> 
 }
 
 fn header_g2(f: &mut Fields, name: &'static str) -> Result<G2Affine, ZkeyError> {
-    field::g2(f.take(G2_BYTES, name)?).map_err(|reason| ZkeyError::Point {
+    field::g2(f.take(G2_BYTES, name)?, PointCheck::Full).map_err(|reason| ZkeyError::Point {
         section: 2,
         name,
         index: 0,
@@ -190,12 +191,15 @@ fn g1_section(
     section: u32,
     name: &'static str,
     count: usize,
+    check: PointCheck,
 ) -> Result<Vec<G1Affine>, ZkeyError> {
     expect_len(bytes, section, name, count, G1_BYTES)?;
     bytes
         .par_chunks_exact(G1_BYTES)
         .enumerate()
-        .map(|(index, p)| field::g1(p).map_err(|reason| ZkeyError::Point { section, name, index, reason }))
+        .map(|(index, p)| {
+            field::g1(p, check).map_err(|reason| ZkeyError::Point { section, name, index, reason })
+        })
         .collect()
 }
 
@@ -204,12 +208,15 @@ fn g2_section(
     section: u32,
     name: &'static str,
     count: usize,
+    check: PointCheck,
 ) -> Result<Vec<G2Affine>, ZkeyError> {
     expect_len(bytes, section, name, count, G2_BYTES)?;
     bytes
         .par_chunks_exact(G2_BYTES)
         .enumerate()
-        .map(|(index, p)| field::g2(p).map_err(|reason| ZkeyError::Point { section, name, index, reason }))
+        .map(|(index, p)| {
+            field::g2(p, check).map_err(|reason| ZkeyError::Point { section, name, index, reason })
+        })
         .collect()
 }
 
