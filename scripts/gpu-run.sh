@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, over .device-bundle/:
-#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] ...
+#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [circom] ...
 # TEST_BINS (e.g. "gpu-test msm-test") limits `tests` to those binaries.
 # B_G2=gpu|cpu places B's G2 MSM for bench-prove and bench-pipeline (default: the binary's);
 # PROVE_VS=none skips bellperson in bench-prove; PIPE_DEVICES=all spreads bench-pipeline over every GPU.
+# circom: CIRCOM_TAR names a tar.xz of circom circuits (NAME.r1cs + NAME.wtns: a TEST-ONLY zkey is
+# made here; or NAME.zkey + NAME.wtns); each is proved on the GPU (proof, public signals and
+# verifying key kept for snarkjs to check back home) and benched (CIRCOM_BENCH_BACKENDS, default cuda);
+# SNARKJS names a snarkjs to bench beside provd.
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 bundle=.device-bundle
@@ -52,6 +56,24 @@ for step in "${@:-tests}"; do
           ${B_G2:+--b-g2 "$B_G2"} "${vs[@]}" --json "$OUT/prove-$backend-${PROVE_CIRCUIT:-bench-20}${B_G2:+-g2-$B_G2}.json" 2>&1 |
           tee -a "$OUT/bench-prove.log" || status=1
       done ;;
+    circom)
+      work=/tmp/provd-circom && mkdir -p "$work" "$OUT/circom"
+      tar -C "$work" -xJf "$CIRCOM_TAR" || status=1
+      for wtns in "$work"/*.wtns; do
+        name=$(basename "$wtns" .wtns)
+        if [ ! -e "$work/$name.zkey" ]; then
+          "$bundle/provd" groth16 setup-test-only "$work/$name.r1cs" "$work/$name.zkey" 2>&1 | tee -a "$OUT/circom.log" || status=1
+        fi
+        "$bundle/provd" groth16 export-vk "$work/$name.zkey" "$OUT/circom/$name.vk.json" || status=1
+        "$bundle/provd" groth16 prove "$work/$name.zkey" "$wtns" "$OUT/circom/$name.proof.json" "$OUT/circom/$name.public.json" \
+          --backend cuda 2>&1 | tee -a "$OUT/circom.log" || status=1
+        for backend in ${CIRCOM_BENCH_BACKENDS:-cuda}; do
+          "$bundle/provd" bench circom --zkey "$work/$name.zkey" --wtns "$wtns" --runs "${CIRCOM_RUNS:-5}" --backend "$backend" \
+            ${SNARKJS:+--snarkjs "$SNARKJS"} --json "$OUT/circom/bench-$name-$backend.json" 2>&1 | grep -v ' INFO ' |
+            tee -a "$OUT/circom.log" || status=1
+        done
+      done
+      tar -C "$OUT" -czf "$OUT/circom.tgz" circom && rm -rf "$OUT/circom" ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
 done

@@ -253,7 +253,11 @@ fn other_curves_and_wrong_witnesses_are_clear_errors() {
 }
 
 fn circom_server(f: &Fixture) -> Server {
-    let mut config = String::new();
+    circom_server_with(f, "")
+}
+
+fn circom_server_with(f: &Fixture, extra: &str) -> Server {
+    let mut config = extra.to_string();
     for c in CIRCUITS {
         config +=
             &format!("[[circuits]]\nkind = \"circom\"\nname = \"{c}\"\nzkey = \"{}\"\n", f.zkey(c).display());
@@ -296,4 +300,98 @@ fn http_proofs_verify_with_snarkjs() {
     let (status, err) = server.call("POST", "/v1/prove", Some(&body.to_string()));
     assert_eq!(status, 400, "{err}");
     assert!(err["error"].as_str().unwrap().contains("this circuit's zkey needs 4"), "{err}");
+}
+
+/// The metric's value in a scrape (0 if absent).
+fn metric(server: &Server, name: &str) -> f64 {
+    let (_, _, text) = provd_e2e::raw_request(server.addr, "GET", "/metrics", None, &[]);
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+#[test]
+fn binary_witness_bodies_prove_and_are_held_in_the_budget() {
+    let Some(f) = fixture() else { return };
+    let server = circom_server_with(f, "[[circuits]]\nkind = \"bench\"\nname = \"bench-10\"\n");
+    let octet = [("Content-Type", "application/octet-stream")];
+    let wtns = std::fs::read(f.wtns("merkle")).unwrap();
+    let r = provd_e2e::request_bytes(
+        server.addr,
+        "POST",
+        "/v1/prove?circuit=merkle&wait=true",
+        Some(&wtns),
+        &octet,
+    );
+    let job: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!((r.status, job["state"].as_str()), (200, Some("succeeded")), "{job}");
+    let p = &job["partitions"][0];
+    let (proof, public) = (f.path("merkle.binary.json"), f.path("merkle.binary.public.json"));
+    write_json(&proof, &p["proof"]);
+    write_json(&public, &p["public"]);
+    assert!(snarkjs_verifies(&f.vk("merkle"), &public, &proof));
+
+    // The body limit is the circuit's witness size; the reasons are the client's.
+    let r =
+        provd_e2e::request_bytes(server.addr, "POST", "/v1/prove?circuit=multiplier", Some(&wtns), &octet);
+    let err: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(r.status, 413, "{err}");
+    assert!(err["error"].as_str().unwrap().contains("larger than a witness of multiplier"), "{err}");
+    let r = provd_e2e::request_bytes(server.addr, "POST", "/v1/prove?circuit=bench-10", Some(b"x"), &octet);
+    assert_eq!(r.status, 415);
+    let r = provd_e2e::request_bytes(server.addr, "POST", "/v1/prove", Some(&wtns), &octet);
+    assert_eq!(r.status, 400);
+    let r =
+        provd_e2e::request_bytes(server.addr, "POST", "/v1/prove?circuit=merkle", Some(&wtns[..100]), &octet);
+    let err: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(r.status, 400, "{err}");
+
+    // Jobs in flight hold their witnesses; afterwards nothing is held.
+    let ids: Vec<String> = (0..6)
+        .map(|_| {
+            let r = provd_e2e::request_bytes(
+                server.addr,
+                "POST",
+                "/v1/prove?circuit=merkle",
+                Some(&wtns),
+                &octet,
+            );
+            assert_eq!(r.status, 202);
+            serde_json::from_slice::<Value>(&r.body).unwrap()["job_id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    for id in &ids {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let (_, job) = server.call("GET", &format!("/v1/jobs/{id}"), None);
+            if job["state"] == "succeeded" {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline && job["state"] != "failed", "{job}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    assert_eq!(metric(&server, "provd_witness_bytes"), 0.0);
+    let (_, status) = server.call("GET", "/v1/status", None);
+    assert_eq!(status["snapshot"]["witness_bytes"], 0, "{status}");
+    assert_eq!(status["snapshot"]["reserved_bytes"], status["snapshot"]["key_bytes"], "{status}");
+}
+
+#[test]
+fn a_witness_the_budget_can_never_hold_is_refused_with_the_reason() {
+    let Some(f) = fixture() else { return };
+    // Room for the keys and a little more: less than a witness and a partition.
+    let keys = {
+        let server = circom_server(f);
+        let (_, status) = server.call("GET", "/v1/status", None);
+        status["snapshot"]["key_bytes"].as_u64().unwrap()
+    };
+    let server = circom_server_with(f, &format!("[pipeline]\nmemory_budget = {}\n", keys + 100_000));
+    let wtns = std::fs::read(f.wtns("merkle")).unwrap();
+    let octet = [("Content-Type", "application/octet-stream")];
+    let r = provd_e2e::request_bytes(server.addr, "POST", "/v1/prove?circuit=merkle", Some(&wtns), &octet);
+    let err: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(r.status, 413, "{err}");
+    assert!(err["error"].as_str().unwrap().contains("raise pipeline.memory_budget"), "{err}");
+    assert_eq!(metric(&server, "provd_witness_bytes"), 0.0);
 }

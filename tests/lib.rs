@@ -195,6 +195,17 @@ pub fn request(
     body: Option<&str>,
     headers: &[(&str, &str)],
 ) -> Reply {
+    request_bytes(addr, method, path, body.map(str::as_bytes), headers)
+}
+
+/// As [`request`], with a body of bytes.
+pub fn request_bytes(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+    headers: &[(&str, &str)],
+) -> Reply {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(std::time::Duration::from_secs(120)))
@@ -207,7 +218,7 @@ pub fn request(
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let req = req.body(body.unwrap_or("").to_string()).expect("a valid request");
+    let req = req.body(body.unwrap_or_default().to_vec()).expect("a valid request");
     let mut res = agent.run(req).unwrap_or_else(|e| panic!("{method} {path} to {addr}: {e}"));
     let head: String = res
         .headers()

@@ -14,9 +14,10 @@ use crate::circuits::{CircuitKind, VkEncoding};
 use crate::config::Config;
 use crate::groth16::Verifier;
 use crate::pipeline::buffers::ClassCounts;
-use crate::pipeline::memory::Reservation;
+use crate::pipeline::memory::{HeldWitness, Reservation};
 use crate::pipeline::{
     Engine, Idempotency, JobId, JobSpec, JobStatus, Outcome, SubmitError, Submitted, SynthesisFn,
+    WitnessDoesNotFit,
 };
 use crate::telemetry::Metrics;
 
@@ -39,6 +40,39 @@ pub enum RequestError {
     QueueFull { queued: usize, limit: usize },
     #[error(transparent)]
     Submit(#[from] SubmitError),
+    /// Received witnesses that the memory budget cannot hold (now, or ever).
+    #[error(transparent)]
+    Witness(#[from] WitnessDoesNotFit),
+    /// A body the circuit's kind does not take.
+    #[error("{0}")]
+    UnsupportedBody(String),
+}
+
+/// A request's witnesses, as they arrived.
+pub enum Witnesses {
+    /// One JSON value per partition, decoded by the circuit's kind.
+    Json(Vec<serde_json::Value>),
+    /// One partition's witness as a binary body, held against the budget
+    /// since before it was read ([`Service::hold_binary_witness`]).
+    Binary { bytes: Box<dyn AsRef<[u8]> + Send>, held: HeldWitness },
+}
+
+impl Witnesses {
+    fn count(&self) -> usize {
+        match self {
+            Witnesses::Json(v) => v.len(),
+            Witnesses::Binary { .. } => 1,
+        }
+    }
+}
+
+/// Wraps a partition's synthesis job so that it holds its witness's place
+/// in the budget for as long as the job lives (until the partition ends).
+fn holding(synthesize: SynthesisFn, held: HeldWitness) -> SynthesisFn {
+    Arc::new(move || {
+        let _held = &held;
+        synthesize()
+    })
 }
 
 /// Why a verifying key could not be served.
@@ -71,6 +105,9 @@ pub struct Snapshot {
     pub buffers: ClassCounts,
     pub buffer_bytes: ClassCounts,
     pub reserved_bytes: u64,
+    /// The part of `reserved_bytes` held by received witnesses waiting for
+    /// (or in) their partitions.
+    pub witness_bytes: u64,
     /// The part of `reserved_bytes` the served circuits hold resident (their
     /// proving keys, and what their kinds keep beside them: recorded matrices).
     pub key_bytes: u64,
@@ -242,13 +279,52 @@ impl Service {
         partitions: Vec<serde_json::Value>,
         key: Option<String>,
     ) -> Result<Submitted, RequestError> {
+        self.submit_witnesses(circuit, Witnesses::Json(partitions), key)
+    }
+
+    /// Holds the budget for one binary witness of `circuit` before its body
+    /// is read (the body and its decoded values, until decoding ends; then
+    /// the values alone): the body limit, and the hold.
+    pub fn hold_binary_witness(&self, circuit: &str) -> Result<(u64, HeldWitness), RequestError> {
+        let served = self
+            .served(circuit)
+            .map_err(|(name, available)| RequestError::UnknownCircuit { name, available })?;
+        let bytes = served.kind.witness_bytes().ok_or_else(|| {
+            RequestError::UnsupportedBody(format!(
+                "{circuit} is a {} circuit, whose witnesses are JSON: send 'Content-Type: application/json'",
+                served.kind.kind()
+            ))
+        })?;
+        let footprint = served.kind.footprint().total();
+        Ok((bytes, self.engine.hold_witness(2 * bytes, footprint)?))
+    }
+
+    /// Validates a request's witnesses with the circuit's kind and submits
+    /// the job; with an idempotency key, a retry of the same request returns
+    /// the job the first one created. Witnesses of kinds that report their
+    /// size ([`CircuitKind::witness_bytes`]) are held against the memory
+    /// budget until their partitions end.
+    pub fn submit_witnesses(
+        &self,
+        circuit: &str,
+        witnesses: Witnesses,
+        key: Option<String>,
+    ) -> Result<Submitted, RequestError> {
         let idem = key.map(|key| {
             use sha2::Digest;
             let mut h = sha2::Sha256::new();
             h.update(circuit.as_bytes());
-            h.update([0]);
-            // serde_json's maps are sorted: equal requests give equal bytes
-            h.update(serde_json::to_vec(&partitions).expect("JSON values encode"));
+            match &witnesses {
+                Witnesses::Json(partitions) => {
+                    h.update([0]);
+                    // serde_json's maps are sorted: equal requests give equal bytes
+                    h.update(serde_json::to_vec(partitions).expect("JSON values encode"));
+                }
+                Witnesses::Binary { bytes, .. } => {
+                    h.update([1]);
+                    h.update((**bytes).as_ref());
+                }
+            }
             Idempotency { key, digest: h.finalize().into() }
         });
         // A retry is answered before the queue and its limits are looked at.
@@ -259,30 +335,55 @@ impl Service {
             .served(circuit)
             .map_err(|(name, available)| RequestError::UnknownCircuit { name, available })?;
         let limit = self.config.server.max_queued_partitions;
-        if partitions.is_empty() {
+        let count = witnesses.count();
+        if count == 0 {
             return Err(RequestError::Invalid(
                 "\"partitions\" is empty: a job needs at least one witness".into(),
             ));
         }
-        if partitions.len() > limit {
+        if count > limit {
             return Err(RequestError::Invalid(format!(
-                "{} partitions in one job; at most {limit} (server.max_queued_partitions)",
-                partitions.len()
+                "{count} partitions in one job; at most {limit} (server.max_queued_partitions)"
             )));
         }
         let queued = self.engine.queued_partitions();
-        if queued + partitions.len() > limit {
+        if queued + count > limit {
             return Err(RequestError::QueueFull { queued, limit });
         }
-        let work = partitions
-            .into_iter()
-            .enumerate()
-            .map(|(i, w)| served.kind.partition(i, w))
-            .collect::<Result<Vec<SynthesisFn>, _>>()
-            .map_err(|e| RequestError::Invalid(e.to_string()))?;
+        let kind = &served.kind;
+        let invalid = |e: crate::circuits::WitnessError| RequestError::Invalid(e.to_string());
+        let work = match witnesses {
+            Witnesses::Json(partitions) => {
+                let mut held = match kind.witness_bytes() {
+                    Some(per) => {
+                        Some((per, self.engine.hold_witness(per * count as u64, kind.footprint().total())?))
+                    }
+                    None => None,
+                };
+                partitions
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, w)| {
+                        let f = kind.partition(i, w).map_err(invalid)?;
+                        Ok(match &mut held {
+                            Some((per, hold)) => holding(f, hold.split(*per)),
+                            None => f,
+                        })
+                    })
+                    .collect::<Result<Vec<SynthesisFn>, RequestError>>()?
+            }
+            Witnesses::Binary { bytes, mut held } => {
+                let f = kind.partition_from_bytes(0, (*bytes).as_ref()).map_err(invalid)?;
+                drop(bytes);
+                // The body is gone: the decoded values keep their share.
+                let kept = held.split(kind.witness_bytes().unwrap_or(0));
+                drop(held);
+                vec![holding(f, kept)]
+            }
+        };
         let spec = JobSpec {
             circuit: circuit.to_string(),
-            key: served.kind.key().clone(),
+            key: kind.key().clone(),
             verifier: self.config.pipeline.verify_proofs.then(|| served.verifier.clone()),
             partitions: work,
         };
@@ -419,6 +520,7 @@ impl Service {
             buffers: ledger.counts(),
             buffer_bytes: ledger.bytes(),
             reserved_bytes: self.engine.budget().reserved(),
+            witness_bytes: m.witness_bytes.get().max(0) as u64,
             key_bytes: self.engine.budget().resident(),
             budget_bytes: self.engine.budget().total(),
             rss_bytes: crate::telemetry::rss_bytes(),

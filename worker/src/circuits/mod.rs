@@ -61,15 +61,17 @@ pub trait CircuitKind: Send + Sync {
     /// witness, for the client.
     fn partition(&self, index: usize, witness: serde_json::Value) -> Result<SynthesisFn, WitnessError>;
 
-    /// Size in bytes of one partition's witness sent as a binary body
-    /// (`application/octet-stream`), or `None` if the kind takes JSON only.
-    /// The body limit for such a request follows from it.
-    fn binary_witness_bytes(&self) -> Option<u64> {
+    /// Bytes one partition's witness holds in memory from its arrival until
+    /// its partition ends (held against the memory budget), which is also
+    /// the size of the witness as a binary body (`application/octet-stream`);
+    /// `None` for kinds whose witnesses are small JSON values (bench seeds),
+    /// which take no binary bodies.
+    fn witness_bytes(&self) -> Option<u64> {
         None
     }
 
     /// Decodes partition `index`'s witness from a binary body (see
-    /// [`CircuitKind::binary_witness_bytes`]).
+    /// [`CircuitKind::witness_bytes`]).
     fn partition_from_bytes(&self, index: usize, bytes: &[u8]) -> Result<SynthesisFn, WitnessError> {
         let _ = bytes;
         Err(WitnessError(format!("partition {index}: {} circuits take witnesses in JSON only", self.kind())))

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{FromRequest, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -20,7 +20,7 @@ use super::wire::{
 };
 use super::{ApiError, AppState};
 use crate::pipeline::{JobId, SubmitError};
-use crate::service::RequestError;
+use crate::service::{RequestError, Witnesses};
 
 /// Runs blocking service work off the async threads.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
@@ -41,18 +41,60 @@ fn idempotency_key(headers: &axum::http::HeaderMap) -> Result<Option<String>, Ap
         .ok_or_else(|| ApiError::bad_request("Idempotency-Key must be 1 to 255 visible ASCII characters"))
 }
 
+/// `POST /v1/prove`: a JSON job (`{"circuit", "partitions"}`), or one
+/// partition's witness as a binary body (`Content-Type:
+/// application/octet-stream`, `?circuit=NAME`) for kinds whose witnesses are
+/// large; the binary body's limit is the circuit's witness size, and its
+/// bytes are held against the memory budget before the body is read.
 pub async fn prove(
     State(state): State<Arc<AppState>>,
     Query(q): Query<ProveQuery>,
-    headers: axum::http::HeaderMap,
-    Json(req): Json<ProveRequest>,
+    req: Request,
 ) -> Result<Response, ApiError> {
     if state.draining.load(Ordering::Acquire) {
         return Err(RequestError::Submit(SubmitError::ShuttingDown).into());
     }
-    let key = idempotency_key(&headers)?;
+    let key = idempotency_key(req.headers())?;
     let service = state.service.clone();
-    let submitted = blocking(move || service.submit_with_key(&req.circuit, req.partitions, key)).await??;
+    let submitted = if is_binary(req.headers()) {
+        let circuit = q.circuit.clone().ok_or_else(|| {
+            ApiError::bad_request(
+                "a binary witness names its circuit in the query: POST /v1/prove?circuit=NAME",
+            )
+        })?;
+        let (limit, held) = service.hold_binary_witness(&circuit)?;
+        let too_large = || {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the body is larger than a witness of {circuit} ({limit} bytes)"),
+            )
+        };
+        let declared =
+            req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit) {
+            return Err(too_large());
+        }
+        // Read into one buffer of the witness's size (already held against the budget).
+        let mut body = Vec::with_capacity(declared.unwrap_or(limit).min(limit) as usize);
+        let mut chunks = req.into_body().into_data_stream();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+            if (body.len() + chunk.len()) as u64 > limit {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let witnesses = Witnesses::Binary { bytes: Box::new(body), held };
+        blocking(move || service.submit_witnesses(&circuit, witnesses, key)).await??
+    } else {
+        if q.circuit.is_some() {
+            return Err(ApiError::bad_request(
+                "?circuit= is for binary witness bodies; a JSON body names its circuit in \"circuit\"",
+            ));
+        }
+        let Json(req) = Json::<ProveRequest>::from_request(req, &state).await?;
+        blocking(move || service.submit_with_key(&req.circuit, req.partitions, key)).await??
+    };
     let (id, replayed) = (submitted.id(), matches!(submitted, crate::pipeline::Submitted::Existing(_)));
     if q.wait {
         let service = state.service.clone();
@@ -66,6 +108,15 @@ pub async fn prove(
     let res = (StatusCode::ACCEPTED, [(header::LOCATION, body.status_url.clone())], axum::Json(body))
         .into_response();
     Ok(mark_replayed(res, replayed))
+}
+
+/// Whether the body is a binary witness (`application/octet-stream`).
+fn is_binary(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/octet-stream"))
 }
 
 /// `Idempotent-Replayed: true` on the answer to a retry.

@@ -43,6 +43,13 @@ impl From<RequestError> for ApiError {
             }
             RequestError::Submit(SubmitError::NeverFits { .. })
             | RequestError::Submit(SubmitError::Empty) => Self::bad_request(e.to_string()),
+            RequestError::Witness(crate::pipeline::WitnessDoesNotFit::Never { .. }) => {
+                Self::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string())
+            }
+            RequestError::Witness(crate::pipeline::WitnessDoesNotFit::NotNow { .. }) => {
+                Self::new(StatusCode::TOO_MANY_REQUESTS, e.to_string()).retry_after(5)
+            }
+            RequestError::UnsupportedBody(_) => Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, e.to_string()),
             RequestError::Submit(SubmitError::ShuttingDown) => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "provd is shutting down; send the job to another worker",

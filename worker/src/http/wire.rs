@@ -25,6 +25,9 @@ pub struct ProveQuery {
     /// Answer when the job has ended, with the job document.
     #[serde(default)]
     pub wait: bool,
+    /// The circuit of a binary witness body (a JSON body names it inside).
+    #[serde(default)]
+    pub circuit: Option<String>,
 }
 
 /// The query of `GET /v1/circuits/{name}/verifying-key`.

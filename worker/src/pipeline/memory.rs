@@ -82,6 +82,20 @@ impl Budget {
         Some(Reservation { budget: self.clone(), bytes, resident: false })
     }
 
+    /// Reserves `bytes` now if they fit with `keep_free` bytes still free
+    /// afterwards, or `None`. What waits in the queue (received witnesses)
+    /// keeps room for a partition, so that it never starves the partitions
+    /// whose end would free it.
+    pub fn try_reserve(self: &Arc<Self>, bytes: u64, keep_free: u64) -> Option<Reservation> {
+        let mut reserved = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
+        if *reserved + bytes + keep_free > self.total {
+            return None;
+        }
+        *reserved += bytes;
+        self.note_reserved(*reserved);
+        Some(Reservation { budget: self.clone(), bytes, resident: false })
+    }
+
     /// Updates the gauges and the peak after a reservation.
     fn note_reserved(&self, reserved: u64) {
         let peak = self.peak.fetch_max(reserved, std::sync::atomic::Ordering::AcqRel).max(reserved);
@@ -131,6 +145,46 @@ impl Drop for Reservation {
     }
 }
 
+/// A received witness's bytes, held against the budget and counted in
+/// `provd_witness_bytes` from its arrival until its partition ends (the
+/// value lives in the partition's synthesis job, and so does this).
+#[must_use = "a held witness is released when dropped"]
+pub struct HeldWitness {
+    reservation: Reservation,
+    metrics: Arc<Metrics>,
+}
+
+impl HeldWitness {
+    pub fn new(reservation: Reservation, metrics: Arc<Metrics>) -> Self {
+        metrics.witness_bytes.add(reservation.bytes() as i64);
+        Self { reservation, metrics }
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.reservation.bytes()
+    }
+
+    /// Splits off `bytes` (at most what is held) into a hold of their own.
+    pub fn split(&mut self, bytes: u64) -> HeldWitness {
+        let part = self.reservation.split(bytes);
+        // The gauge moves with the bytes: subtract here, add in the new hold.
+        self.metrics.witness_bytes.sub(part.bytes() as i64);
+        HeldWitness::new(part, self.metrics.clone())
+    }
+}
+
+impl Drop for HeldWitness {
+    fn drop(&mut self) {
+        self.metrics.witness_bytes.sub(self.reservation.bytes() as i64);
+    }
+}
+
+impl std::fmt::Debug for HeldWitness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HeldWitness({} bytes)", self.bytes())
+    }
+}
+
 impl std::fmt::Debug for Reservation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Reservation({} bytes)", self.bytes)
@@ -159,6 +213,21 @@ mod tests {
         assert!(budget.reserve(100, || true).is_some());
         let _full = budget.reserve(100, || false).unwrap();
         assert!(budget.reserve(1, || true).is_none(), "gives up when asked to");
+    }
+
+    #[test]
+    fn held_witnesses_leave_room_for_a_partition_and_count_in_their_gauge() {
+        let metrics = Arc::new(Metrics::new());
+        let budget = Budget::new(100, metrics.clone());
+        let mut held = HeldWitness::new(budget.try_reserve(50, 30).unwrap(), metrics.clone());
+        assert!(budget.try_reserve(30, 30).is_none(), "50 + 30 + 30 kept free exceeds 100");
+        assert!(budget.try_reserve(20, 30).is_some(), "50 + 20 + 30 fits");
+        let part = held.split(20);
+        assert_eq!((held.bytes(), part.bytes(), metrics.witness_bytes.get()), (30, 20, 50));
+        drop(held);
+        assert_eq!((metrics.witness_bytes.get(), budget.reserved()), (20, 20));
+        drop(part);
+        assert_eq!((metrics.witness_bytes.get(), budget.reserved()), (0, 0));
     }
 
     #[test]

@@ -99,6 +99,21 @@ pub enum SubmitError {
     KeyReused { key: String, job: JobId },
 }
 
+/// Why received witnesses cannot be held in memory.
+#[derive(Debug, thiserror::Error)]
+pub enum WitnessDoesNotFit {
+    #[error(
+        "{need} bytes of witnesses and one partition's estimated {footprint} bytes exceed the {room} bytes \
+         of memory budget the resident keys leave; raise pipeline.memory_budget"
+    )]
+    Never { need: u64, footprint: u64, room: u64 },
+    #[error(
+        "{need} bytes of witnesses do not fit in the memory budget now ({free} bytes free, of which \
+         {footprint} are kept for a partition to run); retry later"
+    )]
+    NotNow { need: u64, free: u64, footprint: u64 },
+}
+
 /// A client's idempotency key and the digest of its request.
 #[derive(Clone, Debug)]
 pub struct Idempotency {
@@ -415,6 +430,22 @@ impl Engine {
 
     fn job(&self, id: JobId) -> Option<Arc<Job>> {
         self.shared.jobs.get(id)
+    }
+
+    /// Holds `bytes` of received witnesses against the budget now, leaving
+    /// room for a partition of `footprint` bytes to run.
+    pub fn hold_witness(&self, bytes: u64, footprint: u64) -> Result<memory::HeldWitness, WitnessDoesNotFit> {
+        let budget = &self.shared.budget;
+        let room = budget.total() - budget.resident();
+        if bytes + footprint > room {
+            return Err(WitnessDoesNotFit::Never { need: bytes, footprint, room });
+        }
+        let reservation = budget.try_reserve(bytes, footprint).ok_or_else(|| WitnessDoesNotFit::NotNow {
+            need: bytes,
+            free: budget.total().saturating_sub(budget.reserved()),
+            footprint,
+        })?;
+        Ok(memory::HeldWitness::new(reservation, self.shared.metrics.clone()))
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {

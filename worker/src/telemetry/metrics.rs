@@ -13,6 +13,7 @@ pub struct Metrics {
     pub buffers_in_flight: IntGaugeVec,
     pub buffer_bytes: IntGaugeVec,
     pub memory_reserved_bytes: IntGauge,
+    pub witness_bytes: IntGauge,
     pub memory_budget_bytes: IntGauge,
     pub gpu_queue_depth: IntGauge,
     pub gpu_queue_capacity: IntGauge,
@@ -78,6 +79,14 @@ impl Metrics {
                 IntGauge::new(
                     "provd_memory_reserved_bytes",
                     "Bytes reserved against the memory budget (estimates).",
+                )
+                .unwrap(),
+            ),
+            witness_bytes: reg(
+                r,
+                IntGauge::new(
+                    "provd_witness_bytes",
+                    "Bytes of received witnesses held until their partitions end (part of the reserved bytes).",
                 )
                 .unwrap(),
             ),

@@ -170,7 +170,7 @@ impl CircuitKind for CircomKind {
         Ok(Arc::new(move || Ok(circuit.synthesize(&witness))))
     }
 
-    fn binary_witness_bytes(&self) -> Option<u64> {
+    fn witness_bytes(&self) -> Option<u64> {
         Some(wtns_file_bytes(self.circuit.n_vars))
     }
 
