@@ -4,7 +4,7 @@
 # TEST_BINS (e.g. "gpu-test msm-test") limits `tests` to those binaries.
 # B_G2=gpu|cpu places B's G2 MSM for bench-prove and bench-pipeline (default: the binary's);
 # PROVE_VS=none skips bellperson in bench-prove; PIPE_DEVICES=all spreads bench-pipeline over every GPU.
-# circom: CIRCOM_TAR names a tar.xz of circom circuits (NAME.r1cs + NAME.wtns: a TEST-ONLY zkey is
+# circom: CIRCOM_DIR (or CIRCOM_TAR, a tar.xz of it) holds circom circuits (NAME.r1cs + NAME.wtns: a TEST-ONLY zkey is
 # made here; or NAME.zkey + NAME.wtns); each is proved on the GPU (proof, public signals and
 # verifying key kept for snarkjs to check back home) and benched (CIRCOM_BENCH_BACKENDS, default cuda);
 # SNARKJS names a snarkjs to bench beside provd.
@@ -57,8 +57,8 @@ for step in "${@:-tests}"; do
           tee -a "$OUT/bench-prove.log" || status=1
       done ;;
     circom)
-      work=/tmp/provd-circom && mkdir -p "$work" "$OUT/circom"
-      tar -C "$work" -xJf "$CIRCOM_TAR" || status=1
+      work=${CIRCOM_DIR:-/tmp/provd-circom} && mkdir -p "$work" "$OUT/circom"
+      if [ -n "${CIRCOM_TAR:-}" ]; then tar -C "$work" -xJf "$CIRCOM_TAR" || status=1; fi
       for wtns in "$work"/*.wtns; do
         name=$(basename "$wtns" .wtns)
         if [ ! -e "$work/$name.zkey" ]; then

@@ -261,6 +261,10 @@ fn circom_server_with(f: &Fixture, extra: &str) -> Server {
     for c in CIRCUITS {
         config +=
             &format!("[[circuits]]\nkind = \"circom\"\nname = \"{c}\"\nzkey = \"{}\"\n", f.zkey(c).display());
+        // The multiplier's witnesses are checked against its constraints; the others' are not.
+        if c == "multiplier" {
+            config += &format!("r1cs = \"{}\"\n", f.path("multiplier.r1cs").display());
+        }
     }
     Server::start(&config, &[])
 }
@@ -294,6 +298,34 @@ fn http_proofs_verify_with_snarkjs() {
             assert!(snarkjs_verifies(&f.vk(c), &public, &proof), "{c} partition {i}: snarkjs rejects it");
         }
     }
+    // With the r1cs, a witness that does not satisfy the circuit fails its
+    // job naming the constraint, before any proving.
+    let mut bad =
+        provd::circuits::circom::Witness::parse(&std::fs::read(f.wtns("multiplier")).unwrap(), 4).unwrap();
+    bad.values[1] += blstrs::Scalar::from(1u64); // c = 34 ≠ 3·11
+    let wtns = base64::engine::general_purpose::STANDARD.encode(bad.to_bytes());
+    let body = serde_json::json!({"circuit": "multiplier", "partitions": [{"wtns": wtns}]});
+    let (status, job) = server.call("POST", "/v1/prove?wait=true", Some(&body.to_string()));
+    assert_eq!((status, job["state"].as_str()), (200, Some("failed")), "{job}");
+    assert!(job["error"].as_str().unwrap().contains("does not satisfy constraint #0"), "{job}");
+
+    // Without it (merkle), the bad witness's proof fails verification: the job
+    // fails saying so, and the device is not blamed (it stays in service).
+    let good = std::fs::read(f.wtns("merkle")).unwrap();
+    let mut bad = provd::circuits::circom::Witness::parse(&good, 2930).unwrap_or_else(|e| panic!("{e}"));
+    bad.values[5] += blstrs::Scalar::from(1u64);
+    let wtns = base64::engine::general_purpose::STANDARD.encode(bad.to_bytes());
+    for _ in 0..4 {
+        let body = serde_json::json!({"circuit": "merkle", "partitions": [{"wtns": wtns}]});
+        let (status, job) = server.call("POST", "/v1/prove?wait=true", Some(&body.to_string()));
+        assert_eq!((status, job["state"].as_str()), (200, Some("failed")), "{job}");
+        assert!(job["error"].as_str().unwrap().contains("Nothing checked the witness"), "{job}");
+    }
+    let wtns = base64::engine::general_purpose::STANDARD.encode(&good);
+    let body = serde_json::json!({"circuit": "merkle", "partitions": [{"wtns": wtns}]});
+    let (_, job) = server.call("POST", "/v1/prove?wait=true", Some(&body.to_string()));
+    assert_eq!(job["state"], "succeeded", "{job}");
+
     // A witness for another circuit is the client's error, with the reason.
     let wtns = base64::engine::general_purpose::STANDARD.encode(std::fs::read(f.wtns("merkle")).unwrap());
     let body = serde_json::json!({"circuit": "multiplier", "partitions": [{"wtns": wtns}]});

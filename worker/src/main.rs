@@ -399,7 +399,7 @@ fn groth16(command: Groth16Command) -> anyhow::Result<()> {
                 eprintln!("proving on the CPU: {why}");
             }
             let t = Instant::now();
-            let proved = prover.prove_synthesized(&key, circuit.synthesize(&witness))?;
+            let proved = prover.prove_synthesized(&key, circuit.synthesize(&witness)?)?;
             write_json(&proof, &json::proof(&proved.proof))?;
             write_json(&public, &json::public(&proved.public_inputs))?;
             eprintln!(

@@ -385,6 +385,7 @@ impl Service {
             circuit: circuit.to_string(),
             key: kind.key().clone(),
             verifier: self.config.pipeline.verify_proofs.then(|| served.verifier.clone()),
+            witness_check: kind.witness_check(),
             partitions: work,
         };
         Ok(match idem {

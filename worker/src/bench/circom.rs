@@ -68,7 +68,7 @@ impl CircomBench {
         let mut s = Samples::default();
         for i in 0..=self.runs {
             let t = Instant::now();
-            let w = circuit.synthesize(&witness);
+            let w = circuit.synthesize(&witness)?;
             let t_synth = t.elapsed();
             let inputs = w.public_inputs().to_vec();
             let pending = backend.prove_start(&key, w)?;

@@ -55,6 +55,7 @@ impl PipelineBench {
                 circuit: circuit.to_string(),
                 key: key.clone(),
                 verifier: Some(verifier.clone()),
+                witness_check: crate::jobs::WitnessCheck::BySynthesis,
                 partitions,
             })?);
         }

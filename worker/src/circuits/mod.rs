@@ -61,6 +61,12 @@ pub trait CircuitKind: Send + Sync {
     /// witness, for the client.
     fn partition(&self, index: usize, witness: serde_json::Value) -> Result<SynthesisFn, WitnessError>;
 
+    /// Whether synthesis checks each witness against the circuit's
+    /// constraints (so that a proof failing verification is the device's fault).
+    fn witness_check(&self) -> crate::jobs::WitnessCheck {
+        crate::jobs::WitnessCheck::BySynthesis
+    }
+
     /// Bytes one partition's witness holds in memory from its arrival until
     /// its partition ends (held against the memory budget), which is also
     /// the size of the witness as a binary body (`application/octet-stream`);

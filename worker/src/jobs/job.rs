@@ -63,7 +63,24 @@ pub struct JobSpec {
     pub key: Arc<ProvingKey>,
     /// Checks every proof before it is returned; `None` returns proofs unchecked.
     pub verifier: Option<Arc<Verifier>>,
+    /// Whether synthesis checks the witness, which decides whom a proof that
+    /// fails verification blames.
+    pub witness_check: WitnessCheck,
     pub partitions: Vec<SynthesisFn>,
+}
+
+/// Whether a job's synthesis checks that each witness satisfies the circuit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WitnessCheck {
+    /// Synthesis checks every constraint: a proof that then fails
+    /// verification is the device's fault.
+    #[default]
+    BySynthesis,
+    /// Nothing checks the witness before proving (a circom circuit served
+    /// without its r1cs): a proof that fails verification may be the
+    /// witness's fault, so it fails its partition without counting against
+    /// the device (a client cannot take devices out of service).
+    Unchecked,
 }
 
 /// Seconds spent in each stage by one partition.
@@ -109,6 +126,7 @@ pub struct Job {
     pub circuit: String,
     pub key: Arc<ProvingKey>,
     pub verifier: Option<Arc<Verifier>>,
+    pub witness_check: WitnessCheck,
     cancelled: AtomicBool,
     created: Instant,
     state: Mutex<JobState>,
@@ -142,6 +160,7 @@ impl Job {
             circuit: spec.circuit.clone(),
             key: spec.key.clone(),
             verifier: spec.verifier.clone(),
+            witness_check: spec.witness_check,
             cancelled: AtomicBool::new(false),
             created: Instant::now(),
             state: Mutex::new(JobState {

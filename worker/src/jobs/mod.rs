@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) use job::Ticket;
-pub use job::{Job, JobId, JobSpec, JobStatus, PartitionStatus, StageTimes, SynthesisFn};
+pub use job::{Job, JobId, JobSpec, JobStatus, PartitionStatus, StageTimes, SynthesisFn, WitnessCheck};
 pub use memory::MemoryStore;
 
 /// Where accepted jobs are kept while they run and after they end, until

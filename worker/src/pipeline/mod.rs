@@ -28,7 +28,7 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::backend::Backend;
 use crate::groth16::{Blinding, PendingProof, ProvingKey, Synthesized};
 use crate::jobs::{Job, JobStore, Ticket};
-pub use crate::jobs::{JobId, JobSpec, JobStatus, PartitionStatus, StageTimes, SynthesisFn};
+pub use crate::jobs::{JobId, JobSpec, JobStatus, PartitionStatus, StageTimes, SynthesisFn, WitnessCheck};
 use crate::telemetry::labels::FailureReason;
 pub use crate::telemetry::labels::{Outcome, Stage};
 use crate::telemetry::Metrics;
@@ -758,6 +758,15 @@ fn finish_partition(s: &Shared, item: ToFinish) {
         if let Err(e) = verdict {
             s.metrics.proofs_invalid.with_label_values(&[backend.name()]).inc();
             tracing::error!(job = %job.id, partition = index, backend = backend.name(), "proof rejected: {e}");
+            if job.witness_check == WitnessCheck::Unchecked {
+                let what = format!(
+                    "the proof from backend {} failed verification ({e}); it was not returned. Nothing checked \
+                     the witness before proving, so it may not satisfy the circuit (serve the circuit with its \
+                     r1cs to have witnesses checked)",
+                    backend.name()
+                );
+                return ticket.fail(FailureReason::InvalidProof, what);
+            }
             let what = format!(
                 "the proof from backend {} failed verification ({e}); it was not returned",
                 backend.name()

@@ -31,7 +31,13 @@ fn failing_partition() -> SynthesisFn {
 }
 
 fn job(partitions: Vec<SynthesisFn>) -> JobSpec {
-    JobSpec { circuit: format!("bench-{K}"), key: key(), verifier: None, partitions }
+    JobSpec {
+        circuit: format!("bench-{K}"),
+        key: key(),
+        verifier: None,
+        witness_check: WitnessCheck::BySynthesis,
+        partitions,
+    }
 }
 
 /// The CPU backend with a slow prove_start, standing in for a busy GPU.
@@ -273,6 +279,30 @@ fn a_proof_that_fails_verification_fails_its_partition_and_is_never_returned() {
     let st = e.wait(id, None).unwrap();
     assert_eq!(st.outcome, Some(Outcome::Succeeded));
     assert!(st.partitions[0].times.verify.is_some());
+}
+
+/// When nothing checked the witnesses, a failing proof may be the client's
+/// doing: it fails its partition but never counts against the device, so
+/// that bad witnesses cannot take devices out of service.
+#[test]
+fn failing_proofs_of_unchecked_witnesses_do_not_count_against_the_device() {
+    let config = PipelineConfig { device_fault_limit: 1, ..Default::default() };
+    let e = Engine::start(config, vec![Arc::new(CorruptGpu)], Arc::new(Metrics::new())).unwrap();
+    let verifier = Some(Arc::new(crate::groth16::Verifier::new(&key().vk)));
+    for seed in 1..=3 {
+        let spec = JobSpec {
+            verifier: verifier.clone(),
+            witness_check: WitnessCheck::Unchecked,
+            ..job(vec![partition(seed)])
+        };
+        let st = e.wait(e.submit(spec).unwrap(), None).unwrap();
+        assert_eq!(st.outcome, Some(Outcome::Failed));
+        let error = st.error.unwrap();
+        assert!(error.contains("Nothing checked the witness"), "{error}");
+        assert!(st.partitions[0].faults.is_empty(), "no device fault, no retry");
+    }
+    assert!(e.none_in_service().is_none(), "the device stays in service");
+    assert_all_released(&e);
 }
 
 #[test]

@@ -6,8 +6,11 @@
 //! zkey's coefficient matrices (which already hold the constraints snarkjs
 //! adds for the public signals), and C is A·w ∘ B·w, pointwise. H is
 //! snarkjs's reduction ([`Reduction::Snarkjs`](crate::groth16::Reduction)).
-//! snarkjs's zkey holds no C matrix, so a witness that does not satisfy the
-//! circuit is caught when its proof fails verification.
+//! snarkjs's zkey holds no C matrix: with the circuit's `.r1cs` named too,
+//! every witness is checked against the constraints before it is proved (a
+//! bad one is the client's error, naming the constraint); without it, a
+//! witness that does not satisfy the circuit shows only as a proof that fails
+//! verification, which the pipeline counts as a fault of the device.
 
 mod binfile;
 mod field;
@@ -31,8 +34,8 @@ pub use wtns::{Witness, WtnsError};
 pub use zkey::{Zkey, ZkeyError};
 
 use super::{CircuitKind, KeySource, LoadError, VkEncoding, WitnessError};
-use crate::groth16::sparse::SparseMatrix;
-use crate::groth16::{Density, PointCheck, Proof, ProvingKey, Synthesized};
+use crate::groth16::sparse::{Column, SparseMatrix};
+use crate::groth16::{Density, PointCheck, Proof, ProveError, ProvingKey, Synthesized};
 use crate::pipeline::SynthesisFn;
 
 /// `[[circuits]]` with `kind = "circom"`.
@@ -43,6 +46,10 @@ pub struct CircomConfig {
     pub name: String,
     /// The snarkjs Groth16 zkey (BLS12-381); every point is checked at load.
     pub zkey: PathBuf,
+    /// The circuit's `.r1cs` (from circom): witnesses are checked against its
+    /// constraints before they are proved.
+    #[serde(default)]
+    pub r1cs: Option<PathBuf>,
 }
 
 /// What synthesis needs from a zkey besides the key: the coefficient matrices.
@@ -50,6 +57,8 @@ pub struct CircomConfig {
 pub struct CircomCircuit {
     a: SparseMatrix,
     b: SparseMatrix,
+    /// The r1cs's C, when it was given: witnesses are checked against it.
+    c: Option<SparseMatrix>,
     n_vars: usize,
     n_public: usize,
 }
@@ -60,17 +69,55 @@ impl CircomCircuit {
         self.n_vars
     }
 
-    /// a, b, c and the assignment of a checked witness, as snarkjs computes them.
-    pub fn synthesize(&self, w: &Witness) -> Synthesized {
+    /// Adds the r1cs's C matrix, so that witnesses are checked; refuses an
+    /// r1cs of another circuit.
+    pub fn check_with(&mut self, r1cs: R1cs) -> Result<(), String> {
+        let rows = r1cs.constraints + r1cs.public + 1;
+        if r1cs.wires != self.n_vars || r1cs.public != self.n_public || rows != self.a.rows() {
+            return Err(format!(
+                "the r1cs is for another circuit: {} wires, {} public, {} constraints; the zkey has {} signals, \
+                 {} public, {} constraints",
+                r1cs.wires,
+                r1cs.public,
+                r1cs.constraints,
+                self.n_vars,
+                self.n_public,
+                self.a.rows() - self.n_public - 1
+            ));
+        }
+        let [_, _, c] = r1cs.matrices;
+        let terms: Vec<_> = c.into_iter().map(|(row, s, v)| (row, self.column(s), v)).collect();
+        self.c = Some(SparseMatrix::from_terms(r1cs.constraints, &terms));
+        Ok(())
+    }
+
+    /// The matrix column of witness signal `s`.
+    fn column(&self, s: u32) -> Column {
+        if s as usize <= self.n_public {
+            Column::Input(s)
+        } else {
+            Column::Aux(s - self.n_public as u32 - 1)
+        }
+    }
+
+    /// a, b, c and the assignment of a witness of the right length, as snarkjs
+    /// computes them; checked against the r1cs's constraints when it was given.
+    pub fn synthesize(&self, w: &Witness) -> Result<Synthesized, ProveError> {
+        use rayon::prelude::*;
         debug_assert_eq!(w.values.len(), self.n_vars);
         let (input, aux) = w.values.split_at(self.n_public + 1);
         let (a, b) = rayon::join(|| self.a.product(input, aux), || self.b.product(input, aux));
-        let c = {
-            use rayon::prelude::*;
-            a.par_iter().zip(&b).with_min_len(4096).map(|(a, b)| a * b).collect()
-        };
+        let c: Vec<Scalar> = a.par_iter().zip(&b).with_min_len(4096).map(|(a, b)| a * b).collect();
+        if let Some(cm) = &self.c {
+            let want = cm.product(input, aux);
+            if let Some(index) =
+                (0..want.len()).into_par_iter().with_min_len(4096).find_first(|&i| c[i] != want[i])
+            {
+                return Err(ProveError::Unsatisfied { index, name: "(circom r1cs)".into() });
+            }
+        }
         let aux_len = aux.len();
-        Synthesized {
+        Ok(Synthesized {
             a,
             b,
             c,
@@ -80,7 +127,7 @@ impl CircomCircuit {
             a_aux_density: Density::full(aux_len),
             b_input_density: Density::full(input.len()),
             b_aux_density: Density::full(aux_len),
-        }
+        })
     }
 
     /// Constraints (rows of A and B), the public signals' included.
@@ -89,7 +136,7 @@ impl CircomCircuit {
     }
 
     fn heap_bytes(&self) -> usize {
-        self.a.heap_bytes() + self.b.heap_bytes()
+        self.a.heap_bytes() + self.b.heap_bytes() + self.c.as_ref().map_or(0, SparseMatrix::heap_bytes)
     }
 }
 
@@ -102,11 +149,26 @@ pub struct CircomKind {
 
 impl CircomKind {
     pub fn load(config: &CircomConfig) -> Result<Self, LoadError> {
-        let (key, circuit) = read_zkey(&config.zkey, PointCheck::Full).map_err(|e| LoadError::Config {
-            circuit: config.name.clone(),
-            reason: format!("zkey {}: {e}", config.zkey.display()),
-        })?;
-        Ok(Self { key, circuit, source: KeySource::File { path: config.zkey.clone() } })
+        let fail = |reason: String| LoadError::Config { circuit: config.name.clone(), reason };
+        let Zkey { key, a, b, n_vars, n_public } = Zkey::read(&config.zkey, PointCheck::Full)
+            .map_err(|e| fail(format!("zkey {}: {e}", config.zkey.display())))?;
+        let mut circuit = CircomCircuit { a, b, c: None, n_vars, n_public };
+        match &config.r1cs {
+            Some(path) => {
+                let r1cs = R1cs::read(path).map_err(|e| fail(format!("r1cs {}: {e}", path.display())))?;
+                circuit.check_with(r1cs).map_err(|e| fail(format!("r1cs {}: {e}", path.display())))?;
+            }
+            None => tracing::warn!(
+                circuit = %config.name,
+                "no r1cs named: witnesses are not checked before they are proved, and one that does not \
+                 satisfy the circuit shows as a proof that fails verification (counted against the device)"
+            ),
+        }
+        Ok(Self {
+            key: Arc::new(key),
+            circuit: Arc::new(circuit),
+            source: KeySource::File { path: config.zkey.clone() },
+        })
     }
 
     pub fn circuit(&self) -> &Arc<CircomCircuit> {
@@ -120,7 +182,7 @@ impl CircomKind {
 /// being on the curve (its proofs are verified before they are written).
 pub fn read_zkey(path: &Path, check: PointCheck) -> Result<(Arc<ProvingKey>, Arc<CircomCircuit>), ZkeyError> {
     let Zkey { key, a, b, n_vars, n_public } = Zkey::read(path, check)?;
-    Ok((Arc::new(key), Arc::new(CircomCircuit { a, b, n_vars, n_public })))
+    Ok((Arc::new(key), Arc::new(CircomCircuit { a, b, c: None, n_vars, n_public })))
 }
 
 /// A partition's witness in a JSON request: the `.wtns` file, base64.
@@ -167,7 +229,14 @@ impl CircuitKind for CircomKind {
         let witness = Witness::parse(wtns, self.circuit.n_vars)
             .map_err(|e| WitnessError(format!("partition {index}: {e}")))?;
         let circuit = self.circuit.clone();
-        Ok(Arc::new(move || Ok(circuit.synthesize(&witness))))
+        Ok(Arc::new(move || circuit.synthesize(&witness)))
+    }
+
+    fn witness_check(&self) -> crate::jobs::WitnessCheck {
+        match self.circuit.c {
+            Some(_) => crate::jobs::WitnessCheck::BySynthesis,
+            None => crate::jobs::WitnessCheck::Unchecked,
+        }
     }
 
     fn witness_bytes(&self) -> Option<u64> {

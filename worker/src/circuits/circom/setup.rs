@@ -138,14 +138,22 @@ mod tests {
             crate::circuits::circom::read_zkey(&path, crate::groth16::PointCheck::Full).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(*key, zkey.key);
-        let check = |circuit: &CircomCircuit| {
-            let witness = Witness { values: vec![s(1), s(27), s(3), s(9)] };
-            let proved = Prover::cpu().prove_synthesized(&key, circuit.synthesize(&witness)).unwrap();
-            assert_eq!(proved.public_inputs, vec![s(27)]);
-            Verifier::new(&key.vk).verify(&proved.proof, &[s(27)]).unwrap();
-            let bad = Witness { values: vec![s(1), s(28), s(3), s(9)] };
-            assert!(Prover::cpu().prove_synthesized(&key, circuit.synthesize(&bad)).is_err());
-        };
-        check(&circuit);
+        let witness = Witness { values: vec![s(1), s(27), s(3), s(9)] };
+        let proved = Prover::cpu().prove_synthesized(&key, circuit.synthesize(&witness).unwrap()).unwrap();
+        assert_eq!(proved.public_inputs, vec![s(27)]);
+        Verifier::new(&key.vk).verify(&proved.proof, &[s(27)]).unwrap();
+        // Without the r1cs a bad witness shows only as a proof that fails verification;
+        // with it, synthesis names the constraint.
+        let bad = Witness { values: vec![s(1), s(28), s(3), s(9)] };
+        let unchecked = circuit.synthesize(&bad).unwrap();
+        assert!(matches!(
+            Prover::cpu().prove_synthesized(&key, unchecked),
+            Err(crate::ProverError::Invalid { .. })
+        ));
+        let mut checked = CircomCircuit { a: zkey.a, b: zkey.b, c: None, n_vars: 4, n_public: 1 };
+        checked.check_with(r1cs).unwrap();
+        assert!(checked.synthesize(&witness).is_ok());
+        let err = checked.synthesize(&bad).unwrap_err();
+        assert!(matches!(err, crate::groth16::ProveError::Unsatisfied { index: 1, .. }), "{err}");
     }
 }
