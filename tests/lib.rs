@@ -88,7 +88,16 @@ impl Server {
     /// As [`Server::start`] on `backend`; `Err(stderr)` if provd exits
     /// before it listens.
     pub fn try_start(config: &str, env: &[(&str, &str)], backend: &str) -> Result<Server, String> {
-        let data_dir = tempfile::tempdir().unwrap();
+        Self::try_start_in(config, env, backend, tempfile::tempdir().unwrap())
+    }
+
+    /// As [`Server::try_start`] on an existing data directory (a restart).
+    pub fn try_start_in(
+        config: &str,
+        env: &[(&str, &str)],
+        backend: &str,
+        data_dir: tempfile::TempDir,
+    ) -> Result<Server, String> {
         let config_path = data_dir.path().join("provd.toml");
         std::fs::write(&config_path, config).unwrap();
         let path = config_path.to_string_lossy().into_owned();
@@ -169,6 +178,16 @@ impl Server {
 
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+}
+
+impl Server {
+    /// Kills the process with SIGKILL (no shutdown, no flush) and hands back
+    /// its data directory, for a restart on it.
+    pub fn kill_9(mut self) -> tempfile::TempDir {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::mem::replace(&mut self.data_dir, tempfile::tempdir().unwrap())
     }
 }
 

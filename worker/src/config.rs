@@ -18,6 +18,7 @@ pub struct Config {
     pub circuits: Vec<CircuitConfig>,
     pub pipeline: PipelineConfig,
     pub gpu: GpuConfig,
+    pub jobs: JobsConfig,
 }
 
 impl Default for Config {
@@ -27,8 +28,44 @@ impl Default for Config {
             circuits: vec![CircuitConfig::builtin("bench-14".parse().expect("a built-in circuit"))],
             pipeline: PipelineConfig::default(),
             gpu: GpuConfig::default(),
+            jobs: JobsConfig::default(),
         }
     }
+}
+
+/// The `[jobs]` table: where accepted jobs are kept.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct JobsConfig {
+    pub store: JobStoreKind,
+    /// The SQLite journal's file; unset: `jobs.sqlite3` in the data directory.
+    pub path: Option<PathBuf>,
+    /// What a restart does with jobs that were accepted and had not ended.
+    pub on_restart: OnRestart,
+}
+
+/// Where jobs are kept.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum JobStoreKind {
+    /// A journal in an SQLite file: written before a job is acknowledged, so
+    /// a crash or restart loses no accepted job; finished proofs are served
+    /// after a restart for the retention time.
+    #[default]
+    Sqlite,
+    /// In this process's memory only: lost on a restart.
+    Memory,
+}
+
+/// What a restart does with unfinished jobs.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum OnRestart {
+    /// Run them again from their witnesses (every partition).
+    #[default]
+    Rerun,
+    /// End them as failed, saying why.
+    Fail,
 }
 
 impl CircuitConfig {

@@ -13,6 +13,7 @@ use crate::backend::{Backend, BackendChoice};
 use crate::circuits::{CircuitKind, VkEncoding};
 use crate::config::Config;
 use crate::groth16::Verifier;
+use crate::jobs::journal::{AcceptedJob, Journal, Recovered, SqliteJournal, StoredWitness};
 use crate::pipeline::buffers::ClassCounts;
 use crate::pipeline::memory::{HeldWitness, Reservation};
 use crate::pipeline::{
@@ -54,7 +55,7 @@ pub enum Witnesses {
     Json(Vec<serde_json::Value>),
     /// One partition's witness as a binary body, held against the budget
     /// since before it was read ([`Service::hold_binary_witness`]).
-    Binary { bytes: Box<dyn AsRef<[u8]> + Send>, held: HeldWitness },
+    Binary { bytes: Vec<u8>, held: HeldWitness },
 }
 
 impl Witnesses {
@@ -64,6 +65,17 @@ impl Witnesses {
             Witnesses::Binary { .. } => 1,
         }
     }
+}
+
+/// A request's witnesses, decoded.
+struct Decoded {
+    /// One synthesis job per partition, each holding its witness's share of the budget.
+    work: Vec<SynthesisFn>,
+    /// What the journal keeps of them (empty when nothing is journaled).
+    stored: Vec<StoredWitness>,
+    /// What decoding alone needed (a binary body beside its decoded values),
+    /// held until the caller drops it, after the journal has the body.
+    _decoding: Option<HeldWitness>,
 }
 
 /// Wraps a partition's synthesis job so that it holds its witness's place
@@ -155,7 +167,11 @@ pub struct Service {
 impl Service {
     /// Loads every configured circuit's key (generating TEST-ONLY keys where
     /// none is named), picks the backend and starts the engine.
-    pub fn start(config: Config, data_dir: &Path, backend: BackendChoice) -> anyhow::Result<Arc<Self>> {
+    pub fn start(mut config: Config, data_dir: &Path, backend: BackendChoice) -> anyhow::Result<Arc<Self>> {
+        if config.jobs.store == crate::config::JobStoreKind::Sqlite && config.jobs.path.is_none() {
+            std::fs::create_dir_all(data_dir)?;
+            config.jobs.path = Some(data_dir.join("jobs.sqlite3"));
+        }
         let kinds = config
             .circuits
             .iter()
@@ -185,7 +201,24 @@ impl Service {
                 &kind_of(&backends[0]),
             ])
             .set(1);
-        let engine = Engine::start(config.pipeline.clone(), backends.clone(), metrics.clone())?;
+        // The journal (when the config names one: `Service::start` does for
+        // the SQLite store) is read before the engine starts and written by it.
+        let (journal, recovered) = match (&config.jobs.store, &config.jobs.path) {
+            (crate::config::JobStoreKind::Sqlite, Some(path)) => {
+                let (journal, recovered) = SqliteJournal::open(path)?;
+                tracing::info!(journal = %path.display(), ended = recovered.ended.len(),
+                    unfinished = recovered.unfinished.len(), "job journal open");
+                (Some(Arc::new(journal) as Arc<dyn Journal>), recovered)
+            }
+            _ => (None, Recovered::default()),
+        };
+        let engine = Engine::start_with_store(
+            config.pipeline.clone(),
+            backends.clone(),
+            metrics.clone(),
+            Arc::new(crate::jobs::MemoryStore::default()),
+            journal,
+        )?;
         let mut circuits = BTreeMap::new();
         for (name, kind) in kinds {
             // The budget holds all the kind keeps resident (key and recorded
@@ -202,7 +235,7 @@ impl Service {
                 "two circuits are named '{name}'"
             );
         }
-        Ok(Arc::new(Self {
+        let service = Arc::new(Self {
             engine,
             circuits,
             config,
@@ -210,7 +243,96 @@ impl Service {
             fallback,
             gpus,
             history: Mutex::new(VecDeque::with_capacity(HISTORY)),
-        }))
+        });
+        service.recover(recovered);
+        Ok(service)
+    }
+
+    /// Takes up what the journal held: ended jobs are served again until they
+    /// expire; unfinished ones run again from their witnesses (or end failed,
+    /// by `jobs.on_restart`), under their own ids.
+    fn recover(&self, recovered: Recovered) {
+        for ended in recovered.ended {
+            match self.circuits.get(&ended.circuit) {
+                Some(served) => self.engine.restore_ended(ended, served.kind.key().clone()),
+                None => tracing::warn!(job = %ended.id, circuit = %ended.circuit,
+                    "a journaled job's circuit is no longer served; its results are not served"),
+            }
+        }
+        for job in recovered.unfinished {
+            let (id, circuit, count) = (job.id, job.circuit.clone(), job.witnesses.len());
+            match self.rerun(job) {
+                Ok(()) => tracing::info!(job = %id, circuit = %circuit, partitions = count,
+                    "running a job again that was accepted before the restart"),
+                Err(reason) => {
+                    tracing::warn!(job = %id, circuit = %circuit, "a job accepted before the restart failed: {reason}");
+                    self.engine.fail_recovered(id, &reason);
+                    if let Some(served) = self.circuits.get(&circuit) {
+                        let failed = crate::jobs::journal::EndedPartition {
+                            stage: crate::pipeline::Stage::Failed,
+                            proof: None,
+                            public_inputs: Vec::new(),
+                            error: Some(reason.clone()),
+                        };
+                        let now = crate::jobs::journal::now_ms();
+                        let ended = crate::jobs::journal::EndedJob {
+                            id,
+                            circuit: circuit.clone(),
+                            outcome: Outcome::Failed,
+                            error: Some(reason),
+                            created_ms: now,
+                            ended_ms: now,
+                            partitions: vec![failed; count],
+                            idempotency: None,
+                        };
+                        self.engine.restore_ended(ended, served.kind.key().clone());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Submits a journaled job again, or says why it cannot run.
+    fn rerun(&self, job: AcceptedJob) -> Result<(), String> {
+        if self.config.jobs.on_restart == crate::config::OnRestart::Fail {
+            return Err("provd restarted before the job ended (jobs.on_restart = \"fail\")".into());
+        }
+        let served = self
+            .circuits
+            .get(&job.circuit)
+            .ok_or_else(|| format!("its circuit '{}' is no longer served", job.circuit))?;
+        let witnesses = match job.witnesses.as_slice() {
+            [StoredWitness::Binary(_)] => {
+                let (_, held) = self.hold_binary_witness(&job.circuit).map_err(|e| e.to_string())?;
+                let Some(StoredWitness::Binary(bytes)) = job.witnesses.into_iter().next() else {
+                    unreachable!()
+                };
+                Witnesses::Binary { bytes, held }
+            }
+            stored => Witnesses::Json(
+                stored
+                    .iter()
+                    .map(|w| match w {
+                        StoredWitness::Json(v) => Ok(v.clone()),
+                        StoredWitness::Binary(_) => Err("a binary witness among several".to_string()),
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+        };
+        let kind = &served.kind;
+        let Decoded { work, stored, _decoding } =
+            self.decode(kind.as_ref(), witnesses, true).map_err(|e| e.to_string())?;
+        let spec = JobSpec {
+            circuit: job.circuit.clone(),
+            key: kind.key().clone(),
+            verifier: self.config.pipeline.verify_proofs.then(|| served.verifier.clone()),
+            witness_check: kind.witness_check(),
+            partitions: work,
+            witnesses: stored,
+            id: Some(job.id),
+        };
+        let idempotency = job.idempotency.map(|(key, digest)| Idempotency { key, digest });
+        self.engine.resubmit(spec, idempotency).map(drop).map_err(|e| e.to_string())
     }
 
     fn served(&self, name: &str) -> Result<&Served, (String, String)> {
@@ -322,7 +444,7 @@ impl Service {
                 }
                 Witnesses::Binary { bytes, .. } => {
                     h.update([1]);
-                    h.update((**bytes).as_ref());
+                    h.update(bytes);
                 }
             }
             Idempotency { key, digest: h.finalize().into() }
@@ -351,16 +473,48 @@ impl Service {
             return Err(RequestError::QueueFull { queued, limit });
         }
         let kind = &served.kind;
+        let journaled = self.config.jobs.store == crate::config::JobStoreKind::Sqlite;
+        let Decoded { work, stored, _decoding } = self.decode(kind.as_ref(), witnesses, journaled)?;
+        let spec = JobSpec {
+            circuit: circuit.to_string(),
+            key: kind.key().clone(),
+            verifier: self.config.pipeline.verify_proofs.then(|| served.verifier.clone()),
+            witness_check: kind.witness_check(),
+            partitions: work,
+            witnesses: stored,
+            id: None,
+        };
+        Ok(match idem {
+            Some(idem) => self.engine.submit_once(spec, idem)?,
+            None => Submitted::New(self.engine.submit(spec)?),
+        })
+    }
+
+    /// Decodes a request's witnesses into synthesis jobs, each holding its
+    /// witness's share of the budget; with `journaled`, also what the journal
+    /// keeps of them.
+    fn decode(
+        &self,
+        kind: &dyn CircuitKind,
+        witnesses: Witnesses,
+        journaled: bool,
+    ) -> Result<Decoded, RequestError> {
         let invalid = |e: crate::circuits::WitnessError| RequestError::Invalid(e.to_string());
-        let work = match witnesses {
+        Ok(match witnesses {
             Witnesses::Json(partitions) => {
+                let count = partitions.len() as u64;
                 let mut held = match kind.witness_bytes() {
                     Some(per) => {
-                        Some((per, self.engine.hold_witness(per * count as u64, kind.footprint().total())?))
+                        Some((per, self.engine.hold_witness(per * count, kind.footprint().total())?))
                     }
                     None => None,
                 };
-                partitions
+                let stored = if journaled {
+                    partitions.iter().cloned().map(StoredWitness::Json).collect()
+                } else {
+                    Vec::new()
+                };
+                let work = partitions
                     .into_iter()
                     .enumerate()
                     .map(|(i, w)| {
@@ -370,27 +524,17 @@ impl Service {
                             None => f,
                         })
                     })
-                    .collect::<Result<Vec<SynthesisFn>, RequestError>>()?
+                    .collect::<Result<Vec<SynthesisFn>, RequestError>>()?;
+                Decoded { work, stored, _decoding: None }
             }
             Witnesses::Binary { bytes, mut held } => {
-                let f = kind.partition_from_bytes(0, (*bytes).as_ref()).map_err(invalid)?;
-                drop(bytes);
-                // The body is gone: the decoded values keep their share.
+                let f = kind.partition_from_bytes(0, &bytes).map_err(invalid)?;
+                // The decoded values keep their share; the body's share goes
+                // when the caller drops it (after the journal has the body).
                 let kept = held.split(kind.witness_bytes().unwrap_or(0));
-                drop(held);
-                vec![holding(f, kept)]
+                let stored = if journaled { vec![StoredWitness::Binary(bytes)] } else { Vec::new() };
+                Decoded { work: vec![holding(f, kept)], stored, _decoding: Some(held) }
             }
-        };
-        let spec = JobSpec {
-            circuit: circuit.to_string(),
-            key: kind.key().clone(),
-            verifier: self.config.pipeline.verify_proofs.then(|| served.verifier.clone()),
-            witness_check: kind.witness_check(),
-            partitions: work,
-        };
-        Ok(match idem {
-            Some(idem) => self.engine.submit_once(spec, idem)?,
-            None => Submitted::New(self.engine.submit(spec)?),
         })
     }
 

@@ -41,6 +41,8 @@ fn rss_growth_of_a_partition_matches_its_estimate() {
             key: key.clone(),
             verifier: None,
             witness_check: provd::jobs::WitnessCheck::BySynthesis,
+            witnesses: Vec::new(),
+            id: None,
             partitions: vec![Arc::new(move || synthesize(BenchCircuit::new(K, 4, Some(seed))))],
         };
         let id = engine.submit(spec).unwrap();

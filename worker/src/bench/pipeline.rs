@@ -57,6 +57,8 @@ impl PipelineBench {
                 verifier: Some(verifier.clone()),
                 witness_check: crate::jobs::WitnessCheck::BySynthesis,
                 partitions,
+                witnesses: Vec::new(),
+                id: None,
             })?);
         }
         // Sample the device's busy counter while the queue in front of it is

@@ -84,7 +84,7 @@ pub async fn prove(
             }
             body.extend_from_slice(&chunk);
         }
-        let witnesses = Witnesses::Binary { bytes: Box::new(body), held };
+        let witnesses = Witnesses::Binary { bytes: body, held };
         blocking(move || service.submit_witnesses(&circuit, witnesses, key)).await??
     } else {
         if q.circuit.is_some() {

@@ -50,6 +50,9 @@ impl From<RequestError> for ApiError {
                 Self::new(StatusCode::TOO_MANY_REQUESTS, e.to_string()).retry_after(5)
             }
             RequestError::UnsupportedBody(_) => Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, e.to_string()),
+            RequestError::Submit(SubmitError::Journal(_)) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).retry_after(10)
+            }
             RequestError::Submit(SubmitError::ShuttingDown) => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "provd is shutting down; send the job to another worker",

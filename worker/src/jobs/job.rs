@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use blstrs::Scalar;
 use serde::Serialize;
 
+use super::journal::{EndedJob, EndedPartition, Journal};
 use crate::groth16::{Proof, ProveError};
 use crate::groth16::{ProvingKey, Synthesized, Verifier};
 use crate::telemetry::labels::FailureReason;
@@ -67,6 +68,11 @@ pub struct JobSpec {
     /// fails verification blames.
     pub witness_check: WitnessCheck,
     pub partitions: Vec<SynthesisFn>,
+    /// The partitions' witnesses as the request gave them, for the journal
+    /// (empty: the job is not journaled, as in benchmarks).
+    pub witnesses: Vec<super::journal::StoredWitness>,
+    /// The id of a journaled job run again after a restart; `None`: a new one.
+    pub id: Option<JobId>,
 }
 
 /// Whether a job's synthesis checks that each witness satisfies the circuit.
@@ -127,6 +133,7 @@ pub struct Job {
     pub key: Arc<ProvingKey>,
     pub verifier: Option<Arc<Verifier>>,
     pub witness_check: WitnessCheck,
+    journal: Option<Arc<dyn Journal>>,
     cancelled: AtomicBool,
     created: Instant,
     state: Mutex<JobState>,
@@ -143,7 +150,12 @@ struct JobState {
 }
 
 impl Job {
-    pub(crate) fn new(id: JobId, spec: &JobSpec, metrics: Arc<Metrics>) -> Arc<Self> {
+    pub(crate) fn new(
+        id: JobId,
+        spec: &JobSpec,
+        metrics: Arc<Metrics>,
+        journal: Option<Arc<dyn Journal>>,
+    ) -> Arc<Self> {
         let n = spec.partitions.len();
         let partitions = (0..n)
             .map(|_| PartitionStatus {
@@ -161,6 +173,7 @@ impl Job {
             key: spec.key.clone(),
             verifier: spec.verifier.clone(),
             witness_check: spec.witness_check,
+            journal,
             cancelled: AtomicBool::new(false),
             created: Instant::now(),
             state: Mutex::new(JobState {
@@ -169,6 +182,46 @@ impl Job {
                 outcome: None,
                 error: None,
                 elapsed: None,
+            }),
+            ended: Condvar::new(),
+            metrics,
+        })
+    }
+
+    /// A job that ended before a restart, as the journal kept it: served
+    /// (state, proofs) until it expires.
+    pub(crate) fn restored(ended: EndedJob, key: Arc<ProvingKey>, metrics: Arc<Metrics>) -> Arc<Self> {
+        let now = super::journal::now_ms();
+        let created = Instant::now()
+            .checked_sub(Duration::from_millis(now.saturating_sub(ended.created_ms)))
+            .unwrap_or_else(Instant::now);
+        let partitions = ended
+            .partitions
+            .into_iter()
+            .map(|p| PartitionStatus {
+                stage: p.stage,
+                faults: Vec::new(),
+                times: StageTimes::default(),
+                proof: p.proof,
+                public_inputs: p.public_inputs,
+                error: p.error,
+            })
+            .collect();
+        Arc::new(Self {
+            id: ended.id,
+            circuit: ended.circuit,
+            key,
+            verifier: None,
+            witness_check: WitnessCheck::default(),
+            journal: None,
+            cancelled: AtomicBool::new(false),
+            created,
+            state: Mutex::new(JobState {
+                partitions,
+                remaining: 0,
+                outcome: Some(ended.outcome),
+                error: ended.error,
+                elapsed: Some(Duration::from_millis(ended.ended_ms.saturating_sub(ended.created_ms))),
             }),
             ended: Condvar::new(),
             metrics,
@@ -256,6 +309,14 @@ impl Job {
         result: Option<(Proof, Vec<Scalar>)>,
         error: Option<String>,
     ) {
+        if let Some(journal) = &self.journal {
+            let (proof, public_inputs) = match &result {
+                Some((proof, public)) => (Some(*proof), public.clone()),
+                None => (None, Vec::new()),
+            };
+            let ended = EndedPartition { stage, proof, public_inputs, error: error.clone() };
+            journal.partition_ended(self.id, index, &ended);
+        }
         let mut s = self.lock();
         let p = &mut s.partitions[index];
         p.stage = stage;
@@ -284,6 +345,11 @@ impl Job {
             } else {
                 Outcome::Cancelled
             };
+            if let Some(journal) = &self.journal {
+                // Before anyone waiting learns of the end: a client told "done"
+                // finds the job done after a restart too.
+                journal.job_ended(self.id, outcome, s.error.as_deref());
+            }
             s.outcome = Some(outcome);
             let elapsed = self.created.elapsed();
             s.elapsed = Some(elapsed);

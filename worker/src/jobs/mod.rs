@@ -1,8 +1,10 @@
 //! The job table: jobs and their partitions' states, behind one store
-//! interface. [`MemoryStore`] keeps them in this process (they are lost on a
-//! restart); a durable store implements the same trait.
+//! interface. [`MemoryStore`] keeps the live table in this process; a
+//! [`journal::Journal`] beside it (SQLite by default) writes every accepted
+//! job down before it is acknowledged, so that a restart loses none.
 
 mod job;
+pub mod journal;
 mod memory;
 
 use std::sync::Arc;

@@ -27,6 +27,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::backend::Backend;
 use crate::groth16::{Blinding, PendingProof, ProvingKey, Synthesized};
+use crate::jobs::journal::{AcceptedJob, Journal};
 use crate::jobs::{Job, JobStore, Ticket};
 pub use crate::jobs::{JobId, JobSpec, JobStatus, PartitionStatus, StageTimes, SynthesisFn, WitnessCheck};
 use crate::telemetry::labels::FailureReason;
@@ -93,6 +94,9 @@ pub enum SubmitError {
     NeverFits { circuit: String, need: u64, budget: u64 },
     #[error("the engine is shutting down")]
     ShuttingDown,
+    /// The journal could not record the job, so it was not accepted.
+    #[error("the job could not be recorded: {0}")]
+    Journal(String),
     #[error(
         "idempotency key '{key}' was used for another request (job {job}); use a new key for a new request"
     )]
@@ -215,6 +219,7 @@ struct Shared {
     /// Draining: no new jobs, accepted ones run on.
     shutdown_requested: AtomicBool,
     jobs: Arc<dyn JobStore>,
+    journal: Option<Arc<dyn Journal>>,
     /// Serialises idempotent submissions (check, then submit and record).
     idempotent: Mutex<()>,
     devices: Vec<Arc<Device>>,
@@ -234,15 +239,17 @@ impl Engine {
         backends: Vec<Arc<dyn Backend>>,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Self> {
-        Self::start_with_store(config, backends, metrics, Arc::new(crate::jobs::MemoryStore::default()))
+        Self::start_with_store(config, backends, metrics, Arc::new(crate::jobs::MemoryStore::default()), None)
     }
 
-    /// As [`Engine::start`], with the job table in `jobs`.
+    /// As [`Engine::start`], with the job table in `jobs` and, if given, every
+    /// accepted job written to `journal` before `submit` returns.
     pub fn start_with_store(
         config: PipelineConfig,
         backends: Vec<Arc<dyn Backend>>,
         metrics: Arc<Metrics>,
         jobs: Arc<dyn JobStore>,
+        journal: Option<Arc<dyn Journal>>,
     ) -> anyhow::Result<Self> {
         config.validate().map_err(anyhow::Error::msg)?;
         anyhow::ensure!(!backends.is_empty(), "the engine needs at least one backend");
@@ -268,6 +275,7 @@ impl Engine {
             shutdown: AtomicBool::new(false),
             shutdown_requested: AtomicBool::new(false),
             jobs,
+            journal,
             idempotent: Mutex::new(()),
             devices: backends.iter().map(|b| Device::new(b.clone(), metrics.clone())).collect(),
             config,
@@ -291,8 +299,13 @@ impl Engine {
         Ok(Self { shared, threads })
     }
 
-    /// Accepts a job; its partitions queue for admission in order.
+    /// Accepts a job; its partitions queue for admission in order. With a
+    /// journal, the job is written down before this returns.
     pub fn submit(&self, spec: JobSpec) -> Result<JobId, SubmitError> {
+        self.submit_recorded(spec, None)
+    }
+
+    fn submit_recorded(&self, mut spec: JobSpec, idem: Option<&Idempotency>) -> Result<JobId, SubmitError> {
         let s = &self.shared;
         if s.shutdown.load(Ordering::Acquire) || s.shutdown_requested.load(Ordering::Acquire) {
             return Err(SubmitError::ShuttingDown);
@@ -305,8 +318,19 @@ impl Engine {
         if need > room {
             return Err(SubmitError::NeverFits { circuit: spec.circuit, need, budget: room });
         }
-        let id = JobId::new();
-        let job = Job::new(id, &spec, s.metrics.clone());
+        let id = spec.id.unwrap_or_default();
+        // Journaled: jobs that say how to run them again, and jobs run again.
+        let journal = s.journal.clone().filter(|_| !spec.witnesses.is_empty() || spec.id.is_some());
+        if let Some(journal) = &journal {
+            let accepted = AcceptedJob {
+                id,
+                circuit: spec.circuit.clone(),
+                witnesses: std::mem::take(&mut spec.witnesses),
+                idempotency: idem.map(|i| (i.key.clone(), i.digest)),
+            };
+            journal.accepted(&accepted).map_err(|e| SubmitError::Journal(e.to_string()))?;
+        }
+        let job = Job::new(id, &spec, s.metrics.clone(), journal);
         s.jobs.insert(job.clone());
         let partitions = spec.partitions.len();
         let mut q = s.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -369,7 +393,7 @@ impl Engine {
         if let Some(earlier) = self.earlier_submission(&idem) {
             return earlier;
         }
-        let id = self.submit(spec)?;
+        let id = self.submit_recorded(spec, Some(&idem))?;
         self.shared.jobs.remember_idempotency_key(&idem.key, idem.digest, id);
         Ok(Submitted::New(id))
     }
@@ -393,6 +417,36 @@ impl Engine {
     /// Forgets ended jobs older than `age` (their results are no longer served).
     pub fn forget_ended(&self, age: Duration) {
         self.shared.jobs.forget_ended(age);
+        if let Some(journal) = &self.shared.journal {
+            journal.forget_ended(age.as_millis() as u64);
+        }
+    }
+
+    /// Serves a job that ended before a restart (from the journal) until it expires.
+    pub fn restore_ended(&self, ended: crate::jobs::journal::EndedJob, key: Arc<crate::groth16::ProvingKey>) {
+        let idempotency = ended.idempotency.clone();
+        let job = Job::restored(ended, key, self.shared.metrics.clone());
+        if let Some((k, digest)) = idempotency {
+            self.shared.jobs.remember_idempotency_key(&k, digest, job.id);
+        }
+        self.shared.jobs.insert(job);
+    }
+
+    /// Runs a journaled job again after a restart, under its own id and
+    /// idempotency key.
+    pub fn resubmit(&self, spec: JobSpec, idempotency: Option<Idempotency>) -> Result<JobId, SubmitError> {
+        let id = self.submit_recorded(spec, idempotency.as_ref())?;
+        if let Some(idem) = idempotency {
+            self.shared.jobs.remember_idempotency_key(&idem.key, idem.digest, id);
+        }
+        Ok(id)
+    }
+
+    /// Ends a journaled job that cannot run again after a restart, saying why.
+    pub fn fail_recovered(&self, id: JobId, reason: &str) {
+        if let Some(journal) = &self.shared.journal {
+            journal.job_ended(id, Outcome::Failed, Some(reason));
+        }
     }
 
     /// Holds `bytes` of a resident key against the memory budget for as long

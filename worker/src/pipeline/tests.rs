@@ -37,6 +37,8 @@ fn job(partitions: Vec<SynthesisFn>) -> JobSpec {
         verifier: None,
         witness_check: WitnessCheck::BySynthesis,
         partitions,
+        witnesses: Vec::new(),
+        id: None,
     }
 }
 

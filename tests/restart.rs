@@ -1,0 +1,141 @@
+//! Restarts lose nothing: a worker killed with SIGKILL in the middle of many
+//! jobs and started again on the same data directory accounts for every job
+//! it accepted (finished, or run again to completion), serves the proofs it
+//! had finished, keeps idempotency keys, and never reuses an id.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use provd::groth16::{Verifier, VerifyingKey};
+use provd_e2e::{partition_proof, request, Server};
+use serde_json::Value;
+
+const CONFIG: &str = r#"
+[server]
+max_queued_partitions = 256
+[[circuits]]
+kind = "bench"
+name = "bench-12"
+[pipeline]
+partition_permits = 1
+"#;
+
+fn state(server: &Server, id: &str) -> (u16, Value) {
+    server.call("GET", &format!("/v1/jobs/{id}"), None)
+}
+
+fn wait_all(server: &Server, ids: &BTreeSet<String>) -> BTreeMap<String, Value> {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut done = BTreeMap::new();
+    while done.len() < ids.len() {
+        assert!(Instant::now() < deadline, "{} of {} jobs ended in time", done.len(), ids.len());
+        let open: Vec<&String> = ids.iter().filter(|id| !done.contains_key(*id)).collect();
+        for id in open {
+            let (status, job) = state(server, id);
+            assert_eq!(status, 200, "job {id} is unknown after the restart: {job}");
+            if job["state"] != "queued" && job["state"] != "running" {
+                done.insert(id.clone(), job);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    done
+}
+
+#[test]
+fn kill_9_mid_run_then_restart_accounts_for_every_accepted_job() {
+    let server = Server::start(CONFIG, &[]);
+    let vk = request(server.addr, "GET", "/v1/circuits/bench-12/verifying-key", None, &[]);
+    let verifier = Verifier::new(&VerifyingKey::from_bytes(&vk.body).unwrap());
+    let mut accepted = BTreeSet::new();
+    let mut keyed = BTreeMap::new();
+    for i in 0..24 {
+        let body = format!(
+            r#"{{"circuit": "bench-12", "partitions": [{{"seed": {}}}, {{"seed": {}}}]}}"#,
+            2 * i,
+            2 * i + 1
+        );
+        let key = format!("client-{i}");
+        let (status, reply) =
+            server.call_with("POST", "/v1/prove", Some(&body), &[("Idempotency-Key", &key)]);
+        assert_eq!(status, 202, "{reply}");
+        let id = reply["job_id"].as_str().unwrap().to_string();
+        keyed.insert(key, (body, id.clone()));
+        accepted.insert(id);
+    }
+    // Some jobs finish, most do not: then the process dies at once.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let finished_before = loop {
+        let finished: BTreeSet<String> =
+            accepted.iter().filter(|id| state(&server, id).1["state"] == "succeeded").cloned().collect();
+        if finished.len() >= 3 {
+            break finished;
+        }
+        assert!(Instant::now() < deadline, "no job finished");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(finished_before.len() < accepted.len(), "every job finished before the kill: nothing was tested");
+    let data_dir = server.kill_9();
+
+    let server =
+        Server::try_start_in(CONFIG, &[], "cpu", data_dir).unwrap_or_else(|e| panic!("restart: {e}"));
+    let ended = wait_all(&server, &accepted);
+    for (id, job) in &ended {
+        assert_eq!(job["state"], "succeeded", "job {id}: {job}");
+        for p in job["partitions"].as_array().unwrap() {
+            let (proof, inputs) = partition_proof(p);
+            verifier.verify(&proof, &inputs).unwrap_or_else(|e| panic!("job {id}: {e}"));
+        }
+    }
+    // A client retrying after the restart gets its job, not a second one.
+    for (key, (body, id)) in keyed.iter().take(5) {
+        let r = request(server.addr, "POST", "/v1/prove", Some(body), &[("Idempotency-Key", key)]);
+        let reply: Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!((r.status, reply["job_id"].as_str()), (202, Some(id.as_str())), "{reply}");
+        assert!(r.head.contains("idempotent-replayed: true"), "{}", r.head);
+    }
+    // New jobs get new ids.
+    let (status, reply) =
+        server.call("POST", "/v1/prove", Some(r#"{"circuit": "bench-12", "partitions": [{"seed": 99}]}"#));
+    assert_eq!(status, 202);
+    assert!(!accepted.contains(reply["job_id"].as_str().unwrap()));
+    let (_, status) = server.call("GET", "/v1/status", None);
+    let _ = status;
+}
+
+#[test]
+fn with_on_restart_fail_unfinished_jobs_end_failed_with_the_reason() {
+    let config = format!("{CONFIG}[jobs]\non_restart = \"fail\"\n");
+    let server = Server::start(&config, &[]);
+    let ids: BTreeSet<String> = (0..12)
+        .map(|i| {
+            let body = format!(r#"{{"circuit": "bench-12", "partitions": [{{"seed": {i}}}]}}"#);
+            server.call("POST", "/v1/prove", Some(&body)).1["job_id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let data_dir = server.kill_9();
+    let server =
+        Server::try_start_in(&config, &[], "cpu", data_dir).unwrap_or_else(|e| panic!("restart: {e}"));
+    let ended = wait_all(&server, &ids);
+    let failed = ended.values().filter(|j| j["state"] == "failed").count();
+    assert!(failed > 0, "the kill came after every job: nothing was tested");
+    for job in ended.values().filter(|j| j["state"] == "failed") {
+        assert!(job["error"].as_str().unwrap().contains("jobs.on_restart"), "{job}");
+    }
+}
+
+#[test]
+fn the_memory_store_is_a_choice_and_loses_jobs_on_restart() {
+    let config = format!("{CONFIG}[jobs]\nstore = \"memory\"\n");
+    let server = Server::start(&config, &[]);
+    let (_, reply) = server.call(
+        "POST",
+        "/v1/prove?wait=true",
+        Some(r#"{"circuit": "bench-12", "partitions": [{"seed": 1}]}"#),
+    );
+    let id = reply["id"].as_str().unwrap().to_string();
+    let data_dir = server.kill_9();
+    assert!(!data_dir.path().join("jobs.sqlite3").exists());
+    let server = Server::try_start_in(&config, &[], "cpu", data_dir).unwrap();
+    assert_eq!(state(&server, &id).0, 404);
+}

@@ -1,0 +1,390 @@
+//! The job journal: every accepted job written down (with its witnesses)
+//! before it is acknowledged, every partition's and job's end as it happens,
+//! so that a restart loses no accepted job and serves finished proofs for as
+//! long as they are kept. [`SqliteJournal`] keeps it in an SQLite file.
+//!
+//! The schema is plain SQL that PostgreSQL takes as it is (TEXT ids, BIGINT
+//! milliseconds, BLOB/BYTEA payloads), so that a fleet's store can share it:
+//!
+//! - `jobs(id, circuit, state, error, created_ms, ended_ms, idempotency_key, request_digest)`
+//! - `partitions(job_id, idx, witness_json, witness_bin, state, error, proof, public_inputs)`
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use blstrs::Scalar;
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::JobId;
+use crate::groth16::Proof;
+use crate::telemetry::labels::{Outcome, Stage};
+
+/// A partition's witness as the request gave it, kept to run it again.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StoredWitness {
+    Json(serde_json::Value),
+    Binary(Vec<u8>),
+}
+
+/// What the journal keeps of an accepted job.
+#[derive(Clone, Debug)]
+pub struct AcceptedJob {
+    pub id: JobId,
+    pub circuit: String,
+    pub witnesses: Vec<StoredWitness>,
+    /// The client's idempotency key and its request's digest.
+    pub idempotency: Option<(String, [u8; 32])>,
+}
+
+/// A partition's end as the journal keeps it.
+#[derive(Clone, Debug)]
+pub struct EndedPartition {
+    pub stage: Stage,
+    pub proof: Option<Proof>,
+    pub public_inputs: Vec<Scalar>,
+    pub error: Option<String>,
+}
+
+/// A job that ended before the restart, to be served until it expires.
+#[derive(Clone, Debug)]
+pub struct EndedJob {
+    pub id: JobId,
+    pub circuit: String,
+    pub outcome: Outcome,
+    pub error: Option<String>,
+    pub created_ms: u64,
+    pub ended_ms: u64,
+    pub partitions: Vec<EndedPartition>,
+    pub idempotency: Option<(String, [u8; 32])>,
+}
+
+/// What the journal held when it was opened.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    pub ended: Vec<EndedJob>,
+    /// Accepted and not ended: to run again (or fail, by config).
+    pub unfinished: Vec<AcceptedJob>,
+}
+
+/// Why the journal could not be written or read.
+#[derive(Debug, thiserror::Error)]
+#[error("job journal {path}: {source}")]
+pub struct JournalError {
+    path: String,
+    #[source]
+    source: rusqlite::Error,
+}
+
+/// Durable record of jobs. Writes of ends are best effort (logged when they
+/// fail): the job's own state in memory is what clients see while it lives.
+pub trait Journal: Send + Sync {
+    /// Records an accepted job, durably, before it is acknowledged. A job
+    /// already recorded (run again after a restart) is marked queued.
+    fn accepted(&self, job: &AcceptedJob) -> Result<(), JournalError>;
+    fn partition_ended(&self, id: JobId, index: usize, ended: &EndedPartition);
+    fn job_ended(&self, id: JobId, outcome: Outcome, error: Option<&str>);
+    /// Drops jobs that ended more than `age_ms` ago.
+    fn forget_ended(&self, age_ms: u64);
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    circuit TEXT NOT NULL,
+    state TEXT NOT NULL,
+    error TEXT,
+    created_ms BIGINT NOT NULL,
+    ended_ms BIGINT,
+    idempotency_key TEXT UNIQUE,
+    request_digest BLOB
+);
+CREATE TABLE IF NOT EXISTS partitions (
+    job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+    idx INTEGER NOT NULL,
+    witness_json TEXT,
+    witness_bin BLOB,
+    state TEXT NOT NULL,
+    error TEXT,
+    proof BLOB,
+    public_inputs TEXT,
+    PRIMARY KEY (job_id, idx)
+);
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state);
+";
+
+/// The journal in an SQLite file (WAL, synchronous commits).
+pub struct SqliteJournal {
+    conn: Mutex<Connection>,
+    path: String,
+}
+
+impl SqliteJournal {
+    /// Opens (or creates) the journal and reads what it holds.
+    pub fn open(path: &Path) -> Result<(Self, Recovered), JournalError> {
+        let shown = path.display().to_string();
+        let fail = |source| JournalError { path: shown.clone(), source };
+        let conn = Connection::open(path).map_err(fail)?;
+        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
+            .map_err(fail)?;
+        conn.execute_batch(SCHEMA).map_err(fail)?;
+        let journal = Self { conn: Mutex::new(conn), path: shown };
+        let recovered =
+            journal.recover().map_err(|source| JournalError { path: journal.path.clone(), source })?;
+        Ok((journal, recovered))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn recover(&self) -> rusqlite::Result<Recovered> {
+        let conn = self.lock();
+        let mut jobs = conn.prepare(
+            "SELECT id, circuit, state, error, created_ms, ended_ms, idempotency_key, request_digest FROM jobs ORDER BY created_ms",
+        )?;
+        let rows = jobs.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, Option<String>>(3)?,
+                r.get::<_, i64>(4)?,
+                r.get::<_, Option<i64>>(5)?,
+                r.get::<_, Option<String>>(6)?,
+                r.get::<_, Option<Vec<u8>>>(7)?,
+            ))
+        })?;
+        let mut out = Recovered::default();
+        let mut parts = conn.prepare(
+            "SELECT witness_json, witness_bin, state, error, proof, public_inputs FROM partitions WHERE job_id = ?1 ORDER BY idx",
+        )?;
+        for row in rows {
+            let (id, circuit, state, error, created_ms, ended_ms, key, digest) = row?;
+            let Ok(job_id) = id.parse::<JobId>() else { continue };
+            let idempotency = key.zip(digest.and_then(|d| <[u8; 32]>::try_from(d).ok()));
+            let partitions: Vec<(StoredWitness, EndedPartition)> = parts
+                .query_map(params![id], |r| {
+                    let witness = match (r.get::<_, Option<String>>(0)?, r.get::<_, Option<Vec<u8>>>(1)?) {
+                        (Some(json), _) => {
+                            StoredWitness::Json(serde_json::from_str(&json).unwrap_or_default())
+                        }
+                        (None, Some(bin)) => StoredWitness::Binary(bin),
+                        (None, None) => StoredWitness::Json(serde_json::Value::Null),
+                    };
+                    let stage = stage_from(&r.get::<_, String>(2)?);
+                    let proof = r.get::<_, Option<Vec<u8>>>(4)?.and_then(|b| Proof::from_bytes(&b).ok());
+                    let public_inputs = r
+                        .get::<_, Option<String>>(5)?
+                        .and_then(|t| serde_json::from_str::<Vec<String>>(&t).ok())
+                        .map(|v| v.iter().filter_map(|s| crate::circuits::parse_scalar(s).ok()).collect())
+                        .unwrap_or_default();
+                    Ok((witness, EndedPartition { stage, proof, public_inputs, error: r.get(3)? }))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            match outcome_from(&state) {
+                Some(outcome) => out.ended.push(EndedJob {
+                    id: job_id,
+                    circuit,
+                    outcome,
+                    error,
+                    created_ms: created_ms as u64,
+                    ended_ms: ended_ms.unwrap_or(created_ms) as u64,
+                    partitions: partitions.into_iter().map(|(_, p)| p).collect(),
+                    idempotency,
+                }),
+                None => out.unfinished.push(AcceptedJob {
+                    id: job_id,
+                    circuit,
+                    witnesses: partitions.into_iter().map(|(w, _)| w).collect(),
+                    idempotency,
+                }),
+            }
+        }
+        Ok(out)
+    }
+
+    fn log_failure(&self, what: &str, e: rusqlite::Error) {
+        tracing::error!(journal = %self.path, "could not record {what}: {e}");
+    }
+}
+
+fn stage_from(s: &str) -> Stage {
+    match s {
+        "done" => Stage::Done,
+        "failed" => Stage::Failed,
+        "cancelled" => Stage::Cancelled,
+        _ => Stage::Queued,
+    }
+}
+
+fn outcome_from(s: &str) -> Option<Outcome> {
+    match s {
+        "succeeded" => Some(Outcome::Succeeded),
+        "failed" => Some(Outcome::Failed),
+        "cancelled" => Some(Outcome::Cancelled),
+        _ => None,
+    }
+}
+
+impl Journal for SqliteJournal {
+    fn accepted(&self, job: &AcceptedJob) -> Result<(), JournalError> {
+        let mut conn = self.lock();
+        let write = |conn: &mut Connection| -> rusqlite::Result<()> {
+            let tx = conn.transaction()?;
+            let id = job.id.to_string();
+            let exists: Option<i64> =
+                tx.query_row("SELECT 1 FROM jobs WHERE id = ?1", params![id], |r| r.get(0)).optional()?;
+            if exists.is_some() {
+                tx.execute("UPDATE jobs SET state = 'queued' WHERE id = ?1", params![id])?;
+                tx.execute(
+                    "UPDATE partitions SET state = 'queued', error = NULL, proof = NULL, public_inputs = NULL WHERE job_id = ?1",
+                    params![id],
+                )?;
+            } else {
+                let (key, digest) = match &job.idempotency {
+                    Some((k, d)) => (Some(k.as_str()), Some(d.to_vec())),
+                    None => (None, None),
+                };
+                tx.execute(
+                    "INSERT INTO jobs (id, circuit, state, created_ms, idempotency_key, request_digest) VALUES (?1, ?2, 'queued', ?3, ?4, ?5)",
+                    params![id, job.circuit, now_ms() as i64, key, digest],
+                )?;
+                let mut insert = tx.prepare(
+                    "INSERT INTO partitions (job_id, idx, witness_json, witness_bin, state) VALUES (?1, ?2, ?3, ?4, 'queued')",
+                )?;
+                for (i, w) in job.witnesses.iter().enumerate() {
+                    let (json, bin) = match w {
+                        StoredWitness::Json(v) => (Some(v.to_string()), None),
+                        StoredWitness::Binary(b) => (None, Some(b.as_slice())),
+                    };
+                    insert.execute(params![id, i as i64, json, bin])?;
+                }
+            }
+            tx.commit()
+        };
+        write(&mut conn).map_err(|source| JournalError { path: self.path.clone(), source })
+    }
+
+    fn partition_ended(&self, id: JobId, index: usize, ended: &EndedPartition) {
+        let state = match ended.stage {
+            Stage::Done => "done",
+            Stage::Failed => "failed",
+            _ => "cancelled",
+        };
+        let proof = ended.proof.map(|p| p.to_bytes().to_vec());
+        let public = (!ended.public_inputs.is_empty()).then(|| {
+            serde_json::to_string(
+                &ended.public_inputs.iter().map(crate::circuits::format_scalar).collect::<Vec<_>>(),
+            )
+            .expect("strings encode")
+        });
+        let r = self.lock().execute(
+            "UPDATE partitions SET state = ?3, error = ?4, proof = ?5, public_inputs = ?6 WHERE job_id = ?1 AND idx = ?2",
+            params![id.to_string(), index as i64, state, ended.error, proof, public],
+        );
+        if let Err(e) = r {
+            self.log_failure("a partition's end", e);
+        }
+    }
+
+    fn job_ended(&self, id: JobId, outcome: Outcome, error: Option<&str>) {
+        let mut conn = self.lock();
+        let r = (|| -> rusqlite::Result<()> {
+            let tx = conn.transaction()?;
+            tx.execute(
+                "UPDATE jobs SET state = ?2, error = ?3, ended_ms = ?4 WHERE id = ?1",
+                params![id.to_string(), outcome.name(), error, now_ms() as i64],
+            )?;
+            // An ended job is never run again: its witnesses are not needed.
+            tx.execute(
+                "UPDATE partitions SET witness_json = NULL, witness_bin = NULL WHERE job_id = ?1",
+                params![id.to_string()],
+            )?;
+            tx.commit()
+        })();
+        if let Err(e) = r {
+            self.log_failure("a job's end", e);
+        }
+    }
+
+    fn forget_ended(&self, age_ms: u64) {
+        let cutoff = now_ms().saturating_sub(age_ms) as i64;
+        let r = self
+            .lock()
+            .execute("DELETE FROM jobs WHERE ended_ms IS NOT NULL AND ended_ms < ?1", params![cutoff]);
+        if let Err(e) = r {
+            self.log_failure("the expiry of ended jobs", e);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_was_written_is_recovered_after_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jobs.sqlite3");
+        let (journal, recovered) = SqliteJournal::open(&path).unwrap();
+        assert!(recovered.ended.is_empty() && recovered.unfinished.is_empty());
+        let (a, b) = (JobId::new(), JobId::new());
+        let witnesses =
+            vec![StoredWitness::Json(serde_json::json!({"seed": 1})), StoredWitness::Binary(vec![1, 2, 3])];
+        journal
+            .accepted(&AcceptedJob {
+                id: a,
+                circuit: "c".into(),
+                witnesses: witnesses.clone(),
+                idempotency: None,
+            })
+            .unwrap();
+        let key = Some(("k".to_string(), [7u8; 32]));
+        journal
+            .accepted(&AcceptedJob {
+                id: b,
+                circuit: "c".into(),
+                witnesses: vec![],
+                idempotency: key.clone(),
+            })
+            .unwrap();
+        journal.job_ended(b, Outcome::Failed, Some("why"));
+        drop(journal);
+
+        let (journal, recovered) = SqliteJournal::open(&path).unwrap();
+        assert_eq!(recovered.unfinished.len(), 1);
+        assert_eq!((recovered.unfinished[0].id, &recovered.unfinished[0].witnesses), (a, &witnesses));
+        let ended = &recovered.ended[0];
+        assert_eq!(
+            (ended.id, ended.outcome, ended.error.as_deref(), &ended.idempotency),
+            (b, Outcome::Failed, Some("why"), &key)
+        );
+        // Running again marks the job queued and keeps its witnesses.
+        journal
+            .accepted(&AcceptedJob { id: a, circuit: "c".into(), witnesses: vec![], idempotency: None })
+            .unwrap();
+        let proof = Proof::from_bytes(&[0u8; 192]).ok();
+        journal.partition_ended(
+            a,
+            0,
+            &EndedPartition { stage: Stage::Failed, proof, public_inputs: vec![], error: Some("e".into()) },
+        );
+        journal.job_ended(a, Outcome::Failed, Some("partition 0: e"));
+        journal.forget_ended(60_000);
+        drop(journal);
+        let (journal, recovered) = SqliteJournal::open(&path).unwrap();
+        assert_eq!((recovered.unfinished.len(), recovered.ended.len()), (0, 2));
+        let a_ended = recovered.ended.iter().find(|j| j.id == a).unwrap();
+        assert_eq!(a_ended.partitions[0].error.as_deref(), Some("e"));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        journal.forget_ended(1);
+        drop(journal);
+        let (_, recovered) = SqliteJournal::open(&path).unwrap();
+        assert!(recovered.ended.is_empty(), "expired jobs are deleted");
+    }
+}
