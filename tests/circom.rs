@@ -2,7 +2,9 @@
 //! `snarkjs`, `circomlib`, installed in `tests/circom/` by `npm ci`): each
 //! circuit is compiled for BLS12-381, set up with snarkjs on the committed
 //! powers of tau, its witness computed by snarkjs, proved by provd (CLI and
-//! HTTP, CPU) and verified by `snarkjs groth16 verify`.
+//! HTTP, CPU) and verified by `snarkjs groth16 verify`. The circuits: a
+//! multiplier, a Poseidon hash, and a 13-level Merkle path of Poseidon hashes
+//! (3,161 constraints with snarkjs's public-signal rows).
 //!
 //! Without the npm tools these tests say they are skipped, or fail when
 //! PROVD_REQUIRE_CIRCOM is set (CI sets it).
@@ -312,7 +314,10 @@ fn http_proofs_verify_with_snarkjs() {
     // Without it (merkle), the bad witness's proof fails verification: the job
     // fails saying so, and the device is not blamed (it stays in service).
     let good = std::fs::read(f.wtns("merkle")).unwrap();
-    let mut bad = provd::circuits::circom::Witness::parse(&good, 2930).unwrap_or_else(|e| panic!("{e}"));
+    let (_, merkle) =
+        provd::circuits::circom::read_zkey(&f.zkey("merkle"), provd::groth16::PointCheck::OnCurve).unwrap();
+    assert!(merkle.constraints() > 3000, "the Merkle path has several thousand constraints");
+    let mut bad = provd::circuits::circom::Witness::parse(&good, merkle.witness_len()).unwrap();
     bad.values[5] += blstrs::Scalar::from(1u64);
     let wtns = base64::engine::general_purpose::STANDARD.encode(bad.to_bytes());
     for _ in 0..4 {

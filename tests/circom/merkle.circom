@@ -30,4 +30,4 @@ template MerklePath(depth) {
     }
     root <== level[depth];
 }
-component main {public [leaf]} = MerklePath(12);
+component main {public [leaf]} = MerklePath(13);
