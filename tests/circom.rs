@@ -4,7 +4,7 @@
 //! powers of tau, its witness computed by snarkjs, proved by provd (CLI and
 //! HTTP, CPU) and verified by `snarkjs groth16 verify`. The circuits: a
 //! multiplier, a Poseidon hash, and a 13-level Merkle path of Poseidon hashes
-//! (3,161 constraints with snarkjs's public-signal rows).
+//! (3,159 constraints; 3,162 rows with the three snarkjs adds for 1, the root and the leaf).
 //!
 //! Without the npm tools these tests say they are skipped, or fail when
 //! PROVD_REQUIRE_CIRCOM is set (CI sets it).
