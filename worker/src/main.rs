@@ -266,7 +266,8 @@ fn main() -> std::process::ExitCode {
     match run() {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Not eprintln!: it panics when stderr is gone.
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("error: {e:#}\n").as_bytes());
             std::process::ExitCode::from(2)
         }
     }
@@ -277,9 +278,10 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PROVD_LOG").unwrap_or_else(|_| "info".into()),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(|| provd::telemetry::logging::LossyStderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    provd::telemetry::logging::install_panic_hook();
     match Cli::parse().command {
         Command::Prove { circuit, seed, common } => {
             let key = params::load_or_generate(&common.data_dir, circuit)?;

@@ -597,6 +597,13 @@ impl Service {
     /// The Prometheus exposition, with the gauges that are read on demand
     /// (GPU memory, key residency) refreshed first.
     pub fn metrics_text(&self) -> String {
+        let m = self.engine.metrics();
+        for (counter, now) in [
+            (&m.log_lines_dropped, crate::telemetry::logging::lines_dropped()),
+            (&m.panics, crate::telemetry::logging::panics()),
+        ] {
+            counter.inc_by(now.saturating_sub(counter.get()));
+        }
         self.gpu_memory();
         self.refresh_key_residency();
         self.engine.metrics().render()

@@ -173,9 +173,10 @@ pub async fn serve(
             }
         })
     };
-    println!("provd listening on http://{addr}");
+    let out = crate::telemetry::logging::stdout_line;
+    out(&format!("provd listening on http://{addr}"));
     for (name, c) in service.circuits() {
-        println!(
+        out(&format!(
             "  serving {name} ({} kind, {} constraints, key: {})",
             c.kind(),
             c.constraints(),
@@ -184,27 +185,47 @@ pub async fn serve(
                 crate::circuits::KeySource::GeneratedTestOnly { path } =>
                     format!("{} (TEST-ONLY)", path.display()),
             }
-        );
+        ));
     }
-    println!("  on backend {}", service.backend_names());
+    out(&format!("  on backend {}", service.backend_names()));
     tracing::info!(%addr, auth = state.token.is_some(), "serving");
     let shutdown_state = state.clone();
-    axum::serve(listener, router(state.clone()))
-        .with_graceful_shutdown(async move {
+    let mut closing = state.closing.subscribe();
+    let server = axum::serve(listener, router(state.clone())).with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down: no new jobs; draining accepted ones (a second signal exits at once)");
+        tokio::spawn(async {
             shutdown_signal().await;
-            tracing::info!("shutting down: no new jobs; draining accepted ones");
-            shutdown_state.draining.store(true, Ordering::Release);
-            let grace = Duration::from_secs(shutdown_state.service.config.server.shutdown_grace_seconds);
-            let s = shutdown_state.clone();
-            let (done, cancelled) =
-                tokio::task::spawn_blocking(move || s.service.drain(grace)).await.unwrap_or((0, 0));
-            tracing::info!(done, cancelled, "accepted jobs ended");
-            let _ = shutdown_state.closing.send(true);
-        })
-        .await?;
+            tracing::warn!("second signal: exiting now, without waiting for accepted jobs");
+            std::process::exit(130);
+        });
+        shutdown_state.draining.store(true, Ordering::Release);
+        let grace = Duration::from_secs(shutdown_state.service.config.server.shutdown_grace_seconds);
+        let s = shutdown_state.clone();
+        let (done, cancelled) =
+            tokio::task::spawn_blocking(move || s.service.drain(grace)).await.unwrap_or((0, 0));
+        tracing::info!(done, cancelled, "accepted jobs ended");
+        let _ = shutdown_state.closing.send(true);
+    });
+    // Once every accepted job has ended, connections get a moment to finish;
+    // one that does not (a client holding a half-sent request) is dropped, so
+    // that shutdown ends within the grace whatever clients do.
+    let connections_deadline = async move {
+        let _ = closing.wait_for(|closed| *closed).await;
+        tokio::time::sleep(CONNECTIONS_GRACE).await;
+    };
+    tokio::select! {
+        served = std::future::IntoFuture::into_future(server) => served?,
+        () = connections_deadline => tracing::warn!(
+            "connections still open {} s after the last job ended; closing them", CONNECTIONS_GRACE.as_secs()
+        ),
+    }
     ticker.abort();
     Ok(())
 }
+
+/// How long open connections may outlive the last accepted job at shutdown.
+const CONNECTIONS_GRACE: Duration = Duration::from_secs(5);
 
 async fn shutdown_signal() {
     let term = async {

@@ -257,7 +257,13 @@ impl Engine {
         let (finalize_tx, finalize_rx) = crossbeam_channel::bounded::<ToFinish>(config.finalize_threads);
         metrics.gpu_queue_capacity.set(config.gpu_queue_capacity as i64);
         let pool = |name: &'static str, n: usize| {
-            rayon::ThreadPoolBuilder::new().num_threads(n).thread_name(move |i| format!("{name}-{i}")).build()
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .thread_name(move |i| format!("{name}-{i}"))
+                // A panic in a task of the pool is counted and logged by the
+                // panic hook; without a handler, rayon would abort the process.
+                .panic_handler(|_| {})
+                .build()
         };
         let shared = Arc::new(Shared {
             ledger: Ledger::new(metrics.clone()),

@@ -2,7 +2,7 @@
 //! named `provd_*` in base units, with the process collector for RSS.
 
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 use super::labels::BufferClass;
@@ -14,6 +14,8 @@ pub struct Metrics {
     pub buffer_bytes: IntGaugeVec,
     pub memory_reserved_bytes: IntGauge,
     pub witness_bytes: IntGauge,
+    pub log_lines_dropped: IntCounter,
+    pub panics: IntCounter,
     pub memory_budget_bytes: IntGauge,
     pub gpu_queue_depth: IntGauge,
     pub gpu_queue_capacity: IntGauge,
@@ -79,6 +81,22 @@ impl Metrics {
                 IntGauge::new(
                     "provd_memory_reserved_bytes",
                     "Bytes reserved against the memory budget (estimates).",
+                )
+                .unwrap(),
+            ),
+            log_lines_dropped: reg(
+                r,
+                IntCounter::new(
+                    "provd_log_lines_dropped_total",
+                    "Log lines that could not be written (closed stderr, full disk); the worker kept running.",
+                )
+                .unwrap(),
+            ),
+            panics: reg(
+                r,
+                IntCounter::new(
+                    "provd_panics_total",
+                    "Panics in any thread; each failed only its partition, request or task.",
                 )
                 .unwrap(),
             ),

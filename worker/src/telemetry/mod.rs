@@ -3,6 +3,7 @@
 //! Imports nothing above it.
 
 pub mod labels;
+pub mod logging;
 pub mod memory;
 pub mod metrics;
 

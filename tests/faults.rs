@@ -1,0 +1,138 @@
+//! Faults the worker must live through: its log writer gone, signals while
+//! jobs run, clients that never finish their request.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use provd_e2e::{provd_bin, raw_request};
+
+const CONFIG: &str = r#"
+[server]
+shutdown_grace_seconds = 60
+max_queued_partitions = 64
+[[circuits]]
+kind = "bench"
+name = "bench-14"
+[pipeline]
+partition_permits = 1
+"#;
+
+/// `provd serve` on a loopback port with stderr piped (and handed back) and
+/// stdout read until the listening line.
+fn start(dir: &std::path::Path) -> (Child, std::net::SocketAddr, std::process::ChildStderr) {
+    let config = dir.join("provd.toml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let mut child = Command::new(provd_bin())
+        .args(["serve", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0", "--backend", "cpu"])
+        .env("PROVD_DATA_DIR", dir)
+        .env("PROVD_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let addr = loop {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).unwrap() > 0, "provd exited before listening");
+        if let Some(a) = line.trim().strip_prefix("provd listening on http://") {
+            break a.parse().unwrap();
+        }
+    };
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    let err = child.stderr.take().unwrap();
+    (child, addr, err)
+}
+
+fn signal(child: &Child, name: &str) {
+    let ok = Command::new("kill").args([&format!("-{name}"), &child.id().to_string()]).status().unwrap();
+    assert!(ok.success());
+}
+
+fn submit(addr: std::net::SocketAddr, seeds: std::ops::Range<u64>) -> String {
+    let parts: Vec<String> = seeds.map(|s| format!(r#"{{"seed": {s}}}"#)).collect();
+    let body = format!(r#"{{"circuit": "bench-14", "partitions": [{}]}}"#, parts.join(","));
+    let (status, _, reply) = raw_request(addr, "POST", "/v1/prove", Some(&body), &[]);
+    assert_eq!(status, 202, "{reply}");
+    let v: serde_json::Value = serde_json::from_str(&reply).unwrap();
+    v["job_id"].as_str().unwrap().to_string()
+}
+
+fn wait_exit(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+#[test]
+fn a_closed_log_pipe_drops_lines_and_the_worker_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, addr, stderr) = start(dir.path());
+    drop(stderr); // every log line from now on meets a closed pipe
+    for i in 0..4 {
+        let id = submit(addr, i * 2..i * 2 + 2);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, _, job) = raw_request(addr, "GET", &format!("/v1/jobs/{id}"), None, &[]);
+            assert_eq!(status, 200, "{job}");
+            if job.contains("\"succeeded\"") {
+                break;
+            }
+            assert!(Instant::now() < deadline && !job.contains("\"failed\""), "{job}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let (status, _, metrics) = raw_request(addr, "GET", "/metrics", None, &[]);
+    assert_eq!(status, 200);
+    let dropped: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("provd_log_lines_dropped_total "))
+        .expect("the counter is exported")
+        .parse()
+        .unwrap();
+    assert!(dropped > 0.0, "job logs were written somewhere: {dropped}");
+    assert!(metrics.contains("provd_panics_total 0"), "no thread panicked");
+    assert!(child.try_wait().unwrap().is_none(), "the worker is still running");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn a_second_signal_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, addr, stderr) = start(dir.path());
+    std::thread::spawn(move || std::io::copy(&mut BufReader::new(stderr), &mut std::io::sink()));
+    submit(addr, 0..40); // tens of seconds of work: the drain would wait for it
+    std::thread::sleep(Duration::from_millis(500));
+    signal(&child, "TERM");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(child.try_wait().unwrap().is_none(), "the first signal drains, it does not exit");
+    signal(&child, "TERM");
+    let status = wait_exit(&mut child, Duration::from_secs(5)).expect("exits soon after a second signal");
+    assert_eq!(status.code(), Some(130));
+}
+
+#[test]
+fn shutdown_ends_within_the_grace_despite_a_half_sent_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, addr, stderr) = start(dir.path());
+    std::thread::spawn(move || std::io::copy(&mut BufReader::new(stderr), &mut std::io::sink()));
+    // A client that sends half a request and then nothing.
+    let mut stuck = std::net::TcpStream::connect(addr).unwrap();
+    stuck
+        .write_all(b"POST /v1/prove HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{\"circ")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    signal(&child, "TERM");
+    // No accepted jobs: the drain ends at once; open connections get 5 s.
+    let status = wait_exit(&mut child, Duration::from_secs(15)).expect("exits despite the stuck client");
+    assert!(status.success(), "{status:?}");
+    assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
+    drop(stuck);
+}
