@@ -136,3 +136,44 @@ fn shutdown_ends_within_the_grace_despite_a_half_sent_request() {
     assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
     drop(stuck);
 }
+
+/// `?wait=true` holds no thread: with more clients waiting than tokio's
+/// blocking pool has threads (512), the rest of the API still answers at once.
+#[test]
+fn many_waiting_clients_hold_no_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, addr, stderr) = start(dir.path());
+    std::thread::spawn(move || std::io::copy(&mut BufReader::new(stderr), &mut std::io::sink()));
+    let parts: Vec<String> = (0..40).map(|s| format!(r#"{{"seed": {s}}}"#)).collect();
+    let body = format!(r#"{{"circuit": "bench-14", "partitions": [{}]}}"#, parts.join(","));
+    let key = [("Idempotency-Key", "one-long-job")];
+    let (status, _, reply) = raw_request(addr, "POST", "/v1/prove", Some(&body), &key);
+    assert_eq!(status, 202, "{reply}");
+    let id =
+        serde_json::from_str::<serde_json::Value>(&reply).unwrap()["job_id"].as_str().unwrap().to_string();
+    // Every waiter retries the same request, so all wait on the one job.
+    let waiters: Vec<_> = (0..550)
+        .map(|_| {
+            let body = body.clone();
+            std::thread::spawn(move || raw_request(addr, "POST", "/v1/prove?wait=true", Some(&body), &key))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let t = Instant::now();
+    let (status, _, _) = raw_request(addr, "GET", "/v1/status", None, &[]);
+    assert_eq!(status, 200);
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "/v1/status took {:?} with 550 clients waiting",
+        t.elapsed()
+    );
+    let (status, _, _) = raw_request(addr, "DELETE", &format!("/v1/jobs/{id}"), None, &[]);
+    assert_eq!(status, 200);
+    for w in waiters {
+        let (status, head, reply) = w.join().unwrap();
+        assert_eq!(status, 200, "{reply}");
+        assert!(reply.contains("\"cancelled\"") && head.contains("idempotent-replayed: true"), "{reply}");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -547,6 +547,12 @@ impl Service {
         self.engine.wait(id, None)
     }
 
+    /// Whether the job has ended; `None` for an unknown job. Cheap: for
+    /// waiting without a thread.
+    pub fn has_ended(&self, id: JobId) -> Option<bool> {
+        self.engine.outcome(id).map(|o| o.is_some())
+    }
+
     /// Cancels a job and returns its state; `None` if there is no such job.
     pub fn cancel(&self, id: JobId) -> Option<JobStatus> {
         self.engine.cancel(id).then(|| self.engine.status(id)).flatten()

@@ -97,9 +97,8 @@ pub async fn prove(
     };
     let (id, replayed) = (submitted.id(), matches!(submitted, crate::pipeline::Submitted::Existing(_)));
     if q.wait {
-        let service = state.service.clone();
-        let status = blocking(move || service.wait(id))
-            .await?
+        let status = ended(&state.service, id)
+            .await
             .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "job vanished"))?;
         let res = (StatusCode::OK, axum::Json(JobView::new(&status, &state.service, true))).into_response();
         return Ok(mark_replayed(res, replayed));
@@ -108,6 +107,18 @@ pub async fn prove(
     let res = (StatusCode::ACCEPTED, [(header::LOCATION, body.status_url.clone())], axum::Json(body))
         .into_response();
     Ok(mark_replayed(res, replayed))
+}
+
+/// Waits until the job has ended without holding a thread (many clients may
+/// wait at once): looks at it every few milliseconds, backing off to 100 ms.
+/// A client that goes away drops the wait with its request.
+async fn ended(service: &crate::service::Service, id: JobId) -> Option<crate::pipeline::JobStatus> {
+    let mut pause = Duration::from_millis(2);
+    while !service.has_ended(id)? {
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+    service.job(id)
 }
 
 /// Whether the body is a binary witness (`application/octet-stream`).

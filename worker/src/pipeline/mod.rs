@@ -353,6 +353,12 @@ impl Engine {
         Ok(id)
     }
 
+    /// How the job ended (`Some(None)` while it runs), without copying its
+    /// partitions; `None` for an unknown job.
+    pub fn outcome(&self, id: JobId) -> Option<Option<Outcome>> {
+        self.job(id).map(|j| j.outcome())
+    }
+
     pub fn status(&self, id: JobId) -> Option<JobStatus> {
         self.job(id).map(|j| j.status())
     }
