@@ -307,6 +307,40 @@ fn failing_proofs_of_unchecked_witnesses_do_not_count_against_the_device() {
     assert_all_released(&e);
 }
 
+/// A backend that panics in prove_start, standing in for a bug in a stage.
+struct PanickyGpu;
+
+impl Backend for PanickyGpu {
+    fn name(&self) -> &str {
+        "panicky"
+    }
+    fn prove_start(&self, _: &ProvingKey, _: Synthesized) -> Result<PendingProof, ProveError> {
+        panic!("injected panic in prove_start")
+    }
+}
+
+/// A panic in synthesis or in a backend's stage fails only its partition:
+/// the engine keeps serving and every buffer is released.
+#[test]
+fn panics_in_stages_fail_only_their_partition() {
+    let e = Engine::start(PipelineConfig::default(), vec![Arc::new(CpuBackend)], Arc::new(Metrics::new()))
+        .unwrap();
+    let panics: SynthesisFn = Arc::new(|| panic!("injected panic in synthesis"));
+    let st = e.wait(e.submit(job(vec![panics, partition(1)])).unwrap(), None).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Failed));
+    assert!(st.error.unwrap().contains("panicked"));
+    let st = e.wait(e.submit(job(vec![partition(2)])).unwrap(), None).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Succeeded), "the engine still proves");
+    assert_all_released(&e);
+
+    let config = PipelineConfig { max_attempts: 1, ..Default::default() };
+    let e = Engine::start(config, vec![Arc::new(PanickyGpu)], Arc::new(Metrics::new())).unwrap();
+    let st = e.wait(e.submit(job(vec![partition(3)])).unwrap(), None).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Failed));
+    assert!(st.error.unwrap().contains("panicked"));
+    assert_all_released(&e);
+}
+
 #[test]
 fn resident_keys_shrink_what_partitions_may_take() {
     let config = PipelineConfig {
