@@ -32,9 +32,9 @@ where
     let domain = Domain::for_constraints(cs.constraints, TwoAdicRoot::Seven)?;
     let n = domain.size();
 
-    let [tau, alpha, beta, gamma, delta] = [(); 5].map(|_| nonzero(rng));
-    let (g1, g2) = (G1Projective::random(&mut *rng), G2Projective::random(&mut *rng));
-    let (gamma_inv, delta_inv) = (gamma.invert().unwrap(), delta.invert().unwrap());
+    let waste = ToxicWaste::random(rng);
+    let ToxicWaste { tau, alpha, beta, g1, g2, .. } = waste;
+    let (gamma_inv, delta_inv) = (waste.gamma.invert().unwrap(), waste.delta.invert().unwrap());
 
     let lagrange = lagrange_at(tau, domain.log_size(), TwoAdicRoot::Seven);
     let eval = |vars: &[Var]| -> Vec<[Scalar; 3]> {
@@ -66,15 +66,7 @@ where
 
     let t1 = FixedBase::<G1Projective>::new(g1);
     let t2 = FixedBase::<G2Projective>::new(g2);
-    let vk = VerifyingKey {
-        alpha_g1: (g1 * alpha).to_affine(),
-        beta_g1: (g1 * beta).to_affine(),
-        beta_g2: (g2 * beta).to_affine(),
-        gamma_g2: (g2 * gamma).to_affine(),
-        delta_g1: (g1 * delta).to_affine(),
-        delta_g2: (g2 * delta).to_affine(),
-        ic: t1.mul_all(&ic_s),
-    };
+    let vk = waste.verifying_key(t1.mul_all(&ic_s));
     Ok(ProvingKey {
         vk,
         h: t1.mul_all(&h_s),
@@ -86,8 +78,42 @@ where
     })
 }
 
+/// A TEST-ONLY setup's secrets: τ, α, β, γ, δ and the two generators.
+#[derive(Clone, Copy)]
+pub(crate) struct ToxicWaste {
+    pub tau: Scalar,
+    pub alpha: Scalar,
+    pub beta: Scalar,
+    pub gamma: Scalar,
+    pub delta: Scalar,
+    pub g1: G1Projective,
+    pub g2: G2Projective,
+}
+
+impl ToxicWaste {
+    pub fn random(rng: &mut impl RngCore) -> Self {
+        let [tau, alpha, beta, gamma, delta] = [(); 5].map(|_| nonzero(rng));
+        let (g1, g2) = (G1Projective::random(&mut *rng), G2Projective::random(&mut *rng));
+        Self { tau, alpha, beta, gamma, delta, g1, g2 }
+    }
+
+    /// The verifying key of these secrets, with its IC points.
+    pub fn verifying_key(&self, ic: Vec<blstrs::G1Affine>) -> VerifyingKey {
+        let Self { alpha, beta, gamma, delta, g1, g2, .. } = *self;
+        VerifyingKey {
+            alpha_g1: (g1 * alpha).to_affine(),
+            beta_g1: (g1 * beta).to_affine(),
+            beta_g2: (g2 * beta).to_affine(),
+            gamma_g2: (g2 * gamma).to_affine(),
+            delta_g1: (g1 * delta).to_affine(),
+            delta_g2: (g2 * delta).to_affine(),
+            ic,
+        }
+    }
+}
+
 /// A random non-zero scalar (toxic waste).
-pub(crate) fn nonzero(rng: &mut impl RngCore) -> Scalar {
+fn nonzero(rng: &mut impl RngCore) -> Scalar {
     loop {
         let s = Scalar::random(&mut *rng);
         if !bool::from(s.is_zero()) {

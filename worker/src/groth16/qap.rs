@@ -80,13 +80,7 @@ fn coset_quotient(
     mut c: Vec<Scalar>,
 ) -> Vec<Scalar> {
     let n = domain.size();
-    for v in [&mut a, &mut b, &mut c] {
-        v.resize(n, Scalar::ZERO);
-    }
-    rayon::join(
-        || domain.to_coset(&mut a),
-        || rayon::join(|| domain.to_coset(&mut b), || domain.to_coset(&mut c)),
-    );
+    move_each(domain, [&mut a, &mut b, &mut c], Domain::to_coset);
     let z_inv = domain.z_inv_on_coset();
     a.par_iter_mut()
         .zip(b.par_iter())
@@ -99,20 +93,21 @@ fn coset_quotient(
     a
 }
 
+/// Zero-pads a, b and c to the domain and moves each, in parallel, with `to`.
+fn move_each(domain: &Domain, [a, b, c]: [&mut Vec<Scalar>; 3], to: fn(&Domain, &mut [Scalar])) {
+    for v in [&mut *a, &mut *b, &mut *c] {
+        v.resize(domain.size(), Scalar::ZERO);
+    }
+    rayon::join(|| to(domain, a), || rayon::join(|| to(domain, b), || to(domain, c)));
+}
+
 fn odd_coset_evaluations(
     domain: &Domain,
     mut a: Vec<Scalar>,
     mut b: Vec<Scalar>,
     mut c: Vec<Scalar>,
 ) -> Vec<Scalar> {
-    let n = domain.size();
-    for v in [&mut a, &mut b, &mut c] {
-        v.resize(n, Scalar::ZERO);
-    }
-    rayon::join(
-        || domain.to_odd_coset(&mut a),
-        || rayon::join(|| domain.to_odd_coset(&mut b), || domain.to_odd_coset(&mut c)),
-    );
+    move_each(domain, [&mut a, &mut b, &mut c], Domain::to_odd_coset);
     a.par_iter_mut()
         .zip(b.par_iter())
         .zip(c.par_iter())

@@ -9,14 +9,13 @@
 
 use blstrs::{G1Projective, G2Projective, Scalar};
 use ff::Field;
-use group::{Curve, Group};
 use rand_core::RngCore;
 
 use super::r1cs::R1cs;
 use super::zkey::Zkey;
-use crate::groth16::keygen::{lagrange_at, nonzero, FixedBase};
+use crate::groth16::keygen::{lagrange_at, FixedBase, ToxicWaste};
 use crate::groth16::sparse::{Column, SparseMatrix};
-use crate::groth16::{ProvingKey, Reduction, VerifyingKey};
+use crate::groth16::{ProvingKey, Reduction};
 
 /// The largest domain this generator makes (2^27 points).
 const MAX_LOG_DOMAIN: u32 = 27;
@@ -39,9 +38,9 @@ pub fn test_only_zkey(r1cs: &R1cs, rng: &mut impl RngCore) -> Result<Zkey, Setup
     }
     let n = 1usize << log_n;
     let root = Reduction::Snarkjs.root();
-    let [tau, alpha, beta, gamma, delta] = [(); 5].map(|_| nonzero(rng));
-    let (g1, g2) = (G1Projective::random(&mut *rng), G2Projective::random(&mut *rng));
-    let (gamma_inv, delta_inv) = (gamma.invert().unwrap(), delta.invert().unwrap());
+    let waste = ToxicWaste::random(rng);
+    let ToxicWaste { tau, alpha, beta, g1, g2, .. } = waste;
+    let (gamma_inv, delta_inv) = (waste.gamma.invert().unwrap(), waste.delta.invert().unwrap());
 
     // u, v, w: each wire's A, B, C polynomials at τ (Lagrange basis on the domain).
     let lagrange = lagrange_at(tau, log_n, root);
@@ -68,15 +67,7 @@ pub fn test_only_zkey(r1cs: &R1cs, rng: &mut impl RngCore) -> Result<Zkey, Setup
     let t1 = FixedBase::<G1Projective>::new(g1);
     let t2 = FixedBase::<G2Projective>::new(g2);
     let key = ProvingKey {
-        vk: VerifyingKey {
-            alpha_g1: (g1 * alpha).to_affine(),
-            beta_g1: (g1 * beta).to_affine(),
-            beta_g2: (g2 * beta).to_affine(),
-            gamma_g2: (g2 * gamma).to_affine(),
-            delta_g1: (g1 * delta).to_affine(),
-            delta_g2: (g2 * delta).to_affine(),
-            ic: t1.mul_all(&ic_s),
-        },
+        vk: waste.verifying_key(t1.mul_all(&ic_s)),
         h: t1.mul_all(&h_s),
         l: t1.mul_all(&c_s),
         a: t1.mul_all(&u),
