@@ -21,8 +21,12 @@ partition_permits = 1
 /// `provd serve` on a loopback port with stderr piped (and handed back) and
 /// stdout read until the listening line.
 fn start(dir: &std::path::Path) -> (Child, std::net::SocketAddr, std::process::ChildStderr) {
+    start_with(dir, CONFIG)
+}
+
+fn start_with(dir: &std::path::Path, text: &str) -> (Child, std::net::SocketAddr, std::process::ChildStderr) {
     let config = dir.join("provd.toml");
-    std::fs::write(&config, CONFIG).unwrap();
+    std::fs::write(&config, text).unwrap();
     let mut child = Command::new(provd_bin())
         .args(["serve", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0", "--backend", "cpu"])
         .env("PROVD_DATA_DIR", dir)
@@ -174,6 +178,81 @@ fn many_waiting_clients_hold_no_threads() {
         assert_eq!(status, 200, "{reply}");
         assert!(reply.contains("\"cancelled\"") && head.contains("idempotent-replayed: true"), "{reply}");
     }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Reads until the peer closes (true) or `within` passes (false).
+fn closed_within(stream: &mut std::net::TcpStream, within: Duration) -> bool {
+    use std::io::Read;
+    stream.set_read_timeout(Some(within)).unwrap();
+    let mut buf = [0u8; 1024];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue, // an error response before the close
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return false
+            }
+            Err(_) => return true, // reset
+        }
+    }
+}
+
+#[test]
+fn slow_and_idle_connections_are_closed_and_others_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = CONFIG.replace("[server]\n", "[server]\nheader_read_timeout_seconds = 1\n");
+    let (mut child, addr, stderr) = start_with(dir.path(), &config);
+    std::thread::spawn(move || std::io::copy(&mut BufReader::new(stderr), &mut std::io::sink()));
+    let mut idle: Vec<_> = (0..20).map(|_| std::net::TcpStream::connect(addr).unwrap()).collect();
+    let mut slow = std::net::TcpStream::connect(addr).unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n").unwrap(); // and never the end
+    let (status, _, _) = raw_request(addr, "GET", "/healthz", None, &[]);
+    assert_eq!(status, 200, "others are served meanwhile");
+    assert!(closed_within(&mut slow, Duration::from_secs(5)), "a half-sent request is cut off");
+    for c in &mut idle {
+        assert!(closed_within(c, Duration::from_secs(5)), "an idle connection is closed");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn connections_and_event_streams_are_capped() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = CONFIG.replace(
+        "[server]\n",
+        "[server]\nmax_connections = 4\nmax_event_streams = 2\nheader_read_timeout_seconds = 2\n",
+    );
+    let (mut child, addr, stderr) = start_with(dir.path(), &config);
+    std::thread::spawn(move || std::io::copy(&mut BufReader::new(stderr), &mut std::io::sink()));
+    // Two event streams take their places; a third is refused with 503.
+    let streams: Vec<_> = (0..2)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.write_all(b"GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+            let mut line = String::new();
+            BufReader::new(s.try_clone().unwrap()).read_line(&mut line).unwrap();
+            assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+            s
+        })
+        .collect();
+    let (status, _, body) = raw_request(addr, "GET", "/v1/events", None, &[]);
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("max_event_streams"), "{body}");
+    // With both streams and two idle connections open, the cap (4) is reached:
+    // a fifth connection is closed at once.
+    let _idle: Vec<_> = (0..2).map(|_| std::net::TcpStream::connect(addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut fifth = std::net::TcpStream::connect(addr).unwrap();
+    let _ = fifth.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    assert!(closed_within(&mut fifth, Duration::from_secs(1)), "over the cap, a connection is closed");
+    drop(streams);
+    // Once the idle ones time out and the streams are gone, connections are served again.
+    std::thread::sleep(Duration::from_secs(3));
+    let (status, _, _) = raw_request(addr, "GET", "/healthz", None, &[]);
+    assert_eq!(status, 200);
     let _ = child.kill();
     let _ = child.wait();
 }

@@ -145,6 +145,13 @@ pub struct ServerConfig {
     pub shutdown_grace_seconds: u64,
     /// Seconds a finished job's result stays available.
     pub job_retention_seconds: u64,
+    /// Seconds a client has to send a request's headers (and a kept-alive
+    /// connection may sit idle); a slower one is disconnected.
+    pub header_read_timeout_seconds: u64,
+    /// Connections open at once; more are closed as they arrive.
+    pub max_connections: usize,
+    /// `/v1/events` streams open at once; more get 503.
+    pub max_event_streams: usize,
 }
 
 impl Default for ServerConfig {
@@ -157,6 +164,9 @@ impl Default for ServerConfig {
             allow_unauthenticated: false,
             shutdown_grace_seconds: 60,
             job_retention_seconds: 3600,
+            header_read_timeout_seconds: 10,
+            max_connections: 1024,
+            max_event_streams: 64,
         }
     }
 }

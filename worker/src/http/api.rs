@@ -204,9 +204,27 @@ pub async fn status(State(state): State<Arc<AppState>>) -> Result<axum::Json<Sta
 
 /// Server-Sent Events: the recent history first (event "history"), then one
 /// snapshot per second (event "snapshot") with the recent jobs; ends on shutdown.
+/// One open `/v1/events` stream, counted until it is dropped.
+struct OpenStream(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 pub async fn events(
     State(state): State<Arc<AppState>>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let limit = state.service.config.server.max_event_streams;
+    let open = OpenStream(state.event_streams.clone());
+    if open.0.fetch_add(1, Ordering::AcqRel) >= limit {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{limit} event streams are open (server.max_event_streams); retry later"),
+        )
+        .retry_after(10));
+    }
     let history = state.service.history();
     let first = Event::default().event("history").json_data(&history).unwrap_or_default();
     let rx = state.ticks.subscribe();
@@ -218,7 +236,12 @@ pub async fn events(
     let stream = stream::once(async move { Ok(first) }).chain(ticks).take_until(async move {
         let _ = closing.wait_for(|c| *c).await;
     });
-    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+    // The stream carries its count: closing it (the client leaving) frees its place.
+    let stream = stream.map(move |event| {
+        let _counted = &open;
+        event
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {

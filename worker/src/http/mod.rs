@@ -37,13 +37,22 @@ pub struct AppState {
     ticks: broadcast::Sender<Arc<String>>,
     /// Flips to true when streams must end (shutdown).
     closing: watch::Sender<bool>,
+    /// `/v1/events` streams open now (at most `server.max_event_streams`).
+    event_streams: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl AppState {
     pub fn new(service: Arc<Service>, token: Option<String>) -> Arc<Self> {
         let (ticks, _) = broadcast::channel(16);
         let (closing, _) = watch::channel(false);
-        Arc::new(Self { service, token, draining: AtomicBool::new(false), ticks, closing })
+        Arc::new(Self {
+            service,
+            token,
+            draining: AtomicBool::new(false),
+            ticks,
+            closing,
+            event_streams: Default::default(),
+        })
     }
 }
 
@@ -190,8 +199,9 @@ pub async fn serve(
     out(&format!("  on backend {}", service.backend_names()));
     tracing::info!(%addr, auth = state.token.is_some(), "serving");
     let shutdown_state = state.clone();
-    let mut closing = state.closing.subscribe();
-    let server = axum::serve(listener, router(state.clone())).with_graceful_shutdown(async move {
+    // Stops accepting once the signal came and every accepted job has ended
+    // (until then, clients still fetch results; new jobs get 503).
+    let drained = async move {
         shutdown_signal().await;
         tracing::info!("shutting down: no new jobs; draining accepted ones (a second signal exits at once)");
         tokio::spawn(async {
@@ -206,22 +216,68 @@ pub async fn serve(
             tokio::task::spawn_blocking(move || s.service.drain(grace)).await.unwrap_or((0, 0));
         tracing::info!(done, cancelled, "accepted jobs ended");
         let _ = shutdown_state.closing.send(true);
-    });
-    // Once every accepted job has ended, connections get a moment to finish;
-    // one that does not (a client holding a half-sent request) is dropped, so
-    // that shutdown ends within the grace whatever clients do.
-    let connections_deadline = async move {
-        let _ = closing.wait_for(|closed| *closed).await;
-        tokio::time::sleep(CONNECTIONS_GRACE).await;
     };
+    let connections = accept_until(listener, router(state.clone()), &service.config.server, drained).await;
+    // Connections get a moment to finish; one that does not (a client holding
+    // a half-sent request) is dropped, so that shutdown ends within the grace
+    // whatever clients do.
     tokio::select! {
-        served = std::future::IntoFuture::into_future(server) => served?,
-        () = connections_deadline => tracing::warn!(
+        () = connections.shutdown() => {}
+        () = tokio::time::sleep(CONNECTIONS_GRACE) => tracing::warn!(
             "connections still open {} s after the last job ended; closing them", CONNECTIONS_GRACE.as_secs()
         ),
     }
     ticker.abort();
     Ok(())
+}
+
+/// Serves connections from `listener` until `stop` completes; returns the
+/// connections still open, to be shut down gracefully. Each connection has
+/// `server.header_read_timeout_seconds` to send a request's headers (idle
+/// kept-alive connections included); beyond `server.max_connections` open at
+/// once, new connections are closed as they arrive.
+async fn accept_until(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    limits: &crate::config::ServerConfig,
+    stop: impl std::future::Future<Output = ()>,
+) -> hyper_util::server::graceful::GracefulShutdown {
+    let open = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let header_timeout = Duration::from_secs(limits.header_read_timeout_seconds.max(1));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(stop);
+    loop {
+        let (stream, _peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors, say: wait a little rather than spin.
+                    tracing::warn!("accepting a connection failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut stop => return graceful,
+        };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            tracing::warn!(
+                limit = limits.max_connections,
+                "connection refused: too many open (server.max_connections)"
+            );
+            drop(stream);
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            let _ = conn.await;
+            drop(permit);
+        });
+    }
 }
 
 /// How long open connections may outlive the last accepted job at shutdown.
