@@ -163,17 +163,29 @@ impl ProvingKey {
         KeyReader::new(reader, check, None).key()
     }
 
-    /// Writes the key to a file (through a temporary, renamed into place, so a
-    /// crash never leaves a half-written key under the final name).
+    /// Writes the key to a file (through a temporary of this writer's own,
+    /// renamed into place, so a crash never leaves a half-written key under
+    /// the final name, two processes writing one key never share a
+    /// temporary, and a failed write, a full disk say, leaves nothing behind).
     pub fn write_file(&self, path: &Path) -> Result<(), ParamsError> {
-        let tmp = path.with_extension("partial");
-        let file = File::create(&tmp)
-            .map_err(|source| ParamsError::Open { path: tmp.display().to_string(), source })?;
-        let mut w = BufWriter::with_capacity(1 << 20, file);
-        self.write(&mut w)?;
-        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        Ok(())
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".partial-{}-{n}", std::process::id()));
+        let tmp = std::path::PathBuf::from(tmp);
+        let written = (|| {
+            let file = File::create(&tmp)
+                .map_err(|source| ParamsError::Open { path: tmp.display().to_string(), source })?;
+            let mut w = BufWriter::with_capacity(1 << 20, file);
+            self.write(&mut w)?;
+            w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+            std::fs::rename(&tmp, path)?;
+            Ok(())
+        })();
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written
     }
 
     /// Writes the key in bellperson's format.

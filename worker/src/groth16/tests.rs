@@ -218,3 +218,24 @@ fn unsatisfied_witness_names_the_constraint() {
     let err = prove(&CpuBackend, &key, Lie).unwrap_err();
     assert_eq!(err.to_string(), "witness does not satisfy constraint #1 'gadget/b is a bit'");
 }
+
+/// Writers of one key file never share a temporary, and a failed write
+/// leaves nothing behind.
+#[test]
+fn concurrent_key_writes_land_whole_and_leave_no_temporaries() {
+    let (key, _, _) = prove_and_verify(Square(Some(3)));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("k.params");
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| key.write_file(&path).unwrap());
+        }
+    });
+    assert_eq!(ProvingKey::read_file(&path, PointCheck::Full).unwrap(), key);
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("k.params")], "no temporaries left");
+    // A write that fails (no such directory) leaves no file.
+    let missing = dir.path().join("no-such-dir").join("k.params");
+    assert!(key.write_file(&missing).is_err());
+    assert!(!missing.parent().unwrap().exists());
+}
