@@ -40,7 +40,12 @@ pub struct R1cs {
 
 impl R1cs {
     pub fn read(path: &Path) -> Result<Self, R1csError> {
-        let mut r = BufReader::with_capacity(1 << 20, File::open(path).map_err(BinFileError::Io)?);
+        let r = BufReader::with_capacity(1 << 20, File::open(path).map_err(BinFileError::Io)?);
+        Self::read_from(r)
+    }
+
+    /// As [`R1cs::read`], from any seekable reader.
+    pub fn read_from<R: std::io::Read + std::io::Seek>(mut r: R) -> Result<Self, R1csError> {
         let file = BinFile::scan(&mut r, "r1cs", 1)?;
         let header = file.read(&mut r, 1)?;
         let mut f = Fields::new(&header, "the r1cs header");

@@ -56,7 +56,15 @@ impl Zkey {
     /// Reads and checks a zkey. The verifying key's points are always
     /// checked fully; the proving key's bulk as `check` says.
     pub fn read(path: &Path, check: PointCheck) -> Result<Self, ZkeyError> {
-        let mut r = BufReader::with_capacity(1 << 20, File::open(path).map_err(BinFileError::Io)?);
+        let r = BufReader::with_capacity(1 << 20, File::open(path).map_err(BinFileError::Io)?);
+        Self::read_from(r, check)
+    }
+
+    /// As [`Zkey::read`], from any seekable reader (a file, bytes in memory).
+    pub fn read_from<R: std::io::Read + std::io::Seek>(
+        mut r: R,
+        check: PointCheck,
+    ) -> Result<Self, ZkeyError> {
         let file = BinFile::scan(&mut r, "zkey", 1)?;
         let protocol = file.read(&mut r, 1)?;
         match Fields::new(&protocol, "the protocol section").u32("protocol id")? {
@@ -67,7 +75,7 @@ impl Zkey {
         }
         let header = Header::parse(&file.read(&mut r, 2)?)?;
         let (n_vars, n_public, n) = (header.n_vars, header.n_public, header.domain_size);
-        let points = |id: u32, name: &'static str, count: usize, r: &mut BufReader<File>| {
+        let points = |id: u32, name: &'static str, count: usize, r: &mut R| {
             let bytes = file.read(r, id)?;
             g1_section(&bytes, id, name, count, check)
         };
