@@ -13,7 +13,7 @@ use std::io::Cursor;
 use std::path::Path;
 
 use provd::circuits::circom::{R1cs, Witness, Zkey};
-use provd::circuits::{parse_scalar, CircuitConfig, CircuitKind};
+use provd::circuits::{parse_scalar, BenchConfig, CircuitConfig, CircuitKind};
 use provd::groth16::{PointCheck, ProvingKey};
 
 /// Byte overwrites (offset, value) and a length to cut the input to.
@@ -73,7 +73,7 @@ fn fuzz_r1cs() {
 #[test]
 fn fuzz_bellperson_key() {
     let dir = tempfile::tempdir().unwrap();
-    let kind = CircuitConfig::builtin("bench-4".parse().unwrap()).load(dir.path()).unwrap();
+    let kind = bench_4().load(dir.path()).unwrap();
     let mut seed = Vec::new();
     kind.key().write(&mut seed).unwrap();
     assert!(ProvingKey::read(Cursor::new(&seed), PointCheck::Full).is_ok(), "the seed is valid");
@@ -87,7 +87,7 @@ fn fuzz_bellperson_key() {
 #[test]
 fn fuzz_request_witnesses() {
     let dir = tempfile::tempdir().unwrap();
-    let bench = CircuitConfig::builtin("bench-4".parse().unwrap()).load(dir.path()).unwrap();
+    let bench = bench_4().load(dir.path()).unwrap();
     std::fs::write(dir.path().join("mul.zkey"), corpus("mul.zkey")).unwrap();
     let circom: std::sync::Arc<dyn CircuitKind> = std::sync::Arc::new(
         provd::circuits::CircomKind::load(&provd::circuits::CircomConfig {
@@ -114,6 +114,11 @@ fn fuzz_request_witnesses() {
             let _ = parse_scalar(text);
         }
     });
+}
+
+/// bench-4 with a TEST-ONLY key (built without the service feature's config helpers).
+fn bench_4() -> CircuitConfig {
+    CircuitConfig::Bench(BenchConfig { name: "bench-4".into(), log_size: None, params: None })
 }
 
 fn base64_of(bytes: &[u8]) -> String {
