@@ -301,19 +301,17 @@ impl Service {
             .circuits
             .get(&job.circuit)
             .ok_or_else(|| format!("its circuit '{}' is no longer served", job.circuit))?;
-        let witnesses = match job.witnesses.as_slice() {
-            [StoredWitness::Binary(_)] => {
+        let mut stored = job.witnesses;
+        let witnesses = match stored.as_mut_slice() {
+            [StoredWitness::Binary(bytes)] => {
                 let (_, held) = self.hold_binary_witness(&job.circuit).map_err(|e| e.to_string())?;
-                let Some(StoredWitness::Binary(bytes)) = job.witnesses.into_iter().next() else {
-                    unreachable!()
-                };
-                Witnesses::Binary { bytes, held }
+                Witnesses::Binary { bytes: std::mem::take(bytes), held }
             }
-            stored => Witnesses::Json(
+            _ => Witnesses::Json(
                 stored
-                    .iter()
+                    .into_iter()
                     .map(|w| match w {
-                        StoredWitness::Json(v) => Ok(v.clone()),
+                        StoredWitness::Json(v) => Ok(v),
                         StoredWitness::Binary(_) => Err("a binary witness among several".to_string()),
                     })
                     .collect::<Result<_, _>>()?,

@@ -118,7 +118,8 @@ impl Domain {
     }
 
     /// Coefficients → evaluations at the odd 2n-th roots ω₂ₙ·ω^i.
-    pub fn to_odd_coset_from_coefficients(&self, v: &mut [Scalar]) {
+    #[cfg(test)]
+    pub(crate) fn to_odd_coset_from_coefficients(&self, v: &mut [Scalar]) {
         self.check(v);
         distribute_powers(v, Scalar::ONE, self.root.of_order(self.log_n + 1));
         transform(v, &self.twiddles);

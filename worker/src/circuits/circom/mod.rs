@@ -170,10 +170,6 @@ impl CircomKind {
             source: KeySource::File { path: config.zkey.clone() },
         })
     }
-
-    pub fn circuit(&self) -> &Arc<CircomCircuit> {
-        &self.circuit
-    }
 }
 
 /// Reads a zkey into the proving key and the circuit's matrices. A served

@@ -71,11 +71,6 @@ impl Witness {
         Ok(Self { values })
     }
 
-    /// Bytes the values occupy in memory.
-    pub fn heap_bytes(&self) -> usize {
-        self.values.len() * std::mem::size_of::<Scalar>()
-    }
-
     /// A `.wtns` file of these values (as circom writes one).
     pub fn to_bytes(&self) -> Vec<u8> {
         use ff::PrimeField;

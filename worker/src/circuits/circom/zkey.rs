@@ -105,16 +105,6 @@ impl Zkey {
         };
         Ok(Self { key, a, b, n_vars, n_public })
     }
-
-    /// Host bytes the coefficient matrices hold beside the key.
-    pub fn matrix_bytes(&self) -> usize {
-        self.a.heap_bytes() + self.b.heap_bytes()
-    }
-
-    /// Constraints (rows of A and B), the public signals' included.
-    pub fn constraints(&self) -> usize {
-        self.a.rows()
-    }
 }
 
 /// Section 2.
