@@ -6,7 +6,7 @@
 //! with parallel fixed-base scalar multiplication from a precomputed table in
 //! place of one scalar multiplication at a time.
 
-use bellperson::{ConstraintSystem, Index, LinearCombination, SynthesisError, Variable};
+use bellperson::SynthesisError;
 use blstrs::{G1Projective, G2Projective, Scalar};
 use ff::{Field, PrimeField};
 use group::{Curve, Group};
@@ -16,6 +16,7 @@ use rayon::prelude::*;
 use super::domain::{Domain, TwoAdicRoot};
 use super::error::ProveError;
 use super::key::{ProvingKey, VerifyingKey};
+use super::sparse::SparseMatrix;
 
 /// Generates a TEST-ONLY key for `circuit` from fresh random toxic waste.
 pub fn generate_test_key<C, R>(circuit: C, rng: &mut R) -> Result<ProvingKey, ProveError>
@@ -23,13 +24,9 @@ where
     C: bellperson::Circuit<Scalar>,
     R: RngCore,
 {
-    let mut cs = Shape::default();
-    cs.alloc_input(|| "ONE", || Ok(Scalar::ONE)).map_err(ProveError::Synthesis)?;
-    circuit.synthesize(&mut cs).map_err(ProveError::Synthesis)?;
-    for i in 0..cs.inputs.len() {
-        cs.enforce(|| "", |lc| lc + Variable::new_unchecked(Index::Input(i)), |lc| lc, |lc| lc);
-    }
-    let domain = Domain::for_constraints(cs.constraints, TwoAdicRoot::Seven)?;
+    // The circuit's A, B and C, its input constraints appended.
+    let matrices = super::matrices::Matrices::record(circuit)?;
+    let domain = Domain::for_constraints(matrices.num_constraints(), TwoAdicRoot::Seven)?;
     let n = domain.size();
 
     let waste = ToxicWaste::random(rng);
@@ -37,17 +34,15 @@ where
     let (gamma_inv, delta_inv) = (waste.gamma.invert().unwrap(), waste.delta.invert().unwrap());
 
     let lagrange = lagrange_at(tau, domain.log_size(), TwoAdicRoot::Seven);
-    let eval = |vars: &[Var]| -> Vec<[Scalar; 3]> {
-        vars.par_iter()
-            .map(|v| {
-                let dot =
-                    |terms: &[(usize, Scalar)]| terms.iter().map(|(j, c)| lagrange[*j] * c).sum::<Scalar>();
-                [dot(&v.a), dot(&v.b), dot(&v.c)]
-            })
-            .collect()
+    // Each variable's u, v, w at τ: its A, B, C columns weighed by the Lagrange basis.
+    let ([ma, mb, mc], n_inputs, n_aux) = matrices.parts();
+    let weigh = |m: &SparseMatrix| m.weigh_columns(&lagrange, n_inputs, n_aux);
+    let ((a_in, a_aux), ((b_in, b_aux), (c_in, c_aux))) =
+        rayon::join(|| weigh(ma), || rayon::join(|| weigh(mb), || weigh(mc)));
+    let zip3 = |a: Vec<Scalar>, b: Vec<Scalar>, c: Vec<Scalar>| -> Vec<[Scalar; 3]> {
+        a.into_iter().zip(b).zip(c).map(|((a, b), c)| [a, b, c]).collect()
     };
-    let inputs = eval(&cs.inputs);
-    let aux = eval(&cs.aux);
+    let (inputs, aux) = (zip3(a_in, b_in, c_in), zip3(a_aux, b_aux, c_aux));
 
     // Scalars for each query, then one batched fixed-base multiplication per base.
     let ic_s: Vec<Scalar> = inputs.iter().map(|[a, b, c]| (beta * a + alpha * b + c) * gamma_inv).collect();
@@ -205,90 +200,6 @@ where
             G::batch_normalize(&proj, out);
         });
         out
-    }
-}
-
-/// One variable's occurrences: (constraint, coefficient) in A, B and C.
-#[derive(Default)]
-struct Var {
-    a: Vec<(usize, Scalar)>,
-    b: Vec<(usize, Scalar)>,
-    c: Vec<(usize, Scalar)>,
-}
-
-/// Records the circuit's structure without any witness.
-#[derive(Default)]
-struct Shape {
-    inputs: Vec<Var>,
-    aux: Vec<Var>,
-    constraints: usize,
-}
-
-impl Shape {
-    fn record(
-        &mut self,
-        lc: &LinearCombination<Scalar>,
-        j: usize,
-        pick: fn(&mut Var) -> &mut Vec<(usize, Scalar)>,
-    ) {
-        for (&i, c) in lc.iter_inputs() {
-            pick(&mut self.inputs[i]).push((j, *c));
-        }
-        for (&i, c) in lc.iter_aux() {
-            pick(&mut self.aux[i]).push((j, *c));
-        }
-    }
-}
-
-impl ConstraintSystem<Scalar> for Shape {
-    type Root = Self;
-
-    fn alloc<F, A, AR>(&mut self, _: A, _: F) -> Result<Variable, SynthesisError>
-    where
-        F: FnOnce() -> Result<Scalar, SynthesisError>,
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-    {
-        self.aux.push(Var::default());
-        Ok(Variable::new_unchecked(Index::Aux(self.aux.len() - 1)))
-    }
-
-    fn alloc_input<F, A, AR>(&mut self, _: A, _: F) -> Result<Variable, SynthesisError>
-    where
-        F: FnOnce() -> Result<Scalar, SynthesisError>,
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-    {
-        self.inputs.push(Var::default());
-        Ok(Variable::new_unchecked(Index::Input(self.inputs.len() - 1)))
-    }
-
-    fn enforce<A, AR, LA, LB, LC>(&mut self, _: A, a: LA, b: LB, c: LC)
-    where
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-        LA: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-        LB: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-        LC: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-    {
-        let j = self.constraints;
-        self.record(&a(LinearCombination::zero()), j, |v| &mut v.a);
-        self.record(&b(LinearCombination::zero()), j, |v| &mut v.b);
-        self.record(&c(LinearCombination::zero()), j, |v| &mut v.c);
-        self.constraints += 1;
-    }
-
-    fn push_namespace<NR, N>(&mut self, _: N)
-    where
-        NR: Into<String>,
-        N: FnOnce() -> NR,
-    {
-    }
-
-    fn pop_namespace(&mut self) {}
-
-    fn get_root(&mut self) -> &mut Self::Root {
-        self
     }
 }
 

@@ -69,6 +69,11 @@ impl Matrices {
         Ok(m)
     }
 
+    /// A, B and C, and the number of inputs and of aux variables.
+    pub(crate) fn parts(&self) -> ([&SparseMatrix; 3], usize, usize) {
+        ([&self.a, &self.b, &self.c], self.inputs, self.aux)
+    }
+
     /// Constraints, the input constraints included.
     pub fn num_constraints(&self) -> usize {
         self.a.rows()

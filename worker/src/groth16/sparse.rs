@@ -125,6 +125,21 @@ impl SparseMatrix {
         })
     }
 
+    /// Σ over rows of `weights[row]` · coefficient, for every column: one
+    /// value per input and per aux variable (a key generator's polynomials at
+    /// τ, with the Lagrange basis at τ as the weights).
+    pub fn weigh_columns(&self, weights: &[Scalar], inputs: usize, aux: usize) -> (Vec<Scalar>, Vec<Scalar>) {
+        let (mut by_input, mut by_aux) = (vec![Scalar::ZERO; inputs], vec![Scalar::ZERO; aux]);
+        for (row, col, c) in self.terms() {
+            let w = weights[row] * c;
+            match col {
+                Column::Input(i) => by_input[i as usize] += w,
+                Column::Aux(i) => by_aux[i as usize] += w,
+            }
+        }
+        (by_input, by_aux)
+    }
+
     pub fn heap_bytes(&self) -> usize {
         self.row_start.len() * 8 + self.cols.len() * 4 + self.coeffs.len() * 32
     }

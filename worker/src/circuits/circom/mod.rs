@@ -86,18 +86,9 @@ impl CircomCircuit {
             ));
         }
         let [_, _, c] = r1cs.matrices;
-        let terms: Vec<_> = c.into_iter().map(|(row, s, v)| (row, self.column(s), v)).collect();
+        let terms: Vec<_> = c.into_iter().map(|(row, s, v)| (row, column_of(s, self.n_public), v)).collect();
         self.c = Some(SparseMatrix::from_terms(r1cs.constraints, &terms));
         Ok(())
-    }
-
-    /// The matrix column of witness signal `s`.
-    fn column(&self, s: u32) -> Column {
-        if s as usize <= self.n_public {
-            Column::Input(s)
-        } else {
-            Column::Aux(s - self.n_public as u32 - 1)
-        }
     }
 
     /// a, b, c and the assignment of a witness of the right length, as snarkjs
@@ -137,6 +128,24 @@ impl CircomCircuit {
 
     fn heap_bytes(&self) -> usize {
         self.a.heap_bytes() + self.b.heap_bytes() + self.c.as_ref().map_or(0, SparseMatrix::heap_bytes)
+    }
+}
+
+/// The matrix column of witness signal `s`: the constant 1 and the public
+/// signals are the inputs, the rest aux variables, in witness order.
+fn column_of(s: u32, n_public: usize) -> Column {
+    if s as usize <= n_public {
+        Column::Input(s)
+    } else {
+        Column::Aux(s - n_public as u32 - 1)
+    }
+}
+
+/// The witness signal of a matrix column (the inverse of [`column_of`]).
+fn signal_of(c: Column, n_public: usize) -> u32 {
+    match c {
+        Column::Input(i) => i,
+        Column::Aux(j) => n_public as u32 + 1 + j,
     }
 }
 

@@ -11,6 +11,7 @@ use blstrs::{G1Projective, G2Projective, Scalar};
 use ff::Field;
 use rand_core::RngCore;
 
+use super::column_of;
 use super::r1cs::R1cs;
 use super::zkey::Zkey;
 use crate::groth16::keygen::{lagrange_at, FixedBase, ToxicWaste};
@@ -42,20 +43,28 @@ pub fn test_only_zkey(r1cs: &R1cs, rng: &mut impl RngCore) -> Result<Zkey, Setup
     let ToxicWaste { tau, alpha, beta, g1, g2, .. } = waste;
     let (gamma_inv, delta_inv) = (waste.gamma.invert().unwrap(), waste.delta.invert().unwrap());
 
-    // u, v, w: each wire's A, B, C polynomials at τ (Lagrange basis on the domain).
-    let lagrange = lagrange_at(tau, log_n, root);
-    let at_tau = |terms: &[(u32, u32, Scalar)]| {
-        let mut out = vec![Scalar::ZERO; wires];
-        for &(c, s, coeff) in terms {
-            out[s as usize] += lagrange[c as usize] * coeff;
-        }
-        out
+    // A (with snarkjs's public-signal rows), B and C over the witness's columns.
+    let matrix = |k: usize, rows: usize, extra: &mut dyn Iterator<Item = (u32, Column, Scalar)>| {
+        let mut terms: Vec<(u32, Column, Scalar)> =
+            r1cs.matrices[k].iter().map(|&(c, s, v)| (c, column_of(s, public), v)).collect();
+        terms.extend(extra);
+        SparseMatrix::from_terms(rows, &terms)
     };
-    let [mut u, v, w] = [0, 1, 2].map(|k| at_tau(&r1cs.matrices[k]));
-    for (s, u) in u.iter_mut().enumerate().take(public + 1) {
-        *u += lagrange[m + s];
-    }
-    drop(lagrange);
+    let public_rows = &mut (0..=public as u32).map(|s| (m as u32 + s, Column::Input(s), Scalar::ONE));
+    let (a, b, c) = (
+        matrix(0, rows, public_rows),
+        matrix(1, rows, &mut std::iter::empty()),
+        matrix(2, m, &mut std::iter::empty()),
+    );
+
+    // u, v, w: each signal's A, B, C polynomials at τ (Lagrange basis on the domain).
+    let lagrange = lagrange_at(tau, log_n, root);
+    let weigh = |x: &SparseMatrix| {
+        let (inputs, aux) = x.weigh_columns(&lagrange, public + 1, wires - public - 1);
+        [inputs, aux].concat()
+    };
+    let (u, v, w) = (weigh(&a), weigh(&b), weigh(&c));
+    drop((lagrange, c));
     let combined = |s: usize| beta * u[s] + alpha * v[s] + w[s];
     let ic_s: Vec<Scalar> = (0..=public).map(|s| combined(s) * gamma_inv).collect();
     let c_s: Vec<Scalar> = (public + 1..wires).map(|s| combined(s) * delta_inv).collect();
@@ -76,25 +85,7 @@ pub fn test_only_zkey(r1cs: &R1cs, rng: &mut impl RngCore) -> Result<Zkey, Setup
         reduction: Reduction::Snarkjs,
     };
 
-    let column = |s: u32| {
-        if s as usize <= public {
-            Column::Input(s)
-        } else {
-            Column::Aux(s - public as u32 - 1)
-        }
-    };
-    let mut a_terms: Vec<(u32, Column, Scalar)> =
-        r1cs.matrices[0].iter().map(|&(c, s, v)| (c, column(s), v)).collect();
-    a_terms.extend((0..=public as u32).map(|s| (m as u32 + s, Column::Input(s), Scalar::ONE)));
-    let b_terms: Vec<(u32, Column, Scalar)> =
-        r1cs.matrices[1].iter().map(|&(c, s, v)| (c, column(s), v)).collect();
-    Ok(Zkey {
-        key,
-        a: SparseMatrix::from_terms(rows, &a_terms),
-        b: SparseMatrix::from_terms(rows, &b_terms),
-        n_vars: wires,
-        n_public: public,
-    })
+    Ok(Zkey { key, a, b, n_vars: wires, n_public: public })
 }
 
 #[cfg(test)]

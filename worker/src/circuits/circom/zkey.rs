@@ -247,11 +247,7 @@ fn coefficients(bytes: &[u8], h: &Header) -> Result<(SparseMatrix, SparseMatrix)
                 return Err(bad(format!("signal {signal}, but the circuit has {}", h.n_vars)));
             }
             let value = field::scalar_le(&e[12..]).ok_or_else(|| bad("a value at or above r".into()))?;
-            let col = if signal <= h.n_public {
-                Column::Input(signal as u32)
-            } else {
-                Column::Aux((signal - h.n_public - 1) as u32)
-            };
+            let col = super::column_of(signal as u32, h.n_public);
             Ok((matrix, row, col, value * unscale))
         })
         .collect::<Result<_, _>>()?;
@@ -289,10 +285,7 @@ impl Zkey {
 
         // c·R², so that snarkjs's Montgomery product with a plain witness value gives c·w.
         let r2 = field::coefficient_unscale().invert().unwrap();
-        let signal = |c: Column| match c {
-            Column::Input(i) => i,
-            Column::Aux(j) => (self.n_public + 1) as u32 + j,
-        };
+        let signal = |c: Column| super::signal_of(c, self.n_public);
         let terms: Vec<(u32, usize, Column, Scalar)> = [(0u32, &self.a), (1, &self.b)]
             .into_iter()
             .flat_map(|(m, matrix)| matrix.terms().map(move |(row, col, v)| (m, row, col, v)))
