@@ -2,7 +2,9 @@
 # Builds, here, everything a GPU run needs and puts it in .device-bundle/
 # (git-ignored; name it in the device tool's `carry`): the provd binary and
 # every test binary, stripped to fit the transfer limit. The GPU machine has no
-# cargo; these binaries run there as built here.
+# cargo; these binaries run there as built here. SUPRASEAL=1 adds
+# provd-supraseal-bench (bench/supraseal: bellperson + supraseal-c2, built with
+# nvcc from PyPI) for gpu-run.sh's `supraseal` step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bundle=.device-bundle
@@ -19,6 +21,9 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["target"]["name"] + "-" + m["target"]["kind"][0], m["executable"])
 ' | while read -r name exe; do cp "$exe" "$bundle/tests/$name"; done
+if [ "${SUPRASEAL:-0}" = 1 ]; then
+  cp "$(bench/supraseal/build.sh)" "$bundle/provd-supraseal-bench"
+fi
 strip "$bundle/provd" "$bundle/sha256_preimage" "$bundle"/tests/*
 git rev-parse --short=12 HEAD > "$bundle/COMMIT"
 du -sh "$bundle"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, over .device-bundle/:
-#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [circom] ...
+#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [circom] ...
 # TEST_BINS (e.g. "gpu-test msm-test") limits `tests` to those binaries.
 # B_G2=gpu|cpu places B's G2 MSM for bench-prove and bench-pipeline (default: the binary's);
 # PROVE_VS=none skips bellperson in bench-prove; PIPE_DEVICES=all spreads bench-pipeline over every GPU.
@@ -8,6 +8,10 @@
 # made here; or NAME.zkey + NAME.wtns); each is proved on the GPU (proof, public signals and
 # verifying key kept for snarkjs to check back home) and benched (CIRCOM_BENCH_BACKENDS, default cuda);
 # SNARKJS names a snarkjs to bench beside provd.
+# supraseal: for each of SUPRA_CIRCUITS (default "bench-20 dense-20"), the TEST-ONLY key is made, then
+# `provd bench prove --backend cuda` and provd-supraseal-bench (bundled with SUPRASEAL=1) prove with that one
+# key file, PROVE_RUNS times each after a warm-up; the ratio lands in supraseal.log and the JSON.
+# PIPE_CIRCUITS runs bench-pipeline once per circuit named (default: PIPE_CIRCUIT).
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 bundle=.device-bundle
@@ -38,23 +42,34 @@ for step in "${@:-tests}"; do
       sizes=${MSM_G2_SIZES:-16,18,20,22}
       "$bundle/provd" bench msm --g2 --sizes "$sizes" --cpu-sizes "$sizes" --json "$OUT/msm-g2.json" 2>&1 | tee "$OUT/bench-msm-g2.log" || status=1 ;;
     bench-pipeline)
-      # The driver's own utilisation, sampled beside the bench's CUDA-event figure.
-      nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits -lms 500 > "$OUT/pipeline-smi.csv" &
-      smi=$!
-      tag="${PIPE_CIRCUIT:-bench-18}${B_G2:+-g2-$B_G2}"
-      "$bundle/provd" bench pipeline --circuit "${PIPE_CIRCUIT:-bench-18}" --jobs "${PIPE_JOBS:-8}" --partitions "${PIPE_PARTS:-4}" \
-        --backend cuda ${B_G2:+--b-g2 "$B_G2"} --devices "${PIPE_DEVICES:-0}" --json "$OUT/pipeline-$tag.json" 2>&1 | tee -a "$OUT/bench-pipeline.log" || status=1
-      kill $smi
-      # mean from the first to the last non-zero sample (the run, not the start-up)
-      awk -F', ' '{ v[NR] = $2 } $2 > 0 { if (!a) a = NR; b = NR } END { for (i = a; i <= b; i++) s += v[i]; if (b) printf "nvidia-smi utilization.gpu over the run: mean %.1f%% (%d samples, 0.5 s apart)\n", s / (b - a + 1), b - a + 1 }' \
-        "$OUT/pipeline-smi.csv" | tee -a "$OUT/bench-pipeline.log"
-      mv "$OUT/pipeline-smi.csv" "$OUT/smi-$tag.csv" ;;
+      for circuit in ${PIPE_CIRCUITS:-${PIPE_CIRCUIT:-bench-18}}; do
+        # The driver's own utilisation, sampled beside the bench's CUDA-event figure.
+        nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits -lms 500 > "$OUT/pipeline-smi.csv" &
+        smi=$!
+        tag="$circuit${B_G2:+-g2-$B_G2}"
+        "$bundle/provd" bench pipeline --circuit "$circuit" --jobs "${PIPE_JOBS:-8}" --partitions "${PIPE_PARTS:-4}" \
+          --backend cuda ${B_G2:+--b-g2 "$B_G2"} --devices "${PIPE_DEVICES:-0}" --json "$OUT/pipeline-$tag.json" 2>&1 | tee -a "$OUT/bench-pipeline.log" || status=1
+        kill $smi
+        # mean from the first to the last non-zero sample (the run, not the start-up)
+        awk -F', ' '{ v[NR] = $2 } $2 > 0 { if (!a) a = NR; b = NR } END { for (i = a; i <= b; i++) s += v[i]; if (b) printf "nvidia-smi utilization.gpu over the run: mean %.1f%% (%d samples, 0.5 s apart)\n", s / (b - a + 1), b - a + 1 }' \
+          "$OUT/pipeline-smi.csv" | tee -a "$OUT/bench-pipeline.log"
+        mv "$OUT/pipeline-smi.csv" "$OUT/smi-$tag.csv"
+      done ;;
     bench-prove)
       for backend in ${PROVE_BACKENDS:-cuda cpu}; do
         vs=(--vs bellperson); [ "${PROVE_VS:-}" = none ] && vs=()
         "$bundle/provd" bench prove --circuit "${PROVE_CIRCUIT:-bench-20}" --runs "${PROVE_RUNS:-3}" --backend "$backend" \
           ${B_G2:+--b-g2 "$B_G2"} "${vs[@]}" --json "$OUT/prove-$backend-${PROVE_CIRCUIT:-bench-20}${B_G2:+-g2-$B_G2}.json" 2>&1 |
           tee -a "$OUT/bench-prove.log" || status=1
+      done ;;
+    supraseal)
+      for circuit in ${SUPRA_CIRCUITS:-bench-20 dense-20}; do
+        "$bundle/provd" params gen --circuit "$circuit" 2>&1 | tee -a "$OUT/supraseal.log" || status=1
+        "$bundle/provd" bench prove --circuit "$circuit" --runs "${PROVE_RUNS:-5}" --backend cuda ${B_G2:+--b-g2 "$B_G2"} \
+          --json "$OUT/prove-cuda-$circuit.json" 2>&1 | grep -v ' INFO ' | tee -a "$OUT/supraseal.log" || status=1
+        "$bundle/provd-supraseal-bench" --circuit "$circuit" --params "$PROVD_DATA_DIR/params/$circuit.v1.test-only.params" \
+          --runs "${PROVE_RUNS:-5}" --against "$OUT/prove-cuda-$circuit.json" --json "$OUT/supraseal-$circuit.json" 2>&1 |
+          tee -a "$OUT/supraseal.log" || status=1
       done ;;
     circom)
       work=${CIRCOM_DIR:-/tmp/provd-circom} && mkdir -p "$work" "$OUT/circom"

@@ -71,7 +71,12 @@ pub enum OnRestart {
 impl CircuitConfig {
     /// A built-in circuit under its own name, with a generated TEST-ONLY key.
     pub fn builtin(circuit: Builtin) -> Self {
-        CircuitConfig::Bench(BenchConfig { name: circuit.to_string(), log_size: None, params: None })
+        CircuitConfig::Bench(BenchConfig {
+            name: circuit.to_string(),
+            log_size: None,
+            shape: None,
+            params: None,
+        })
     }
 }
 

@@ -1,11 +1,16 @@
-//! `bench-K`: a circuit of exactly 2^K constraints (its inputs' constraints
-//! included) whose witness looks like a hash circuit's.
+//! The built-in circuits, of exactly 2^K constraints (their inputs'
+//! constraints included), in two witness shapes.
 //!
-//! Each round allocates bits and proves them boolean, XORs pairs of them, packs
-//! the XORs into a full-width accumulator and multiplies it into a running
-//! full-width product. About four in five aux values are bits; the product
-//! terms `t` occur only in C, and accumulators never in B, so the A and B
-//! density maps have holes, as in real circuits.
+//! `bench-K` looks like a hash circuit. Each round allocates bits and proves
+//! them boolean, XORs pairs of them, packs the XORs into a full-width
+//! accumulator and multiplies it into a running full-width product. About
+//! four in five aux values are bits; the product terms `t` occur only in C,
+//! and accumulators never in B, so the A and B density maps have holes, as in
+//! real circuits. Provers that skip 0/1 scalars do well on it.
+//!
+//! `dense-K` is the opposite: every aux value is a full-width field element
+//! and half of them occur in B, so nothing can be skipped (the G2 MSM over B
+//! is as large as it gets for the size).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,16 +25,40 @@ use super::{parse_scalar, CircuitKind, KeySource, LoadError, WitnessError, BENCH
 use crate::groth16::{Matrices, PointCheck, ProvingKey};
 use crate::pipeline::SynthesisFn;
 
-/// A built-in circuit named on the command line (`bench-16`).
+/// What a built-in circuit's witness looks like.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Shape {
+    /// Mostly bits, sparse columns (`bench-K`).
+    #[default]
+    Bits,
+    /// Full-width values everywhere, dense A and B (`dense-K`).
+    Dense,
+}
+
+impl Shape {
+    /// The prefix of its circuits' names.
+    fn prefix(self) -> &'static str {
+        match self {
+            Shape::Bits => "bench",
+            Shape::Dense => "dense",
+        }
+    }
+}
+
+/// A built-in circuit named on the command line (`bench-16`, `dense-20`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Builtin {
-    /// `bench-K`: 2^K constraints, K in 4..=27.
-    Bench { log_size: u32 },
+pub struct Builtin {
+    pub shape: Shape,
+    /// log2 of the constraint count, in 4..=27.
+    pub log_size: u32,
 }
 
 /// Why a circuit name is not a built-in circuit.
 #[derive(Debug, thiserror::Error)]
-#[error("unknown circuit '{0}': built-in circuits are bench-K with K from 4 to 27 (e.g. bench-16)")]
+#[error(
+    "unknown circuit '{0}': built-in circuits are bench-K and dense-K with K from 4 to 27 (e.g. bench-16)"
+)]
 pub struct UnknownCircuit(pub String);
 
 /// Sizes a bench circuit may have.
@@ -38,36 +67,36 @@ const LOG_SIZES: std::ops::RangeInclusive<u32> = 4..=27;
 impl std::str::FromStr for Builtin {
     type Err = UnknownCircuit;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let k = s
-            .strip_prefix("bench-")
-            .and_then(|k| k.parse::<u32>().ok())
-            .filter(|k| LOG_SIZES.contains(k))
-            .ok_or_else(|| UnknownCircuit(s.to_string()))?;
-        Ok(Builtin::Bench { log_size: k })
+        [Shape::Bits, Shape::Dense]
+            .into_iter()
+            .find_map(|shape| {
+                let k = s.strip_prefix(shape.prefix())?.strip_prefix('-')?.parse::<u32>().ok()?;
+                LOG_SIZES.contains(&k).then_some(Builtin { shape, log_size: k })
+            })
+            .ok_or_else(|| UnknownCircuit(s.to_string()))
     }
 }
 
 impl std::fmt::Display for Builtin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Builtin::Bench { log_size } => write!(f, "bench-{log_size}"),
-        }
+        write!(f, "{}-{}", self.shape.prefix(), self.log_size)
     }
 }
 
 impl Builtin {
+    /// `bench-K`.
+    pub fn bits(log_size: u32) -> Self {
+        Builtin { shape: Shape::Bits, log_size }
+    }
+
     /// The circuit with the witness drawn from `seed` (or none, for key generation).
     pub fn circuit(&self, seed: Option<u64>) -> BenchCircuit {
-        match *self {
-            Builtin::Bench { log_size } => BenchCircuit::new(log_size, BENCH_PUBLIC_INPUTS, seed),
-        }
+        BenchCircuit::new(self.log_size, BENCH_PUBLIC_INPUTS, seed).shaped(self.shape)
     }
 
     /// Number of constraints, which fixes the evaluation domain.
     pub fn constraints(&self) -> usize {
-        match *self {
-            Builtin::Bench { log_size } => 1 << log_size,
-        }
+        1 << self.log_size
     }
 
     /// File name of its cached test key; bump the version when the circuit changes.
@@ -83,9 +112,13 @@ pub struct BenchConfig {
     /// The name clients use.
     pub name: String,
     /// log2 of the constraint count (4 to 27); may be left out when the name
-    /// is `bench-K`.
+    /// is `bench-K` or `dense-K`.
     #[serde(default)]
     pub log_size: Option<u32>,
+    /// `"bits"` or `"dense"`; may be left out when the name says it (else
+    /// bits).
+    #[serde(default)]
+    pub shape: Option<Shape>,
     /// The circuit's proving key, in bellperson's `Parameters` format (as
     /// `generate_random_parameters` and `Parameters::write` make it); every
     /// point is checked when it loads. Without it, a TEST-ONLY key is
@@ -120,25 +153,25 @@ struct BenchWitness {
 impl BenchKind {
     pub fn load(config: &BenchConfig, data_dir: &Path) -> Result<Self, LoadError> {
         let circuit = config.name.clone();
-        let log_size = match config.log_size {
-            Some(k) => k,
-            None => match config.name.parse::<Builtin>() {
-                Ok(Builtin::Bench { log_size }) => log_size,
-                Err(_) => {
-                    return Err(LoadError::Config {
-                        circuit,
-                        reason: "log_size is needed when the name is not bench-K".into(),
-                    })
-                }
-            },
+        let named = config.name.parse::<Builtin>().ok();
+        let log_size = match (config.log_size, named) {
+            (Some(k), _) => k,
+            (None, Some(b)) => b.log_size,
+            (None, None) => {
+                return Err(LoadError::Config {
+                    circuit,
+                    reason: "log_size is needed when the name is not bench-K or dense-K".into(),
+                })
+            }
         };
+        let shape = config.shape.or(named.map(|b| b.shape)).unwrap_or_default();
         if !LOG_SIZES.contains(&log_size) {
             return Err(LoadError::Config {
                 circuit,
                 reason: format!("log_size {log_size} is not in 4..=27"),
             });
         }
-        let builtin = Builtin::Bench { log_size };
+        let builtin = Builtin { shape, log_size };
         let (key, source) = match &config.params {
             Some(path) => {
                 let shown = path.display().to_string();
@@ -239,11 +272,20 @@ pub struct BenchCircuit {
     /// Public inputs the prover claims (by default, the ones the witness
     /// gives). A wrong claim leaves the `outK` constraint unsatisfied.
     pub claimed_inputs: Option<Vec<Scalar>>,
+    /// Bits or dense.
+    pub shape: Shape,
 }
 
 impl BenchCircuit {
+    /// A bit-heavy circuit (`bench-K`'s shape).
     pub fn new(log_size: u32, public_inputs: usize, seed: Option<u64>) -> Self {
-        Self { log_size, public_inputs, seed, claimed_inputs: None }
+        Self { log_size, public_inputs, seed, claimed_inputs: None, shape: Shape::Bits }
+    }
+
+    /// The same circuit in another witness shape.
+    pub fn shaped(mut self, shape: Shape) -> Self {
+        self.shape = shape;
+        self
     }
 
     /// The same circuit with the public inputs the prover claims.
@@ -279,6 +321,15 @@ fn value(v: Option<Scalar>) -> Result<Scalar, SynthesisError> {
 
 impl Circuit<Scalar> for BenchCircuit {
     fn synthesize<CS: ConstraintSystem<Scalar>>(self, cs: &mut CS) -> Result<(), SynthesisError> {
+        match self.shape {
+            Shape::Bits => self.synthesize_bits(cs),
+            Shape::Dense => self.synthesize_dense(cs),
+        }
+    }
+}
+
+impl BenchCircuit {
+    fn synthesize_bits<CS: ConstraintSystem<Scalar>>(self, cs: &mut CS) -> Result<(), SynthesisError> {
         let budget = self.budget();
         let rounds = budget.saturating_sub(self.public_inputs + 1) / ROUND;
         let mut rng = self.seed.map(rand_chacha::ChaCha8Rng::seed_from_u64);
@@ -335,17 +386,7 @@ impl Circuit<Scalar> for BenchCircuit {
             used += ROUND;
         }
 
-        // Public inputs: x + k, so every input depends on the whole witness.
-        for k in 0..self.public_inputs {
-            let kk = Scalar::from(k as u64);
-            let v = match &self.claimed_inputs {
-                Some(claims) => claims.get(k).copied().filter(|_| x_val.is_some()),
-                None => x_val.map(|x| x + kk),
-            };
-            let input = cs.alloc_input(|| format!("out{k}"), || value(v))?;
-            cs.enforce(|| format!("out{k}"), |lc| lc + x + (kk, one), |lc| lc + one, |lc| lc + input);
-            used += 1;
-        }
+        used += self.outputs(cs, x, x_val)?;
         // Fill the rest of the domain with booleanity constraints on fresh bits.
         let mut filler = 0;
         while used < budget {
@@ -356,6 +397,50 @@ impl Circuit<Scalar> for BenchCircuit {
         }
         Ok(())
     }
+
+    /// A chain of full-width products: x' = (x + y)·(y + i) with y drawn at
+    /// random, so every aux value is a field element, y occurs in A and B,
+    /// x in A, and x' in C (and in the next A).
+    fn synthesize_dense<CS: ConstraintSystem<Scalar>>(self, cs: &mut CS) -> Result<(), SynthesisError> {
+        let mut rng = self.seed.map(rand_chacha::ChaCha8Rng::seed_from_u64);
+        let one = CS::one();
+        let mut x_val = rng.as_mut().map(Scalar::random);
+        let mut x = cs.alloc(|| "x0", || value(x_val))?;
+        cs.enforce(|| "x0 defined", |lc| lc + x, |lc| lc + one, |lc| lc + x);
+        let rounds = self.budget().saturating_sub(self.public_inputs + 1);
+        for i in 0..rounds {
+            let ii = Scalar::from(i as u64);
+            let y_val = rng.as_mut().map(Scalar::random);
+            let y = cs.alloc(|| format!("y{i}"), || value(y_val))?;
+            let next_val = x_val.zip(y_val).map(|(x, y)| (x + y) * (y + ii));
+            let next = cs.alloc(|| format!("x{}", i + 1), || value(next_val))?;
+            cs.enforce(|| format!("step {i}"), |lc| lc + x + y, |lc| lc + y + (ii, one), |lc| lc + next);
+            (x, x_val) = (next, next_val);
+        }
+        self.outputs(cs, x, x_val)?;
+        Ok(())
+    }
+
+    /// The public inputs, x + k, so every input depends on the whole witness;
+    /// one constraint each (returned: how many).
+    fn outputs<CS: ConstraintSystem<Scalar>>(
+        &self,
+        cs: &mut CS,
+        x: Variable,
+        x_val: Option<Scalar>,
+    ) -> Result<usize, SynthesisError> {
+        let one = CS::one();
+        for k in 0..self.public_inputs {
+            let kk = Scalar::from(k as u64);
+            let v = match &self.claimed_inputs {
+                Some(claims) => claims.get(k).copied().filter(|_| x_val.is_some()),
+                None => x_val.map(|x| x + kk),
+            };
+            let input = cs.alloc_input(|| format!("out{k}"), || value(v))?;
+            cs.enforce(|| format!("out{k}"), |lc| lc + x + (kk, one), |lc| lc + one, |lc| lc + input);
+        }
+        Ok(self.public_inputs)
+    }
 }
 
 #[cfg(test)]
@@ -365,8 +450,12 @@ mod tests {
 
     #[test]
     fn parses_names() {
-        assert_eq!("bench-16".parse::<Builtin>().unwrap(), Builtin::Bench { log_size: 16 });
-        for bad in ["bench-", "bench-3", "bench-28", "sha256", "bench-x"] {
+        assert_eq!("bench-16".parse::<Builtin>().unwrap(), Builtin::bits(16));
+        assert_eq!("dense-20".parse::<Builtin>().unwrap(), Builtin { shape: Shape::Dense, log_size: 20 });
+        assert_eq!(Builtin { shape: Shape::Dense, log_size: 20 }.to_string(), "dense-20");
+        for bad in
+            ["bench-", "bench-3", "bench-28", "sha256", "bench-x", "dense-3", "dense20", "benchdense-9"]
+        {
             let err = bad.parse::<Builtin>().unwrap_err();
             assert!(err.to_string().contains("bench-K"), "{bad}: {err}");
         }
@@ -374,11 +463,29 @@ mod tests {
 
     #[test]
     fn has_exactly_two_to_the_k_constraints() {
-        for (k, inputs) in [(6, 1), (10, 4), (12, 40)] {
-            let s = synthesize(BenchCircuit::new(k, inputs, Some(9))).unwrap();
-            assert_eq!(s.num_constraints(), 1 << k, "bench-{k} with {inputs} inputs");
-            assert_eq!(s.public_inputs().len(), inputs);
+        for shape in [Shape::Bits, Shape::Dense] {
+            for (k, inputs) in [(6, 1), (10, 4), (12, 40)] {
+                let s = synthesize(BenchCircuit::new(k, inputs, Some(9)).shaped(shape)).unwrap();
+                assert_eq!(s.num_constraints(), 1 << k, "{shape:?}-{k} with {inputs} inputs");
+                assert_eq!(s.public_inputs().len(), inputs);
+            }
         }
+    }
+
+    #[test]
+    fn dense_witness_is_full_width_with_dense_columns() {
+        let s = synthesize(BenchCircuit::new(12, 2, Some(1)).shaped(Shape::Dense)).unwrap();
+        let small = s.aux_assignment.iter().filter(|v| **v == Scalar::ZERO || **v == Scalar::ONE).count();
+        assert_eq!(small, 0, "no aux value should be 0 or 1");
+        let aux = s.aux_assignment.len();
+        assert_eq!(s.a_aux_density.ones(), aux, "every aux value is in A");
+        assert_eq!(s.b_aux_density.ones(), (aux - 1) / 2, "every y is in B");
+        // A wrong claim is caught as in bench-K.
+        let mut wrong = s.public_inputs().to_vec();
+        wrong[0] += Scalar::ONE;
+        let err =
+            synthesize(BenchCircuit::new(12, 2, Some(1)).shaped(Shape::Dense).claiming(wrong)).unwrap_err();
+        assert!(err.to_string().contains("'out0'"), "{err}");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use blstrs::Scalar;
 use serde::Deserialize;
 
-pub use bench::{BenchCircuit, BenchConfig, BenchKind, Builtin, UnknownCircuit};
+pub use bench::{BenchCircuit, BenchConfig, BenchKind, Builtin, Shape, UnknownCircuit};
 pub use circom::{CircomConfig, CircomKind};
 
 use crate::groth16::{Proof, ProvingKey};
