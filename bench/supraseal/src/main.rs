@@ -79,9 +79,11 @@ fn main() -> anyhow::Result<()> {
     );
     let verifier = Verifier::new(&key.vk);
     drop(key);
+    eprintln!("{}: provd read the key; supraseal-c2 loading it", args.circuit);
     let t = Instant::now();
     let srs = SuprasealParameters::<Bls12>::new(args.params.clone()).context("supraseal-c2 loading the key")?;
     let load = t.elapsed();
+    eprintln!("{}: supraseal-c2 loaded the key in {} ms", args.circuit, ms(load));
 
     let mut times = Vec::with_capacity(args.runs);
     for i in 0..=args.runs {
@@ -91,6 +93,7 @@ fn main() -> anyhow::Result<()> {
         let p = bellperson::groth16::create_random_proof(args.circuit.circuit(seed), &srs, &mut rand::rngs::OsRng)
             .context("bellperson + supraseal-c2")?;
         let elapsed = t.elapsed();
+        eprintln!("{}: proof {i} ({}) in {} ms", args.circuit, if i == 0 { "warm-up" } else { "timed" }, ms(elapsed));
         verifier
             .verify(&Proof { a: p.a, b: p.b, c: p.c }, &public)
             .context("the supraseal-c2 proof did not verify")?;

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use blstrs::{G1Affine, Scalar};
 use provd_kernels::ntt::TwoAdicRoot;
@@ -14,7 +15,7 @@ use provd_kernels::{FrBuffer, G1Bases, G2Bases, Gpu, GpuError, Msm, Ntt, Order, 
 
 use super::{Backend, CudaOptions, G2Placement};
 use crate::groth16::msm::filter;
-use crate::groth16::prover::{assemble, split, Blinding, Finished, G1Parts, PendingProof};
+use crate::groth16::prover::{assemble, split, Blinding, Finished, G1Parts, PendingProof, StepTime};
 use crate::groth16::{ProveError, ProvingKey, Reduction, Synthesized};
 
 /// Device bytes kept free beside the resident keys for one proof's working
@@ -254,46 +255,78 @@ impl CudaBackend {
     fn start(&self, key: &ProvingKey, witness: Synthesized) -> Result<PendingProof, ProveError> {
         let log_n = key.domain_size().trailing_zeros();
         let ([a, b, c], asg, a_aux_density) = split(witness);
+        let wall = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let locked = StepTime::on_host_since("wait for device", wall);
         let slot = self.make_resident(&mut state, key, asg.b_input_density.ones())?;
         let State { ntts, keys, timer, .. } = &mut *state;
-        let mut clock = DeviceClock { timer, ms: 0.0 };
+        let mut clock = StepClock::new(timer);
+        clock.steps.push(locked);
         let dk = &keys[slot];
         let msm = &self.msm;
         let g1 = (|| -> Result<G1Parts, GpuError> {
-            let h_coeffs = clock.time(|| self.quotient_on_device(ntts, key.reduction, log_n, &a, &b, &c))?;
+            let h_coeffs =
+                clock.time("quotient", || self.quotient_on_device(ntts, key.reduction, log_n, &a, &b, &c))?;
             drop((a, b, c)); // a/b/c freed right after the NTT stage
-            let h = clock.time(|| msm.run_device(&dk.h, h_coeffs.raw(), h_coeffs.len()))?;
+            let h = clock.time("msm h", || msm.run_device(&dk.h, h_coeffs.raw(), h_coeffs.len()))?;
             drop(h_coeffs);
-            let l = clock.time(|| msm.run(&dk.l, &asg.aux))?;
-            let (a_aux, b_in, b_aux) = (
-                filter(&asg.aux, &a_aux_density),
-                filter(&asg.input, &asg.b_input_density),
-                filter(&asg.aux, &asg.b_aux_density),
-            );
-            let a = clock.time(|| Ok(msm.run(&dk.a_inputs, &asg.input)? + msm.run(&dk.a_aux, &a_aux)?))?;
-            let b_g1 = clock.time(|| Ok(msm.run(&dk.b_inputs, &b_in)? + msm.run(&dk.b_aux, &b_aux)?))?;
+            let l = clock.time("msm l", || msm.run(&dk.l, &asg.aux))?;
+            let (a_aux, b_in, b_aux) = clock.host("filter", || {
+                (
+                    filter(&asg.aux, &a_aux_density),
+                    filter(&asg.input, &asg.b_input_density),
+                    filter(&asg.aux, &asg.b_aux_density),
+                )
+            });
+            let a = clock
+                .time("msm a", || Ok(msm.run(&dk.a_inputs, &asg.input)? + msm.run(&dk.a_aux, &a_aux)?))?;
+            let b_g1 =
+                clock.time("msm b_g1", || Ok(msm.run(&dk.b_inputs, &b_in)? + msm.run(&dk.b_aux, &b_aux)?))?;
             Ok(G1Parts { h, l, a, b_g1 })
         })()
         .map_err(backend_error)?;
-        Ok(PendingProof { g1, assignment: asg, device_seconds: Some(clock.ms / 1e3) })
+        let (device_seconds, steps) = clock.into_parts();
+        Ok(PendingProof { g1, assignment: asg, device_seconds, steps })
     }
 }
 
-/// Sums the device time of each step, each between two CUDA events on the
-/// stream (its copies and kernels); host work between steps (filtering
-/// scalars, say) is not counted.
-struct DeviceClock<'a> {
+/// Times each step of a proof: the device's part between two CUDA events on
+/// the stream (its copies and kernels), the wall time on the host around it.
+/// Host-only steps (filtering scalars, say) have no device part.
+struct StepClock<'a> {
     timer: &'a Timer,
-    ms: f64,
+    steps: Vec<StepTime>,
 }
 
-impl DeviceClock<'_> {
-    fn time<T>(&mut self, step: impl FnOnce() -> Result<T, GpuError>) -> Result<T, GpuError> {
+impl<'a> StepClock<'a> {
+    fn new(timer: &'a Timer) -> Self {
+        Self { timer, steps: Vec::new() }
+    }
+
+    fn time<T>(
+        &mut self,
+        step: &'static str,
+        run: impl FnOnce() -> Result<T, GpuError>,
+    ) -> Result<T, GpuError> {
+        let wall = Instant::now();
         self.timer.start()?;
-        let out = step()?;
-        self.ms += self.timer.stop()? as f64;
+        let out = run()?;
+        let device_ms = self.timer.stop()? as f64;
+        self.steps.push(StepTime { step, wall_ms: wall.elapsed().as_secs_f64() * 1e3, device_ms });
         Ok(out)
+    }
+
+    fn host<T>(&mut self, step: &'static str, run: impl FnOnce() -> T) -> T {
+        let wall = Instant::now();
+        let out = run();
+        self.steps.push(StepTime::on_host_since(step, wall));
+        out
+    }
+
+    /// The device's busy seconds over every step, and the steps.
+    fn into_parts(self) -> (Option<f64>, Vec<StepTime>) {
+        let ms: f64 = self.steps.iter().map(|s| s.device_ms).sum();
+        (Some(ms / 1e3), self.steps)
     }
 }
 
@@ -306,21 +339,29 @@ impl CudaBackend {
         blind: Blinding,
     ) -> Result<Finished, ProveError> {
         let PendingProof { g1, assignment: asg, .. } = pending;
+        let wall = Instant::now();
         let b_in = filter(&asg.input, &asg.b_input_density);
         let b_aux = filter(&asg.aux, &asg.b_aux_density);
+        let filtered = StepTime::on_host_since("filter", wall);
+        let wall = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let locked = StepTime::on_host_since("wait for device", wall);
         // Resident since prove_start, unless another circuit's key evicted it since.
         let slot = self.make_resident(&mut state, key, asg.b_input_density.ones())?;
         let State { keys, timer, .. } = &mut *state;
         let (g2_inputs, g2_aux) =
             keys[slot].b_g2.as_ref().expect("G2 bases are uploaded with G2Placement::Gpu");
-        let mut clock = DeviceClock { timer, ms: 0.0 };
+        let mut clock = StepClock::new(timer);
+        clock.steps.extend([filtered, locked]);
         let b_g2 = clock
-            .time(|| Ok(self.msm.run(g2_inputs, &b_in)? + self.msm.run(g2_aux, &b_aux)?))
+            .time("msm b_g2", || Ok(self.msm.run(g2_inputs, &b_in)? + self.msm.run(g2_aux, &b_aux)?))
             .map_err(backend_error)?;
-        let device_seconds = Some(clock.ms / 1e3);
+        let (device_seconds, mut steps) = clock.into_parts();
         drop(state); // the assembly needs no device
-        Ok(Finished { proof: assemble(key, &g1, b_g2, blind), device_seconds })
+        let wall = Instant::now();
+        let proof = assemble(key, &g1, b_g2, blind);
+        steps.push(StepTime::on_host_since("assemble", wall));
+        Ok(Finished { proof, device_seconds, steps })
     }
 }
 

@@ -12,7 +12,7 @@ use serde_json::json;
 use super::{environment, median, ms, print_table, write_json};
 use crate::backend::Backend;
 use crate::circuits::Builtin;
-use crate::groth16::{synthesize, Blinding, Matrices, ProvingKey, Verifier};
+use crate::groth16::{synthesize, Blinding, Matrices, ProvingKey, StepTime, Verifier};
 
 pub struct ProveBench {
     pub circuit: Builtin,
@@ -34,6 +34,9 @@ struct Stages {
     total: Vec<Duration>,
     /// The check every proof gets before it leaves (not part of `total`).
     verify: Vec<Duration>,
+    /// Each proof's steps (`prove_start`'s, then `prove_finish`'s) where the
+    /// backend times them; empty on the CPU.
+    steps: Vec<Vec<(&'static str, StepTime)>>,
 }
 
 impl ProveBench {
@@ -62,7 +65,11 @@ impl ProveBench {
             let pending = backend.prove_start(key, w)?;
             let t_start = t.elapsed();
             let started_on_device = pending.device_seconds;
+            let started_steps = pending.steps.clone();
             let finished = backend.prove_finish(key, pending, Blinding::random(&mut rand::rngs::OsRng))?;
+            let steps: Vec<_> = (started_steps.into_iter().map(|s| ("start", s)))
+                .chain(finished.steps.iter().map(|s| ("finish", *s)))
+                .collect();
             let (proof, device) = (
                 finished.proof,
                 [started_on_device, finished.device_seconds]
@@ -83,6 +90,9 @@ impl ProveBench {
                 ours.finish.push(t_total - t_start);
                 ours.total.push(t_total);
                 ours.verify.push(t_verify);
+                if !steps.is_empty() {
+                    ours.steps.push(steps);
+                }
             }
             if let Some(bkey) = &bkey {
                 let t = Instant::now();
@@ -132,6 +142,26 @@ impl ProveBench {
                 "verify_fraction_of_total": format!("{:.4}", verify.as_secs_f64() / total.as_secs_f64()),
             },
         });
+        if let Some(first) = ours.steps.first() {
+            // Medians per step, over runs that took the same steps.
+            let runs: Vec<_> = ours.steps.iter().filter(|r| r.len() == first.len()).collect();
+            let (mut rows, mut json_steps) = (Vec::new(), Vec::new());
+            for (i, (stage, step)) in first.iter().enumerate() {
+                let wall = median(&runs.iter().map(|r| r[i].1.wall_ms).collect::<Vec<_>>());
+                let device = median(&runs.iter().map(|r| r[i].1.device_ms).collect::<Vec<_>>());
+                rows.push(vec![
+                    stage.to_string(),
+                    step.step.to_string(),
+                    format!("{wall:.2}"),
+                    format!("{device:.2}"),
+                ]);
+                json_steps.push(json!({ "stage": stage, "step": step.step, "wall_ms": format!("{wall:.2}"),
+                                        "device_ms": format!("{device:.2}") }));
+            }
+            println!("{}: provd/{} per step, medians over {} runs", self.circuit, backend.name(), runs.len());
+            print_table(&["stage", "step", "wall ms", "device ms"], &rows);
+            report["provd"]["steps"] = json!(json_steps);
+        }
         if !theirs.is_empty() {
             let b = median(&theirs);
             let ratio = total.as_secs_f64() / b.as_secs_f64();

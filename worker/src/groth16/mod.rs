@@ -19,7 +19,7 @@ pub use error::{ParamsError, ProveError};
 pub use key::{PointCheck, ProvingKey, VerifyingKey};
 pub use matrices::Matrices;
 pub use proof::{Proof, ProofDecodeError};
-pub use prover::{Blinding, Finished, PendingProof};
+pub use prover::{Blinding, Finished, PendingProof, StepTime};
 pub use qap::Reduction;
 pub use synthesis::{synthesize, Density, Synthesized};
 pub use verify::{Verifier, VerifyError};

@@ -49,21 +49,42 @@ pub struct PendingProof {
     /// Seconds the device was busy with this partition's `prove_start`
     /// (CUDA events around the device work); `None` on the CPU.
     pub device_seconds: Option<f64>,
+    /// Wall and device time of each step of `prove_start`, where the backend
+    /// measures them (the CUDA backend; empty on the CPU).
+    pub steps: Vec<StepTime>,
+}
+
+/// One step of a GPU proof: how long the host spent in it and how long the
+/// device was busy with it (0 for a host-only step).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepTime {
+    pub step: &'static str,
+    pub wall_ms: f64,
+    pub device_ms: f64,
+}
+
+impl StepTime {
+    /// A host-only step that began at `start` and ends now.
+    pub fn on_host_since(step: &'static str, start: std::time::Instant) -> Self {
+        Self { step, wall_ms: start.elapsed().as_secs_f64() * 1e3, device_ms: 0.0 }
+    }
 }
 
 /// What `prove_finish` returns: the proof, and the device time it took
 /// (when the G2 MSM ran on a GPU).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Finished {
     pub proof: Proof,
     /// Seconds the device was busy with this partition's `prove_finish`.
     pub device_seconds: Option<f64>,
+    /// As [`PendingProof::steps`], for `prove_finish`.
+    pub steps: Vec<StepTime>,
 }
 
 impl Finished {
     /// `prove_finish` on the host: the G2 MSM by blst, then the assembly.
     pub fn on_cpu(key: &ProvingKey, pending: PendingProof, blind: Blinding) -> Self {
-        Self { proof: finish_on_cpu(key, pending, blind), device_seconds: None }
+        Self { proof: finish_on_cpu(key, pending, blind), device_seconds: None, steps: Vec::new() }
     }
 }
 
