@@ -271,6 +271,8 @@ impl CudaBackend {
             let h = clock.time("msm h", || msm.run_device(&dk.h, h_coeffs.raw(), h_coeffs.len()))?;
             drop(h_coeffs);
             let l = clock.time("msm l", || msm.run(&dk.l, &asg.aux))?;
+            // Here, after a/b/c are gone, so that the filtered copies never
+            // coexist with them (the partition's footprint counts one or the other).
             let (a_aux, b_in, b_aux) = clock.host("filter", || {
                 (
                     filter(&asg.aux, &a_aux_density),

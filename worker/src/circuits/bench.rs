@@ -301,17 +301,27 @@ impl BenchCircuit {
 }
 
 fn bit_value(v: Option<bool>) -> Result<Scalar, SynthesisError> {
-    v.map(|b| Scalar::from(b as u64)).ok_or(SynthesisError::AssignmentMissing)
+    v.map(bit).ok_or(SynthesisError::AssignmentMissing)
 }
 
-/// A new bit variable, constrained by b·(1 − b) = 0.
+/// 0 or 1 as a field element, without a Montgomery multiplication.
+fn bit(b: bool) -> Scalar {
+    if b {
+        Scalar::ONE
+    } else {
+        Scalar::ZERO
+    }
+}
+
+/// A new bit variable, constrained by b·(1 − b) = 0. Its name is made only if
+/// the constraint system asks for it (a prover's does not).
 fn boolean<CS: ConstraintSystem<Scalar>>(
     cs: &mut CS,
-    name: &str,
+    name: impl Fn() -> String,
     v: Option<bool>,
 ) -> Result<Variable, SynthesisError> {
-    let var = cs.alloc(|| name.to_string(), || bit_value(v))?;
-    cs.enforce(|| format!("{name} boolean"), |lc| lc + var, |lc| lc + CS::one() - var, |lc| lc);
+    let var = cs.alloc(&name, || bit_value(v))?;
+    cs.enforce(|| format!("{} boolean", name()), |lc| lc + var, |lc| lc + CS::one() - var, |lc| lc);
     Ok(var)
 }
 
@@ -346,31 +356,36 @@ impl BenchCircuit {
         cs.enforce(|| "x0 defined", |lc| lc + x, |lc| lc + one, |lc| lc + x);
         used += 1;
 
+        let powers: [Scalar; 4] = std::array::from_fn(|k| Scalar::from(1u64 << k));
         for r in 0..rounds {
             let mut cs = cs.namespace(|| format!("round {r}"));
             let bits_val: [Option<bool>; 8] = std::array::from_fn(|_| rng.as_mut().map(|r| r.gen()));
             let mut bits = [one; 8];
             for (i, v) in bits_val.iter().enumerate() {
-                bits[i] = boolean(&mut cs, &format!("u{i}"), *v)?;
+                bits[i] = boolean(&mut cs, || format!("u{i}"), *v)?;
             }
             // w = u xor v  ⇔  (2u)·v = u + v − w
-            let mut pack = LinearCombination::zero();
+            let mut ws = [one; 4];
             let mut pack_val = acc_val.map(|a| a.double().double());
             for k in 0..4 {
                 let (u, v) = (bits[2 * k], bits[2 * k + 1]);
                 let w_val = bits_val[2 * k].zip(bits_val[2 * k + 1]).map(|(a, b)| a ^ b);
                 let w = cs.alloc(|| format!("w{k}"), || bit_value(w_val))?;
                 cs.enforce(|| format!("w{k} = xor"), |lc| lc + u + u, |lc| lc + v, |lc| lc + u + v - w);
-                let coeff = Scalar::from(1u64 << k);
-                pack = pack + (coeff, w);
-                pack_val = pack_val.zip(w_val).map(|(p, w)| p + coeff * Scalar::from(w as u64));
+                let coeff = powers[k];
+                ws[k] = w;
+                pack_val = pack_val.zip(w_val).map(|(p, w)| if w { p + coeff } else { p });
             }
-            // acc' = 4·acc + Σ 2^k·w_k
-            let prev = acc
-                .map(|a| LinearCombination::zero() + (Scalar::from(4), a))
-                .unwrap_or_else(LinearCombination::zero);
+            // acc' = 4·acc + Σ 2^k·w_k, its combination built only if asked for
             let next = cs.alloc(|| "acc", || value(pack_val))?;
-            cs.enforce(|| "pack", |lc| lc + &prev + &pack, |lc| lc + one, |lc| lc + next);
+            let pack = |lc: LinearCombination<Scalar>| {
+                let lc = match acc {
+                    Some(a) => lc + (Scalar::from(4), a),
+                    None => lc,
+                };
+                ws.iter().enumerate().fold(lc, |lc, (k, &w)| lc + (Scalar::from(1u64 << k), w))
+            };
+            cs.enforce(|| "pack", pack, |lc| lc + one, |lc| lc + next);
             acc = Some(next);
             acc_val = pack_val;
             // x' = (acc' + 1) · x, kept full-width
@@ -391,16 +406,17 @@ impl BenchCircuit {
         let mut filler = 0;
         while used < budget {
             let v = rng.as_mut().map(|r| r.gen());
-            boolean(cs, &format!("fill{filler}"), v)?;
+            boolean(cs, || format!("fill{filler}"), v)?;
             filler += 1;
             used += 1;
         }
         Ok(())
     }
 
-    /// A chain of full-width products: x' = (x + y)·(y + i) with y drawn at
-    /// random, so every aux value is a field element, y occurs in A and B,
-    /// x in A, and x' in C (and in the next A).
+    /// A chain of full-width products: x' = (x + y)·(y + i), so every aux
+    /// value is a field element, y occurs in A and B, x in A, and x' in C
+    /// (and in the next A). The ys are a geometric sequence from two seeded
+    /// random values (one multiplication each, not a draw).
     fn synthesize_dense<CS: ConstraintSystem<Scalar>>(self, cs: &mut CS) -> Result<(), SynthesisError> {
         let mut rng = self.seed.map(rand_chacha::ChaCha8Rng::seed_from_u64);
         let one = CS::one();
@@ -408,9 +424,14 @@ impl BenchCircuit {
         let mut x = cs.alloc(|| "x0", || value(x_val))?;
         cs.enforce(|| "x0 defined", |lc| lc + x, |lc| lc + one, |lc| lc + x);
         let rounds = self.budget().saturating_sub(self.public_inputs + 1);
+        let ratio = rng.as_mut().map(Scalar::random);
+        let mut y_val = rng.as_mut().map(Scalar::random);
+        let mut ii = Scalar::ZERO;
         for i in 0..rounds {
-            let ii = Scalar::from(i as u64);
-            let y_val = rng.as_mut().map(Scalar::random);
+            if i > 0 {
+                y_val = y_val.zip(ratio).map(|(y, r)| y * r);
+                ii += Scalar::ONE;
+            }
             let y = cs.alloc(|| format!("y{i}"), || value(y_val))?;
             let next_val = x_val.zip(y_val).map(|(x, y)| (x + y) * (y + ii));
             let next = cs.alloc(|| format!("x{}", i + 1), || value(next_val))?;

@@ -95,9 +95,39 @@ pub fn msm<G: MsmGroup>(bases: &[G::Affine], scalars: &[Scalar]) -> G {
 }
 
 /// The scalars of the variables present in `density`, in order.
+///
+/// In parallel: each task takes a run of the bitmap's words, and its place in
+/// the output is the popcount of the words before it. A proof filters the
+/// aux assignment three times (A, B on G1, B on G2); one thread at a time
+/// this took 195 ms of a 1.17 s bench-22 proof on the H200's host.
 pub fn filter(scalars: &[Scalar], density: &Density) -> Vec<Scalar> {
-    debug_assert_eq!(scalars.len(), density.len());
-    density.iter_ones().map(|i| scalars[i]).collect()
+    assert_eq!(scalars.len(), density.len(), "one density bit per scalar");
+    /// Variables per task: 2^16, 2 MiB of scalars.
+    const WORDS: usize = 1024;
+    let words = density.words();
+    let counts: Vec<usize> =
+        words.par_chunks(WORDS).map(|c| c.iter().map(|w| w.count_ones() as usize).sum()).collect();
+    let total: usize = counts.iter().sum();
+    debug_assert_eq!(total, density.ones());
+    let mut out = Vec::with_capacity(total);
+    let mut rest = &mut out.spare_capacity_mut()[..total];
+    let mut parts = Vec::with_capacity(counts.len());
+    for &n in &counts {
+        let (part, tail) = rest.split_at_mut(n);
+        parts.push(part);
+        rest = tail;
+    }
+    parts.into_par_iter().zip(words.par_chunks(WORDS)).enumerate().for_each(|(t, (part, chunk))| {
+        let mut slots = part.iter_mut();
+        for i in super::synthesis::ones_of_words(chunk, t * WORDS * 64) {
+            slots.next().expect("a slot per set bit").write(scalars[i]);
+        }
+        debug_assert!(slots.next().is_none());
+    });
+    // SAFETY: the parts tile out[..total] and each part has exactly one slot
+    // per set bit of its words (its popcount), each written above.
+    unsafe { out.set_len(total) };
+    out
 }
 
 /// The four G1 MSMs of a proof, given H's coefficients.
@@ -122,6 +152,25 @@ pub fn b_g2(key: &ProvingKey, asg: &Assignment) -> G2Projective {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn filter_keeps_the_present_scalars_in_order() {
+        use super::{filter, Density};
+        use blstrs::Scalar;
+        // Lengths around the task size (2^16) and word size, sparse and dense.
+        for (len, every) in
+            [(0, 1), (1, 1), (63, 2), (64, 3), (65, 1), (70_000, 7), (200_001, 1), (131_072, 1000)]
+        {
+            let scalars: Vec<Scalar> = (0..len as u64).map(Scalar::from).collect();
+            let mut d = Density::new(len);
+            for i in (0..len).filter(|i| i % every == 0 || i % 13 == 5) {
+                d.set(i);
+            }
+            let want: Vec<Scalar> = (0..len).filter(|&i| d.get(i)).map(|i| scalars[i]).collect();
+            assert_eq!(filter(&scalars, &d), want, "len {len}, every {every}");
+            assert_eq!(d.iter_ones().collect::<Vec<_>>(), (0..len).filter(|&i| d.get(i)).collect::<Vec<_>>());
+        }
+    }
+
     use super::*;
     use rand::SeedableRng;
 

@@ -72,13 +72,29 @@ impl Density {
 
     /// Indices of present variables, in order.
     pub fn iter_ones(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.len).filter(move |&i| self.get(i))
+        ones_of_words(&self.words, 0)
+    }
+
+    /// The bitmap's 64-bit words, variable `i` at bit `i % 64` of word `i / 64`
+    /// (bits past `len` are 0).
+    pub fn words(&self) -> &[u64] {
+        &self.words
     }
 
     /// Heap bytes held by the bitmap.
     pub fn heap_bytes(&self) -> usize {
         self.words.len() * 8
     }
+}
+
+/// Indices of the set bits of `words`, the first word covering variables
+/// from `first` on: a word at a time (trailing zeros), not a bit at a time.
+pub(crate) fn ones_of_words(words: &[u64], first: usize) -> impl Iterator<Item = usize> + '_ {
+    words.iter().enumerate().flat_map(move |(w, &word)| {
+        let base = first + w * 64;
+        std::iter::successors(Some(word).filter(|&x| x != 0), |&x| Some(x & (x - 1)).filter(|&x| x != 0))
+            .map(move |x| base + x.trailing_zeros() as usize)
+    })
 }
 
 /// Everything the prover needs from one witness: the output of synthesis.
