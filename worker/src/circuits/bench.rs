@@ -494,6 +494,24 @@ mod tests {
     }
 
     #[test]
+    fn the_shape_comes_from_the_config_or_the_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let load = |name: &str, log_size, shape| {
+            let config = BenchConfig { name: name.into(), log_size, shape, params: None };
+            BenchKind::load(&config, dir.path()).map(|k| k.builtin)
+        };
+        let dense = Builtin { shape: Shape::Dense, log_size: 6 };
+        assert_eq!(load("dense-6", None, None).unwrap(), dense);
+        assert_eq!(load("mine", Some(6), Some(Shape::Dense)).unwrap(), dense);
+        assert_eq!(load("mine", Some(6), None).unwrap(), Builtin::bits(6));
+        let err = load("mine", None, None).err().unwrap().to_string();
+        assert!(err.contains("bench-K or dense-K"), "{err}");
+        let shape: BenchConfig = toml::from_str("name = \"x\"\nlog_size = 6\nshape = \"dense\"").unwrap();
+        assert_eq!(shape.shape, Some(Shape::Dense));
+        assert!(toml::from_str::<BenchConfig>("name = \"x\"\nshape = \"sparse\"").is_err());
+    }
+
+    #[test]
     fn dense_witness_is_full_width_with_dense_columns() {
         let s = synthesize(BenchCircuit::new(12, 2, Some(1)).shaped(Shape::Dense)).unwrap();
         let small = s.aux_assignment.iter().filter(|v| **v == Scalar::ZERO || **v == Scalar::ONE).count();
