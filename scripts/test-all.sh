@@ -26,7 +26,8 @@ export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PROVD_REQUIRE_NVRTC=1
 
 # From Debian: promtool and Prometheus (package `prometheus`) check the
-# metrics exposition, the alert rules and the dashboard's queries; Alertmanager
+# metrics exposition, the alert rules and the dashboard's queries; PostgreSQL
+# holds fleet mode's queue; Alertmanager
 # delivers an alert to a webhook; headless Chromium and chromedriver run the
 # live view's browser test.
 need=()
@@ -35,10 +36,13 @@ command -v prometheus-alertmanager >/dev/null || need+=(prometheus-alertmanager)
 command -v systemd-analyze >/dev/null || need+=(systemd)
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
+# PostgreSQL for fleet mode's tests (each test starts its own server on a
+# loopback port, its data in a temporary directory).
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}") >/dev/null
 fi
-export PROVD_REQUIRE_PROMTOOL=1 PROVD_REQUIRE_PROMETHEUS=1 PROVD_REQUIRE_BROWSER=1
+export PROVD_REQUIRE_PROMTOOL=1 PROVD_REQUIRE_PROMETHEUS=1 PROVD_REQUIRE_BROWSER=1 PROVD_REQUIRE_POSTGRES=1
 
 # The deployment files against their schemas: Kubernetes manifests
 # (kubernetes-validate, schemas bundled), the compose file (check-jsonschema's

@@ -259,3 +259,135 @@ pub fn raw_request(
     let r = request(addr, method, path, body, headers);
     (r.status, r.head, String::from_utf8_lossy(&r.body).into_owned())
 }
+
+/// A PostgreSQL server of its own (Debian's package), on a loopback port,
+/// its data in a temporary directory; stopped when dropped. As root (CI),
+/// it runs as the `postgres` user, since PostgreSQL refuses root.
+pub struct Postgres {
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    pub port: u16,
+    running: bool,
+}
+
+impl Postgres {
+    /// Starts one, or `None` (with the reason printed) when PostgreSQL is not
+    /// installed and `PROVD_REQUIRE_POSTGRES` is unset; with it set, a
+    /// missing PostgreSQL fails the test.
+    pub fn start() -> Option<Postgres> {
+        let Some(bin) = Self::bin_dir() else {
+            assert!(
+                std::env::var_os("PROVD_REQUIRE_POSTGRES").is_none(),
+                "PROVD_REQUIRE_POSTGRES is set and no PostgreSQL is installed (initdb not found)"
+            );
+            eprintln!(
+                "skipped: PostgreSQL is not installed (apt-get install postgresql; scripts/test-all.sh does)"
+            );
+            return None;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sock")).unwrap();
+        if Self::as_root() {
+            let owned =
+                Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()).status().unwrap();
+            assert!(owned.success(), "chown of the PostgreSQL directory");
+        }
+        let mut pg = Postgres { bin, dir, port: free_port(), running: false };
+        let data = pg.dir.path().join("data");
+        let out = pg
+            .command("initdb")
+            .args(["-A", "trust", "-U", "provd", "--no-sync", "-E", "UTF8", "-D"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "initdb: {}", String::from_utf8_lossy(&out.stderr));
+        pg.resume();
+        Some(pg)
+    }
+
+    /// Where initdb and postgres are: `PROVD_POSTGRES_BIN`, Debian's
+    /// /usr/lib/postgresql/N/bin (newest), or PATH.
+    fn bin_dir() -> Option<PathBuf> {
+        if let Some(d) = std::env::var_os("PROVD_POSTGRES_BIN") {
+            return Some(d.into());
+        }
+        let mut debian: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join("bin"))
+            .filter(|d| d.join("initdb").exists())
+            .collect();
+        debian.sort_by_key(|d| {
+            d.parent().and_then(|v| v.file_name()?.to_str()?.parse::<u32>().ok()).unwrap_or(0)
+        });
+        debian.pop().or_else(|| find("initdb").and_then(|p| p.parent().map(PathBuf::from)))
+    }
+
+    fn as_root() -> bool {
+        Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let exe = self.bin.join(program);
+        if Self::as_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(exe);
+            c
+        } else {
+            Command::new(exe)
+        }
+    }
+
+    /// The URL provd connects with.
+    pub fn url(&self) -> String {
+        format!("postgres://provd@127.0.0.1:{}/postgres?connect_timeout=2", self.port)
+    }
+
+    /// A client for the test's own queries.
+    pub fn client(&self) -> postgres::Client {
+        postgres::Client::connect(&self.url(), postgres::NoTls).expect("the test connects to PostgreSQL")
+    }
+
+    /// Stops the server (fast shutdown: clients are disconnected), as an outage.
+    pub fn stop(&mut self) {
+        if self.running {
+            let data = self.dir.path().join("data");
+            let _ = self.command("pg_ctl").args(["stop", "-m", "fast", "-w", "-D"]).arg(&data).output();
+            self.running = false;
+        }
+    }
+
+    /// Starts the server (again) on its data directory and port, and waits
+    /// until it takes connections.
+    pub fn resume(&mut self) {
+        let (data, log) = (self.dir.path().join("data"), self.dir.path().join("postgres.log"));
+        let options = format!(
+            "-c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100 -c unix_socket_directories={} -p {}",
+            self.dir.path().join("sock").display(),
+            self.port
+        );
+        let out = self
+            .command("pg_ctl")
+            .args(["start", "-w", "-t", "30", "-D"])
+            .arg(&data)
+            .arg("-l")
+            .arg(&log)
+            .args(["-o", &options])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg_ctl start: {}{}",
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        self.running = true;
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -19,6 +19,8 @@ pub struct Config {
     pub pipeline: PipelineConfig,
     pub gpu: GpuConfig,
     pub jobs: JobsConfig,
+    /// Fleet mode's settings (used with `jobs.store` = a PostgreSQL URL).
+    pub fleet: crate::fleet::FleetConfig,
 }
 
 impl Default for Config {
@@ -29,6 +31,7 @@ impl Default for Config {
             pipeline: PipelineConfig::default(),
             gpu: GpuConfig::default(),
             jobs: JobsConfig::default(),
+            fleet: crate::fleet::FleetConfig::default(),
         }
     }
 }
@@ -44,9 +47,12 @@ pub struct JobsConfig {
     pub on_restart: OnRestart,
 }
 
-/// Where jobs are kept.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
+/// Where jobs are kept: `"sqlite"`, `"memory"`, or a PostgreSQL URL
+/// (`"postgres://user@host/db"`) for fleet mode; `"postgres"` alone takes the
+/// URL from `PROVD_DATABASE_URL` (so that a password can come from a secret
+/// rather than the config file).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
 pub enum JobStoreKind {
     /// A journal in an SQLite file: written before a job is acknowledged, so
     /// a crash or restart loses no accepted job; finished proofs are served
@@ -55,6 +61,49 @@ pub enum JobStoreKind {
     Sqlite,
     /// In this process's memory only: lost on a restart.
     Memory,
+    /// The fleet's queue in PostgreSQL, shared by every worker (`[fleet]`).
+    Postgres(PostgresUrl),
+}
+
+/// A PostgreSQL connection URL; shown without its password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PostgresUrl(pub String);
+
+impl std::fmt::Debug for PostgresUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // postgres://user:secret@host/db → postgres://user:…@host/db
+        let shown = match (self.0.find("://"), self.0.rfind('@')) {
+            (Some(scheme), Some(at)) if at > scheme => {
+                let user = &self.0[scheme + 3..at];
+                match user.split_once(':') {
+                    Some((name, _)) => format!("{}{name}:…{}", &self.0[..scheme + 3], &self.0[at..]),
+                    None => self.0.clone(),
+                }
+            }
+            _ => self.0.clone(),
+        };
+        f.write_str(&shown)
+    }
+}
+
+impl TryFrom<String> for JobStoreKind {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "sqlite" => Ok(JobStoreKind::Sqlite),
+            "memory" => Ok(JobStoreKind::Memory),
+            "postgres" | "postgresql" => match std::env::var("PROVD_DATABASE_URL") {
+                Ok(url) if !url.trim().is_empty() => Ok(JobStoreKind::Postgres(PostgresUrl(url.trim().to_string()))),
+                _ => Err("jobs.store = \"postgres\" takes its URL from PROVD_DATABASE_URL, which is unset or blank".into()),
+            },
+            url if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Ok(JobStoreKind::Postgres(PostgresUrl(url.to_string())))
+            }
+            other => Err(format!(
+                "jobs.store '{other}': expected \"sqlite\", \"memory\", \"postgres\" or a postgres:// URL"
+            )),
+        }
+    }
 }
 
 /// What a restart does with unfinished jobs.
@@ -194,6 +243,7 @@ impl Config {
             );
         }
         config.gpu.cuda_options().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        config.fleet.validate().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         Ok(config)
     }
 
@@ -241,6 +291,30 @@ mod tests {
         let config: Config =
             toml::from_str(include_str!("../../provd.example.toml")).expect("example parses");
         assert_eq!(config, Config::default());
+    }
+
+    #[test]
+    fn the_job_store_is_sqlite_memory_or_a_postgres_url() {
+        let store = |v: &str| toml::from_str::<JobsConfig>(&format!("store = {v:?}")).map(|c| c.store);
+        assert_eq!(store("memory").unwrap(), JobStoreKind::Memory);
+        let url = "postgres://provd:hunter2@db.internal:5432/provd";
+        assert_eq!(store(url).unwrap(), JobStoreKind::Postgres(PostgresUrl(url.into())));
+        let err = store("mysql://x").unwrap_err().to_string();
+        assert!(err.contains("postgres:// URL"), "{err}");
+        // The password never shows in logs or errors.
+        let shown = format!("{:?}", PostgresUrl(url.into()));
+        assert_eq!(shown, "postgres://provd:…@db.internal:5432/provd");
+        assert!(!format!("{:?}", PostgresUrl("postgresql://db/provd".into())).contains('…'));
+    }
+
+    #[test]
+    fn fleet_settings_are_checked() {
+        let fleet = |t: &str| toml::from_str::<crate::fleet::FleetConfig>(t).unwrap().validate();
+        assert!(fleet("").is_ok());
+        assert!(fleet("lease_seconds = 1").unwrap_err().contains("lease_seconds"));
+        assert!(fleet("lease_seconds = 6\nheartbeat_seconds = 6").unwrap_err().contains("shorter"));
+        assert!(fleet("max_attempts = 0").unwrap_err().contains("max_attempts"));
+        assert!(fleet("worker_id = \" \"").unwrap_err().contains("blank"));
     }
 
     #[test]

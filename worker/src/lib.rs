@@ -16,6 +16,8 @@ pub mod circuits;
 pub mod config;
 #[cfg(feature = "service")]
 pub mod demo;
+#[cfg(feature = "service")]
+pub mod fleet;
 pub mod groth16;
 #[cfg(feature = "service")]
 pub mod http;

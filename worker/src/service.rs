@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -12,6 +12,7 @@ use serde::Serialize;
 use crate::backend::{Backend, BackendChoice};
 use crate::circuits::{CircuitKind, VkEncoding};
 use crate::config::Config;
+use crate::fleet::{Fleet, QueueError};
 use crate::groth16::Verifier;
 use crate::jobs::journal::{AcceptedJob, Journal, Recovered, SqliteJournal, StoredWitness};
 use crate::pipeline::buffers::ClassCounts;
@@ -134,6 +135,23 @@ pub struct Snapshot {
     pub jobs_failed: u64,
     pub jobs_cancelled: u64,
     pub gpus: Vec<GpuMemory>,
+    /// In fleet mode: this worker's claims and the fleet's queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetSnapshot>,
+}
+
+/// A fleet worker's view of the queue, as its heartbeat last read it.
+#[derive(Clone, Debug, Serialize)]
+pub struct FleetSnapshot {
+    pub worker: String,
+    /// Partitions this worker holds.
+    pub claimed_here: usize,
+    /// The fleet's queued and claimed partitions.
+    pub queued: u64,
+    pub claimed: u64,
+    pub oldest_queued_seconds: f64,
+    /// Why this worker is unready (its database is away), if it is.
+    pub unready: Option<String>,
 }
 
 /// One GPU at one moment.
@@ -162,6 +180,68 @@ pub struct Service {
     fallback: Option<String>,
     gpus: Vec<Arc<provd_kernels::Gpu>>,
     history: Mutex<VecDeque<Snapshot>>,
+    /// Fleet mode (`jobs.store` a PostgreSQL URL): jobs go to the shared
+    /// queue, and this worker claims from it.
+    fleet: OnceLock<Arc<Fleet>>,
+}
+
+/// The fleet's queue could not be reached: retry later (503).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Unavailable(pub String);
+
+impl From<QueueError> for Unavailable {
+    fn from(e: QueueError) -> Self {
+        Unavailable(e.to_string())
+    }
+}
+
+/// Runs a fleet worker's claims on this service's engine.
+struct ServiceRunner(std::sync::Weak<Service>);
+
+impl crate::fleet::Runner for ServiceRunner {
+    fn circuits(&self) -> Vec<(String, String)> {
+        let Some(s) = self.0.upgrade() else { return Vec::new() };
+        s.circuits.iter().map(|(name, c)| (name.clone(), hex::encode(c.kind.key().fingerprint()))).collect()
+    }
+
+    fn has_room(&self) -> bool {
+        self.0.upgrade().is_some_and(|s| s.engine.queued_partitions() == 0 && s.none_in_service().is_none())
+    }
+
+    fn run(&self, claim: &crate::fleet::Claim) -> Result<JobId, String> {
+        let s = self.0.upgrade().ok_or("the service is stopping")?;
+        let served = s
+            .circuits
+            .get(&claim.circuit)
+            .ok_or_else(|| format!("circuit '{}' is not served here", claim.circuit))?;
+        let kind = served.kind.as_ref();
+        let work = match &claim.witness {
+            StoredWitness::Json(v) => kind.partition(claim.index, v.clone()),
+            StoredWitness::Binary(b) => kind.partition_from_bytes(claim.index, b),
+        }
+        .map_err(|e| e.to_string())?;
+        let spec = JobSpec {
+            circuit: claim.circuit.clone(),
+            key: kind.key().clone(),
+            verifier: s.config.pipeline.verify_proofs.then(|| served.verifier.clone()),
+            witness_check: kind.witness_check(),
+            partitions: vec![work],
+            witnesses: Vec::new(),
+            id: None,
+        };
+        s.engine.submit(spec).map_err(|e| e.to_string())
+    }
+
+    fn status(&self, local: JobId) -> Option<JobStatus> {
+        self.0.upgrade()?.engine.status(local)
+    }
+
+    fn cancel(&self, local: JobId) {
+        if let Some(s) = self.0.upgrade() {
+            s.engine.cancel(local);
+        }
+    }
 }
 
 impl Service {
@@ -243,8 +323,23 @@ impl Service {
             fallback,
             gpus,
             history: Mutex::new(VecDeque::with_capacity(HISTORY)),
+            fleet: OnceLock::new(),
         });
         service.recover(recovered);
+        if let crate::config::JobStoreKind::Postgres(url) = &service.config.jobs.store {
+            let p = &service.config.pipeline;
+            let default_claims = p.partition_permits + p.gpu_queue_capacity * service.backends.len();
+            let runner = Arc::new(ServiceRunner(Arc::downgrade(&service)));
+            let fleet = Fleet::start(
+                url.0.clone(),
+                service.config.fleet.clone(),
+                default_claims,
+                runner,
+                &metrics.registry,
+            )
+            .map_err(|e| anyhow::anyhow!("fleet mode: the job queue at {url:?}: {e}"))?;
+            let _ = service.fleet.set(fleet);
+        }
         Ok(service)
     }
 
@@ -447,9 +542,13 @@ impl Service {
             }
             Idempotency { key, digest: h.finalize().into() }
         });
-        // A retry is answered before the queue and its limits are looked at.
-        if let Some(earlier) = idem.as_ref().and_then(|i| self.engine.earlier_submission(i)) {
-            return Ok(earlier?);
+        // A retry is answered before the queue and its limits are looked at
+        // (in fleet mode, by the queue's database, with the submission).
+        let fleet = self.fleet.get();
+        if fleet.is_none() {
+            if let Some(earlier) = idem.as_ref().and_then(|i| self.engine.earlier_submission(i)) {
+                return Ok(earlier?);
+            }
         }
         let served = self
             .served(circuit)
@@ -466,11 +565,28 @@ impl Service {
                 "{count} partitions in one job; at most {limit} (server.max_queued_partitions)"
             )));
         }
+        let kind = &served.kind;
+        if let Some(fleet) = fleet {
+            // Decoded here only to refuse bad witnesses before they are queued.
+            let Decoded { stored, .. } = self.decode(kind.as_ref(), witnesses, true)?;
+            let job = AcceptedJob {
+                id: JobId::new(),
+                circuit: circuit.to_string(),
+                witnesses: stored,
+                idempotency: idem.map(|i| (i.key, i.digest)),
+            };
+            let worker = fleet.worker_id().to_string();
+            return match fleet.with_queue(|q| q.submit(&job, &worker)) {
+                Ok((id, true)) => Ok(Submitted::New(id)),
+                Ok((id, false)) => Ok(Submitted::Existing(id)),
+                Err(QueueError::KeyReused { key, job }) => Err(SubmitError::KeyReused { key, job }.into()),
+                Err(e) => Err(SubmitError::Journal(e.to_string()).into()),
+            };
+        }
         let queued = self.engine.queued_partitions();
         if queued + count > limit {
             return Err(RequestError::QueueFull { queued, limit });
         }
-        let kind = &served.kind;
         let journaled = self.config.jobs.store == crate::config::JobStoreKind::Sqlite;
         let Decoded { work, stored, _decoding } = self.decode(kind.as_ref(), witnesses, journaled)?;
         let spec = JobSpec {
@@ -536,8 +652,13 @@ impl Service {
         })
     }
 
-    pub fn job(&self, id: JobId) -> Option<JobStatus> {
-        self.engine.status(id)
+    /// A job's state; in fleet mode any job of the fleet, read from the
+    /// queue (`Err` while its database is away).
+    pub fn job(&self, id: JobId) -> Result<Option<JobStatus>, Unavailable> {
+        match self.fleet.get() {
+            Some(fleet) => Ok(fleet.with_queue(|q| q.status(id))?),
+            None => Ok(self.engine.status(id)),
+        }
     }
 
     /// Waits (blocking) until the job ends; `None` if there is no such job.
@@ -547,13 +668,29 @@ impl Service {
 
     /// Whether the job has ended; `None` for an unknown job. Cheap: for
     /// waiting without a thread.
-    pub fn has_ended(&self, id: JobId) -> Option<bool> {
-        self.engine.outcome(id).map(|o| o.is_some())
+    pub fn has_ended(&self, id: JobId) -> Result<Option<bool>, Unavailable> {
+        match self.fleet.get() {
+            Some(_) => Ok(self.job(id)?.map(|j| j.outcome.is_some())),
+            None => Ok(self.engine.outcome(id).map(|o| o.is_some())),
+        }
     }
 
     /// Cancels a job and returns its state; `None` if there is no such job.
-    pub fn cancel(&self, id: JobId) -> Option<JobStatus> {
-        self.engine.cancel(id).then(|| self.engine.status(id)).flatten()
+    /// In fleet mode the workers holding its partitions stop them at their
+    /// next heartbeat.
+    pub fn cancel(&self, id: JobId) -> Result<Option<JobStatus>, Unavailable> {
+        match self.fleet.get() {
+            Some(fleet) => match fleet.with_queue(|q| q.cancel(id))? {
+                true => self.job(id),
+                false => Ok(None),
+            },
+            None => Ok(self.engine.cancel(id).then(|| self.engine.status(id)).flatten()),
+        }
+    }
+
+    /// The fleet this worker belongs to, in fleet mode.
+    pub fn fleet(&self) -> Option<&Arc<Fleet>> {
+        self.fleet.get()
     }
 
     /// Partitions accepted but not yet admitted.
@@ -564,7 +701,21 @@ impl Service {
     /// Stops taking jobs and waits up to `grace` for accepted ones; returns
     /// (finished, cancelled).
     pub fn drain(&self, grace: Duration) -> (usize, usize) {
-        self.engine.drain(grace)
+        let Some(fleet) = self.fleet.get() else { return self.engine.drain(grace) };
+        // Claim nothing more; finish what is held and write it back (what
+        // the grace cannot finish goes back to the queue when its lease
+        // runs out).
+        let start = std::time::Instant::now();
+        fleet.stop_claiming();
+        let left = self.engine.drain(grace);
+        fleet.join(grace.saturating_sub(start.elapsed()).max(Duration::from_secs(1)));
+        left
+    }
+
+    /// Why this worker should not be sent work now, beyond the engine's own
+    /// reasons: in fleet mode, a queue it cannot reach.
+    pub fn unready(&self) -> Option<String> {
+        self.none_in_service().or_else(|| self.fleet.get().and_then(|f| f.unready()))
     }
 
     /// The verifying key of `circuit` in `encoding` (the kind's default when
@@ -689,6 +840,17 @@ impl Service {
             jobs_failed: count(&m.jobs, Outcome::Failed),
             jobs_cancelled: count(&m.jobs, Outcome::Cancelled),
             gpus: self.gpu_memory(),
+            fleet: self.fleet.get().map(|f| {
+                let q = f.stats();
+                FleetSnapshot {
+                    worker: f.worker_id().to_string(),
+                    claimed_here: f.claimed(),
+                    queued: q.queued_partitions,
+                    claimed: q.claimed_partitions,
+                    oldest_queued_seconds: q.oldest_queued_seconds,
+                    unready: f.unready(),
+                }
+            }),
         }
     }
 

@@ -118,7 +118,7 @@ fn fuzz_request_witnesses() {
 
 /// bench-4 with a TEST-ONLY key (built without the service feature's config helpers).
 fn bench_4() -> CircuitConfig {
-    CircuitConfig::Bench(BenchConfig { name: "bench-4".into(), log_size: None, params: None })
+    CircuitConfig::Bench(BenchConfig { name: "bench-4".into(), log_size: None, shape: None, params: None })
 }
 
 fn base64_of(bytes: &[u8]) -> String {

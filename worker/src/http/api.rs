@@ -98,7 +98,7 @@ pub async fn prove(
     let (id, replayed) = (submitted.id(), matches!(submitted, crate::pipeline::Submitted::Existing(_)));
     if q.wait {
         let status = ended(&state.service, id)
-            .await
+            .await?
             .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "job vanished"))?;
         let res = (StatusCode::OK, axum::Json(JobView::new(&status, &state.service, true))).into_response();
         return Ok(mark_replayed(res, replayed));
@@ -110,15 +110,26 @@ pub async fn prove(
 }
 
 /// Waits until the job has ended without holding a thread (many clients may
-/// wait at once): looks at it every few milliseconds, backing off to 100 ms.
+/// wait at once): looks at it every few milliseconds, backing off to 100 ms
+/// (each look on the blocking pool: in fleet mode it reads the database).
 /// A client that goes away drops the wait with its request.
-async fn ended(service: &crate::service::Service, id: JobId) -> Option<crate::pipeline::JobStatus> {
+async fn ended(
+    service: &Arc<crate::service::Service>,
+    id: JobId,
+) -> Result<Option<crate::pipeline::JobStatus>, ApiError> {
     let mut pause = Duration::from_millis(2);
-    while !service.has_ended(id)? {
+    loop {
+        let s = service.clone();
+        match blocking(move || s.has_ended(id)).await?? {
+            None => return Ok(None),
+            Some(true) => break,
+            Some(false) => {}
+        }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(100));
     }
-    service.job(id)
+    let s = service.clone();
+    Ok(blocking(move || s.job(id)).await??)
 }
 
 /// Whether the body is a binary witness (`application/octet-stream`).
@@ -151,7 +162,8 @@ pub async fn job(
     Path(id): Path<String>,
 ) -> Result<axum::Json<JobView>, ApiError> {
     let id = parse_id(&id)?;
-    let status = state.service.job(id).ok_or_else(|| unknown(id))?;
+    let service = state.service.clone();
+    let status = blocking(move || service.job(id)).await??.ok_or_else(|| unknown(id))?;
     Ok(axum::Json(JobView::new(&status, &state.service, true)))
 }
 
@@ -160,7 +172,8 @@ pub async fn cancel(
     Path(id): Path<String>,
 ) -> Result<axum::Json<JobView>, ApiError> {
     let id = parse_id(&id)?;
-    let status = state.service.cancel(id).ok_or_else(|| unknown(id))?;
+    let service = state.service.clone();
+    let status = blocking(move || service.cancel(id)).await??.ok_or_else(|| unknown(id))?;
     Ok(axum::Json(JobView::new(&status, &state.service, true)))
 }
 
@@ -262,8 +275,8 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Result<axum::Json<Rea
     if state.draining.load(Ordering::Acquire) {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down"));
     }
-    if let Some(why) = state.service.none_in_service() {
-        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why));
+    if let Some(why) = state.service.unready() {
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why).retry_after(5));
     }
     if queued >= limit {
         return Err(ApiError::new(

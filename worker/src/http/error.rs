@@ -62,6 +62,12 @@ impl From<RequestError> for ApiError {
     }
 }
 
+impl From<crate::service::Unavailable> for ApiError {
+    fn from(e: crate::service::Unavailable) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).retry_after(5)
+    }
+}
+
 impl From<VkError> for ApiError {
     fn from(e: VkError) -> Self {
         match &e {

@@ -88,6 +88,20 @@ pub trait Journal: Send + Sync {
     fn forget_ended(&self, age_ms: u64);
 }
 
+/// Public inputs as the stores keep them: a JSON list of "0x…" strings.
+pub fn inputs_to_text(inputs: &[Scalar]) -> String {
+    serde_json::to_string(&inputs.iter().map(crate::circuits::format_scalar).collect::<Vec<_>>())
+        .expect("strings encode")
+}
+
+/// The inverse of [`inputs_to_text`]; what does not parse is dropped (the
+/// proof's check against them then fails loudly).
+pub fn inputs_from_text(text: &str) -> Vec<Scalar> {
+    serde_json::from_str::<Vec<String>>(text)
+        .map(|v| v.iter().filter_map(|s| crate::circuits::parse_scalar(s).ok()).collect())
+        .unwrap_or_default()
+}
+
 pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
@@ -185,11 +199,8 @@ impl SqliteJournal {
                     };
                     let stage = stage_from(&r.get::<_, String>(2)?);
                     let proof = r.get::<_, Option<Vec<u8>>>(4)?.and_then(|b| Proof::from_bytes(&b).ok());
-                    let public_inputs = r
-                        .get::<_, Option<String>>(5)?
-                        .and_then(|t| serde_json::from_str::<Vec<String>>(&t).ok())
-                        .map(|v| v.iter().filter_map(|s| crate::circuits::parse_scalar(s).ok()).collect())
-                        .unwrap_or_default();
+                    let public_inputs =
+                        r.get::<_, Option<String>>(5)?.map(|t| inputs_from_text(&t)).unwrap_or_default();
                     Ok((witness, EndedPartition { stage, proof, public_inputs, error: r.get(3)? }))
                 })?
                 .collect::<rusqlite::Result<_>>()?;
@@ -286,12 +297,7 @@ impl Journal for SqliteJournal {
             _ => "cancelled",
         };
         let proof = ended.proof.map(|p| p.to_bytes().to_vec());
-        let public = (!ended.public_inputs.is_empty()).then(|| {
-            serde_json::to_string(
-                &ended.public_inputs.iter().map(crate::circuits::format_scalar).collect::<Vec<_>>(),
-            )
-            .expect("strings encode")
-        });
+        let public = (!ended.public_inputs.is_empty()).then(|| inputs_to_text(&ended.public_inputs));
         let r = self.lock().execute(
             "UPDATE partitions SET state = ?3, error = ?4, proof = ?5, public_inputs = ?6 WHERE job_id = ?1 AND idx = ?2",
             params![id.to_string(), index as i64, state, ended.error, proof, public],

@@ -47,6 +47,9 @@ pub enum Stage {
     GpuQueue,
     ProveStart,
     ProveFinish,
+    /// Held by a fleet worker (`[jobs] store = "postgres"`); where in its
+    /// pipeline only that worker knows.
+    Claimed,
     Done,
     Failed,
     Cancelled,
@@ -65,6 +68,7 @@ impl Stage {
             Stage::GpuQueue => "gpu_queue",
             Stage::ProveStart => "prove_start",
             Stage::ProveFinish => "prove_finish",
+            Stage::Claimed => "claimed",
             Stage::Done => "done",
             Stage::Failed => "failed",
             Stage::Cancelled => "cancelled",
