@@ -127,6 +127,15 @@
     $("k-queue").textContent = `${last.gpu_queue_depth} / ${last.gpu_queue_capacity}`;
     $("k-done").textContent = last.partitions_completed;
     $("k-failed").textContent = `partitions · ${last.partitions_failed} failed · ${last.jobs_cancelled} jobs cancelled`;
+    // Fleet mode: the shared queue beside this worker's own engine.
+    const fleet = last.fleet;
+    $("k-fleet-box").hidden = !fleet;
+    if (fleet) {
+      $("k-fleet").textContent = fleet.queued;
+      $("k-fleet-detail").textContent = fleet.unready
+        ? `queued · ${fleet.worker} is unready: ${fleet.unready}`
+        : `queued · ${fleet.claimed} claimed (${fleet.claimed_here} here, ${fleet.worker}) · oldest ${fleet.oldest_queued_seconds.toFixed(0)} s`;
+    }
     $("gpus").innerHTML = (last.gpus || [])
       .map((g) => `<p>${g.device}: ${C.formatBytes(g.used_bytes)} of ${C.formatBytes(g.total_bytes)} in use</p>`)
       .join("");

@@ -50,7 +50,7 @@ export PROVD_REQUIRE_PROMTOOL=1 PROVD_REQUIRE_PROMETHEUS=1 PROVD_REQUIRE_BROWSER
 # models, from npm), the systemd unit (systemd-analyze, which warns without
 # failing: any output fails here).
 python3 -m pip install --quiet --disable-pip-version-check "kubernetes-validate==1.37.*" "check-jsonschema==0.39.*"
-python3 -m kubernetes_validate --strict --quiet deploy/kubernetes/provd.yaml
+python3 -m kubernetes_validate --strict --quiet deploy/kubernetes/provd.yaml deploy/kubernetes/fleet/provd-fleet.yaml
 python3 -m check_jsonschema --builtin-schema vendor.compose-spec deploy/compose.yaml
 (cd deploy/test && npm ci --no-audit --no-fund --silent)
 node --test deploy/test/

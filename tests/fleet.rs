@@ -182,6 +182,31 @@ fn a_worker_killed_mid_partition_loses_nothing_and_nothing_is_proved_twice() {
         assert!(metric(w, "provd_fleet_claims_total") > 0.0, "{name} claimed nothing");
         assert_idle(w, name);
     }
+    check_fleet_scrape(&w0);
+}
+
+/// Every fleet metric the dashboard and alerts may use is exported, and the
+/// scrape passes `promtool check metrics` (when promtool is installed).
+fn check_fleet_scrape(w: &Server) {
+    let (_, _, scrape) = raw_request(w.addr, "GET", "/metrics", None, &[]);
+    for name in provd_e2e::FLEET_ONLY_METRICS {
+        assert!(scrape.contains(&format!("# TYPE {name} ")), "{name} is not exported by a fleet worker");
+    }
+    if let Some(promtool) = provd_e2e::find("promtool") {
+        use std::io::Write;
+        let mut child = std::process::Command::new(promtool)
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(scrape.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let said =
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && said.trim().is_empty(), "promtool check metrics: {said}");
+    }
 }
 
 #[test]

@@ -30,6 +30,20 @@ pub const GPU_ONLY_METRICS: [&str; 5] = [
     "provd_key_evictions_total",
 ];
 
+/// Metric families that only a fleet worker exports (`[jobs] store` a
+/// PostgreSQL URL); tests/fleet.rs checks them in a fleet worker's scrape.
+pub const FLEET_ONLY_METRICS: [&str; 9] = [
+    "provd_fleet_claims_total",
+    "provd_fleet_lease_expiries_total",
+    "provd_fleet_leases_lost_total",
+    "provd_fleet_retries_total",
+    "provd_fleet_results_fenced_total",
+    "provd_fleet_claimed_partitions",
+    "provd_fleet_queue_partitions",
+    "provd_fleet_oldest_queued_seconds",
+    "provd_fleet_database_up",
+];
+
 /// A program on PATH.
 pub fn find(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")

@@ -146,10 +146,15 @@ fn every_metric_the_dashboard_and_alerts_use_exists() {
         used.extend(metric_names(&expr));
     }
     // Families with a `device` label have no series on the CPU backend;
-    // tests/gpu_service.rs checks them in a scrape of a GPU worker.
+    // tests/gpu_service.rs checks them in a scrape of a GPU worker, and
+    // tests/fleet.rs the fleet's in a fleet worker's.
     let missing: Vec<_> = used
         .iter()
-        .filter(|m| !exported.contains(*m) && !provd_e2e::GPU_ONLY_METRICS.contains(&m.as_str()))
+        .filter(|m| {
+            !exported.contains(*m)
+                && !provd_e2e::GPU_ONLY_METRICS.contains(&m.as_str())
+                && !provd_e2e::FLEET_ONLY_METRICS.contains(&m.as_str())
+        })
         .collect();
     assert!(missing.is_empty(), "used but not exported: {missing:?}");
     assert!(used.len() > 20, "{used:?}");
@@ -239,8 +244,9 @@ fn every_panel_returns_data_from_a_real_prometheus_scraping_a_demo() {
         let v = query(prom, &as_grafana_would(&expr));
         assert_eq!(v["status"], "success", "{title}: {expr}: {v}");
         let has_data = v["data"]["result"].as_array().is_some_and(|r| !r.is_empty());
-        // The GPU row has nothing to show on a worker proving on the CPU.
-        if !has_data && !title.starts_with("GPU") {
+        // The GPU row has nothing to show on a worker proving on the CPU,
+        // nor the fleet row outside fleet mode.
+        if !has_data && !title.starts_with("GPU") && !title.starts_with("Fleet") {
             empty.push(format!("{title}: {expr}"));
         }
     }

@@ -3,8 +3,9 @@
 //! so that a restart loses no accepted job and serves finished proofs for as
 //! long as they are kept. [`SqliteJournal`] keeps it in an SQLite file.
 //!
-//! The schema is plain SQL that PostgreSQL takes as it is (TEXT ids, BIGINT
-//! milliseconds, BLOB/BYTEA payloads), so that a fleet's store can share it:
+//! The schema (TEXT ids, BIGINT milliseconds, BLOB payloads) is the one the
+//! fleet's PostgreSQL queue extends (`migrations/postgres`: BYTEA payloads,
+//! claims, attempts and a proofs table):
 //!
 //! - `jobs(id, circuit, state, error, created_ms, ended_ms, idempotency_key, request_digest)`
 //! - `partitions(job_id, idx, witness_json, witness_bin, state, error, proof, public_inputs)`
