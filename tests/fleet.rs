@@ -305,3 +305,67 @@ fn throughput_with_one_two_and_three_workers() {
     );
     assert!(rows.iter().all(|(_, r)| *r > 0.0));
 }
+
+/// The tables' contract for other systems (docs/operations.md): a job
+/// inserted by SQL is proved, one whose witness is bad fails at once with the
+/// reason (no retries), and DELETE cancels a fleet job on any worker.
+#[test]
+fn jobs_written_into_the_tables_are_proved_and_bad_ones_fail_once() {
+    let Some(pg) = Postgres::start() else { return };
+    let (_keys, key) = shared_key();
+    let w0 = worker(&pg, &key, "w0");
+    let mut db = pg.client();
+    let insert = |db: &mut postgres::Client, id: &str, witnesses: &[&str]| {
+        let mut tx = db.transaction().unwrap();
+        tx.execute(
+            "INSERT INTO jobs (id, circuit, state, partitions, created_ms, submitted_by)
+             VALUES ($1, $2, 'queued', $3, (extract(epoch from now()) * 1000)::bigint, 'sql-test')",
+            &[&id, &CIRCUIT, &(witnesses.len() as i32)],
+        )
+        .unwrap();
+        for (i, w) in witnesses.iter().enumerate() {
+            tx.execute(
+                "INSERT INTO partitions (job_id, idx, circuit, witness_json, state, queued_ms)
+                 VALUES ($1, $2, $3, $4, 'queued', (extract(epoch from now()) * 1000)::bigint)",
+                &[&id, &(i as i32), &CIRCUIT, w],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+    };
+    let good = "0190f6a0-0000-7000-8000-000000000001";
+    let bad = "0190f6a0-0000-7000-8000-000000000002";
+    insert(&mut db, good, &[r#"{"seed": 5}"#, r#"{"seed": 6}"#]);
+    insert(&mut db, bad, &[r#"{"seed": 7}"#, r#"{"seed": "seven"}"#]);
+    let jobs = wait_all(&w0, &[good.to_string(), bad.to_string()], Duration::from_secs(60));
+    assert_eq!(check_proofs(&BTreeMap::from([(good.to_string(), jobs[good].clone())]), &verifier(&w0)), 2);
+    assert_eq!(jobs[bad]["state"], "failed", "{}", jobs[bad]);
+    let error = jobs[bad]["error"].as_str().unwrap();
+    assert!(error.contains("partition 1") && error.contains("seed"), "{error}");
+    let attempts: i32 =
+        db.query_one("SELECT attempt FROM partitions WHERE job_id = $1 AND idx = 1", &[&bad]).unwrap().get(0);
+    assert_eq!(attempts, 1, "a bad witness is not retried");
+    // Cancelling a queued fleet job (no worker serves its circuit yet).
+    let other = "0190f6a0-0000-7000-8000-000000000003";
+    let mut tx = db.transaction().unwrap();
+    tx.execute(
+        "INSERT INTO jobs (id, circuit, state, partitions, created_ms, submitted_by)
+         VALUES ($1, 'not-served', 'queued', 1, 0, 'sql-test')",
+        &[&other],
+    )
+    .unwrap();
+    tx.execute(
+        "INSERT INTO partitions (job_id, idx, circuit, witness_json, state, queued_ms)
+         VALUES ($1, 0, 'not-served', '{}', 'queued', 0)",
+        &[&other],
+    )
+    .unwrap();
+    tx.commit().unwrap();
+    let (status, doc) = w0.call("GET", &format!("/v1/jobs/{other}"), None);
+    assert_eq!((status, &doc["partitions"][0]["stage"]), (200, &Value::from("queued")), "{doc}");
+    let (status, doc) = w0.call("DELETE", &format!("/v1/jobs/{other}"), None);
+    assert_eq!((status, &doc["state"]), (200, &Value::from("cancelled")), "{doc}");
+    let (status, _) = w0.call("GET", "/v1/jobs/0190f6a0-0000-7000-8000-00000000ffff", None);
+    assert_eq!(status, 404);
+    assert_idle(&w0, "w0");
+}

@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::backend::{Backend, BackendChoice};
 use crate::circuits::{CircuitKind, VkEncoding};
 use crate::config::Config;
-use crate::fleet::{Fleet, QueueError};
+use crate::fleet::{Fleet, QueueError, RunError};
 use crate::groth16::Verifier;
 use crate::jobs::journal::{AcceptedJob, Journal, Recovered, SqliteJournal, StoredWitness};
 use crate::pipeline::buffers::ClassCounts;
@@ -209,18 +209,33 @@ impl crate::fleet::Runner for ServiceRunner {
         self.0.upgrade().is_some_and(|s| s.engine.queued_partitions() == 0 && s.none_in_service().is_none())
     }
 
-    fn run(&self, claim: &crate::fleet::Claim) -> Result<JobId, String> {
-        let s = self.0.upgrade().ok_or("the service is stopping")?;
+    fn run(&self, claim: &crate::fleet::Claim) -> Result<JobId, RunError> {
+        let s = self.0.upgrade().ok_or_else(|| RunError::NotNow("the service is stopping".into()))?;
         let served = s
             .circuits
             .get(&claim.circuit)
-            .ok_or_else(|| format!("circuit '{}' is not served here", claim.circuit))?;
+            .ok_or_else(|| RunError::Invalid(format!("circuit '{}' is not served here", claim.circuit)))?;
         let kind = served.kind.as_ref();
+        // The decoded witness holds its place in the budget until the
+        // partition ends, as a submitted one does.
+        let held = match kind.witness_bytes() {
+            Some(bytes) => {
+                Some(s.engine.hold_witness(bytes, kind.footprint().total()).map_err(|e| match e {
+                    WitnessDoesNotFit::Never { .. } => RunError::Invalid(e.to_string()),
+                    WitnessDoesNotFit::NotNow { .. } => RunError::NotNow(e.to_string()),
+                })?)
+            }
+            None => None,
+        };
         let work = match &claim.witness {
             StoredWitness::Json(v) => kind.partition(claim.index, v.clone()),
             StoredWitness::Binary(b) => kind.partition_from_bytes(claim.index, b),
         }
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| RunError::Invalid(e.to_string()))?;
+        let work = match held {
+            Some(held) => holding(work, held),
+            None => work,
+        };
         let spec = JobSpec {
             circuit: claim.circuit.clone(),
             key: kind.key().clone(),
@@ -230,7 +245,10 @@ impl crate::fleet::Runner for ServiceRunner {
             witnesses: Vec::new(),
             id: None,
         };
-        s.engine.submit(spec).map_err(|e| e.to_string())
+        s.engine.submit(spec).map_err(|e| match e {
+            SubmitError::NeverFits { .. } => RunError::Invalid(e.to_string()),
+            _ => RunError::NotNow(e.to_string()),
+        })
     }
 
     fn status(&self, local: JobId) -> Option<JobStatus> {

@@ -100,11 +100,21 @@ pub trait Runner: Send + Sync {
     fn circuits(&self) -> Vec<(String, String)>;
     /// Whether a partition would be admitted now rather than wait.
     fn has_room(&self) -> bool;
-    /// Starts a claimed partition as a local job; an error is the witness's
-    /// fault (it cannot be decoded), not retryable.
-    fn run(&self, claim: &Claim) -> Result<JobId, String>;
+    /// Starts a claimed partition as a local job.
+    fn run(&self, claim: &Claim) -> Result<JobId, RunError>;
     fn status(&self, local: JobId) -> Option<JobStatus>;
     fn cancel(&self, local: JobId);
+}
+
+/// Why a claimed partition was not started here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunError {
+    /// Its witness cannot be decoded, or its circuit is not served: the job
+    /// fails (no worker would do better).
+    Invalid(String),
+    /// Not now (its witness does not fit the memory budget at the moment):
+    /// handed back to the queue without using up an attempt.
+    NotNow(String),
 }
 
 /// The fleet's metrics, each for this worker (Prometheus adds the instance).
@@ -388,7 +398,18 @@ fn claimer(s: &Shared) {
         // outage loses none.
         let ended: Vec<(Claim, PartitionResult)> = lock(&s.held)
             .iter()
-            .filter_map(|h| Some((h.claim.clone(), result_of(&s.runner.status(h.local)?)?)))
+            .filter_map(|h| {
+                let result = match s.runner.status(h.local) {
+                    Some(status) => result_of(&status)?,
+                    // Forgotten by the engine (its retention passed while the
+                    // database was away): another try, anywhere.
+                    None => PartitionResult::Failed {
+                        reason: "its local run's record expired".into(),
+                        retryable: true,
+                    },
+                };
+                Some((h.claim.clone(), result))
+            })
             .collect();
         let mut failed = false;
         for (claim, result) in ended {
@@ -434,20 +455,28 @@ fn claimer(s: &Shared) {
                     }
                 };
             s.metrics.claims.inc();
-            match s.runner.run(&claim) {
-                Ok(local) => lock(&s.held).push(Held { claim, local }),
-                Err(reason) => {
-                    let result = PartitionResult::Failed { reason, retryable: false };
-                    if let Err(e) = s
-                        .connected(&mut conn)
-                        .and_then(|q| q.finish(&s.worker, &claim, &result, max_attempts))
-                    {
-                        // Its lease runs out and another worker meets the same witness.
-                        s.down("failing a claim", &e);
-                        conn = None;
-                    }
+            let handed_back = match s.runner.run(&claim) {
+                Ok(local) => {
+                    lock(&s.held).push(Held { claim, local });
+                    continue;
                 }
+                Err(RunError::Invalid(reason)) => {
+                    let result = PartitionResult::Failed { reason, retryable: false };
+                    s.connected(&mut conn)
+                        .and_then(|q| q.finish(&s.worker, &claim, &result, max_attempts))
+                        .map(drop)
+                }
+                Err(RunError::NotNow(reason)) => {
+                    tracing::debug!(job = %claim.job, partition = claim.index, "handed back: {reason}");
+                    s.connected(&mut conn).and_then(|q| q.release(&s.worker, &claim))
+                }
+            };
+            if let Err(e) = handed_back {
+                // Its lease runs out and the partition goes back to the queue.
+                s.down("handing a claim back", &e);
+                conn = None;
             }
+            break;
         }
         s.metrics.claimed.set(lock(&s.held).len() as i64);
         std::thread::sleep(if failed { Duration::from_secs(1) } else { poll });

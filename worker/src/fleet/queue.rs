@@ -344,6 +344,16 @@ impl Queue {
         Ok(Written::Taken)
     }
 
+    /// Hands a claim back to the queue untried: its attempt is not counted.
+    pub fn release(&mut self, worker: &str, claim: &Claim) -> Result<(), QueueError> {
+        self.client.execute(
+            "UPDATE partitions SET state = 'queued', attempt = attempt - 1, worker = NULL, lease_until_ms = NULL
+             WHERE job_id = $1 AND idx = $2 AND attempt = $3 AND worker = $4 AND state = 'claimed'",
+            &[&claim.job.to_string(), &(claim.index as i32), &claim.attempt, &worker],
+        )?;
+        Ok(())
+    }
+
     /// Puts back the partitions whose leases ran out (their workers died or
     /// were cut off), or fails them once out of attempts.
     pub fn expire(&mut self, max_attempts: i32) -> Result<Expired, QueueError> {
