@@ -313,7 +313,9 @@ fn throughput_with_one_two_and_three_workers() {
 fn jobs_written_into_the_tables_are_proved_and_bad_ones_fail_once() {
     let Some(pg) = Postgres::start() else { return };
     let (_keys, key) = shared_key();
-    let w0 = worker(&pg, &key, "w0");
+    // Ended jobs are kept for 4 s here (job_retention_seconds), then deleted.
+    let config = config(&pg.url(), &key, "w0").replace("[server]\n", "[server]\njob_retention_seconds = 4\n");
+    let w0 = Server::try_start(&config, &[], "cpu").unwrap_or_else(|e| panic!("w0: {e}"));
     let mut db = pg.client();
     let insert = |db: &mut postgres::Client, id: &str, witnesses: &[&str]| {
         let mut tx = db.transaction().unwrap();
@@ -368,4 +370,12 @@ fn jobs_written_into_the_tables_are_proved_and_bad_ones_fail_once() {
     let (status, _) = w0.call("GET", "/v1/jobs/0190f6a0-0000-7000-8000-00000000ffff", None);
     assert_eq!(status, 404);
     assert_idle(&w0, "w0");
+    // Past the retention, ended jobs are gone with their partitions and proofs.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while w0.call("GET", &format!("/v1/jobs/{good}"), None).0 != 404 {
+        assert!(Instant::now() < deadline, "an ended job outlived its retention");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let left: i64 = db.query_one("SELECT count(*) FROM proofs", &[]).unwrap().get(0);
+    assert_eq!(left, 0, "proofs of deleted jobs");
 }

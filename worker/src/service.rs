@@ -348,10 +348,12 @@ impl Service {
             let p = &service.config.pipeline;
             let default_claims = p.partition_permits + p.gpu_queue_capacity * service.backends.len();
             let runner = Arc::new(ServiceRunner(Arc::downgrade(&service)));
+            let retention = Duration::from_secs(service.config.server.job_retention_seconds);
             let fleet = Fleet::start(
                 url.0.clone(),
                 service.config.fleet.clone(),
                 default_claims,
+                retention,
                 runner,
                 &metrics.registry,
             )

@@ -186,6 +186,8 @@ struct Shared {
     worker: String,
     config: FleetConfig,
     max_claimed: usize,
+    /// Ended jobs are deleted (with their proofs) this long after they end.
+    retention: Duration,
     runner: Arc<dyn Runner>,
     metrics: FleetMetrics,
     held: Mutex<Vec<Held>>,
@@ -214,6 +216,7 @@ impl Fleet {
         url: String,
         config: FleetConfig,
         default_max_claimed: usize,
+        retention: Duration,
         runner: Arc<dyn Runner>,
         registry: &Registry,
     ) -> anyhow::Result<Arc<Self>> {
@@ -229,6 +232,7 @@ impl Fleet {
         let shared = Arc::new(Shared {
             url,
             max_claimed: config.max_claimed.unwrap_or(default_max_claimed).max(1),
+            retention,
             worker,
             config,
             runner,
@@ -487,6 +491,10 @@ fn heartbeat(s: &Shared) {
     let mut conn: Option<Queue> = None;
     let lease_ms = s.config.lease_ms();
     let max_attempts = s.config.max_attempts as i32;
+    // Ended jobs past their retention go at the first beat and then every
+    // minute (or every retention, if shorter); any worker may do it.
+    let sweep_every = s.retention.min(Duration::from_secs(60));
+    let mut swept: Option<Instant> = None;
     while !s.done() {
         let claims: Vec<(JobId, usize, i32)> =
             lock(&s.held).iter().map(|h| (h.claim.job, h.claim.index, h.claim.attempt)).collect();
@@ -494,6 +502,13 @@ fn heartbeat(s: &Shared) {
             q.heartbeat(&s.worker)?;
             let lost = q.renew(&s.worker, &claims, lease_ms)?;
             let expired = q.expire(max_attempts)?;
+            if swept.is_none_or(|t| t.elapsed() >= sweep_every) {
+                let gone = q.forget_ended(s.retention.as_millis() as i64)?;
+                if gone > 0 {
+                    tracing::debug!(jobs = gone, "ended fleet jobs past their retention deleted");
+                }
+                swept = Some(Instant::now());
+            }
             let stats = q.stats()?;
             Ok((lost, expired, stats))
         });
