@@ -113,9 +113,15 @@ pub struct Queue {
 }
 
 impl Queue {
-    /// Connects (within `connect_timeout`, in the URL) without migrating.
+    /// Connects without migrating, within the URL's `connect_timeout` (5 s
+    /// when it names none, so that an unreachable host cannot hold a thread
+    /// for TCP's minutes).
     pub fn connect(url: &str) -> Result<Self, QueueError> {
-        Ok(Self { client: Client::connect(url, NoTls)? })
+        let mut config: postgres::Config = url.parse()?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(std::time::Duration::from_secs(5));
+        }
+        Ok(Self { client: config.connect(NoTls)? })
     }
 
     /// Connects and brings the schema up to date (refinery's migration
@@ -398,15 +404,7 @@ impl Queue {
         let exists = tx.query_opt("SELECT state FROM jobs WHERE id = $1 FOR UPDATE", &[&id])?;
         let Some(row) = exists else { return Ok(false) };
         if matches!(row.get::<_, &str>(0), "queued" | "running") {
-            tx.execute(
-                "UPDATE partitions SET state = 'cancelled', worker = NULL, lease_until_ms = NULL
-                 WHERE job_id = $1 AND state IN ('queued', 'claimed')",
-                &[&id],
-            )?;
-            tx.execute(
-                &format!("UPDATE jobs SET state = 'cancelled', ended_ms = {NOW_MS}, error = 'cancelled by the client' WHERE id = $1"),
-                &[&id],
-            )?;
+            end_job(&mut tx, &id, "cancelled", "cancelled by the client")?;
         }
         tx.commit()?;
         Ok(true)
@@ -510,14 +508,23 @@ fn set_partition(
 
 /// Ends a job failed, cancelling its partitions that have not ended.
 fn fail_job(tx: &mut Transaction<'_>, job: &str, why: &str) -> Result<(), postgres::Error> {
+    end_job(tx, job, "failed", why)
+}
+
+/// Ends a job not yet ended (`failed` or `cancelled`, saying why); its
+/// partitions that have not ended are cancelled, which fences off their
+/// claims (their workers stop them at the next heartbeat).
+fn end_job(tx: &mut Transaction<'_>, job: &str, state: &str, why: &str) -> Result<(), postgres::Error> {
     tx.execute(
         "UPDATE partitions SET state = 'cancelled', worker = NULL, lease_until_ms = NULL
          WHERE job_id = $1 AND state IN ('queued', 'claimed')",
         &[&job],
     )?;
     tx.execute(
-        &format!("UPDATE jobs SET state = 'failed', error = $2, ended_ms = {NOW_MS} WHERE id = $1 AND ended_ms IS NULL"),
-        &[&job, &why],
+        &format!(
+            "UPDATE jobs SET state = $3, error = $2, ended_ms = {NOW_MS} WHERE id = $1 AND ended_ms IS NULL"
+        ),
+        &[&job, &why, &state],
     )?;
     Ok(())
 }
