@@ -193,6 +193,8 @@ struct Shared {
     held: Mutex<Vec<Held>>,
     /// Why the worker is unready (the database is away); `None`: ready.
     unready: Mutex<Option<String>>,
+    /// Why the worker is unready for good (a fleet thread died).
+    broken: Mutex<Option<String>>,
     stats: Mutex<QueueStats>,
     /// Claim nothing more (draining).
     stop: AtomicBool,
@@ -239,6 +241,7 @@ impl Fleet {
             metrics,
             held: Mutex::new(Vec::new()),
             unready: Mutex::new(None),
+            broken: Mutex::new(None),
             stats: Mutex::new(QueueStats::default()),
             stop: AtomicBool::new(false),
             quit: AtomicBool::new(false),
@@ -246,9 +249,15 @@ impl Fleet {
         });
         tracing::info!(worker = %shared.worker, max_claimed = shared.max_claimed,
             lease_s = shared.config.lease_seconds, "fleet worker joined the queue");
-        let spawn = |name: &str, f: fn(&Shared)| {
+        // A thread that panics (a bug) leaves the worker unready with the
+        // reason, rather than silently claiming nothing.
+        let spawn = |name: &'static str, f: fn(&Shared)| {
             let s = shared.clone();
-            std::thread::Builder::new().name(name.into()).spawn(move || f(&s))
+            std::thread::Builder::new().name(name.into()).spawn(move || {
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&s))).is_err() {
+                    *lock(&s.broken) = Some(format!("the fleet's {name} thread panicked (see the log)"));
+                }
+            })
         };
         let threads = vec![spawn("fleet-claimer", claimer)?, spawn("fleet-heartbeat", heartbeat)?];
         Ok(Arc::new(Self { shared, threads: Mutex::new(threads) }))
@@ -260,7 +269,7 @@ impl Fleet {
 
     /// Why this worker is unready, if it is.
     pub fn unready(&self) -> Option<String> {
-        lock(&self.shared.unready).clone()
+        lock(&self.shared.broken).clone().or_else(|| lock(&self.shared.unready).clone())
     }
 
     /// The queue as last read by the heartbeat.
