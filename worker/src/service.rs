@@ -732,9 +732,13 @@ impl Service {
         left
     }
 
-    /// Why this worker should not be sent work now, beyond the engine's own
-    /// reasons: in fleet mode, a queue it cannot reach.
+    /// Why this worker should not be sent work now: an engine thread died,
+    /// no device is in service, or (fleet mode) its queue is unreachable.
     pub fn unready(&self) -> Option<String> {
+        let dead = self.engine.dead_threads();
+        if !dead.is_empty() {
+            return Some(format!("engine threads died: {}; restart provd", dead.join(", ")));
+        }
         self.none_in_service().or_else(|| self.fleet.get().and_then(|f| f.unready()))
     }
 

@@ -223,6 +223,23 @@ struct Shared {
     /// Serialises idempotent submissions (check, then submit and record).
     idempotent: Mutex<()>,
     devices: Vec<Arc<Device>>,
+    /// Engine threads that died (a panic outside the stage code, which
+    /// catches its own): the engine can no longer be trusted to move work,
+    /// so the worker reports itself unready with the reason.
+    dead_threads: Mutex<Vec<String>>,
+}
+
+/// An engine thread's loop.
+type ThreadLoop = Box<dyn FnOnce(&Arc<Shared>) + Send>;
+
+/// Runs an engine thread's loop; if it panics, records the thread in `dead`
+/// (see [`Engine::dead_threads`]) instead of letting work wait on it unseen.
+fn guarded(dead: &Mutex<Vec<String>>, name: &str, run: impl FnOnce()) {
+    if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+        let what = crate::telemetry::logging::panic_message(&*panic);
+        tracing::error!(thread = %name, "an engine thread died: {what}; the worker reports itself unready");
+        dead.lock().unwrap_or_else(|e| e.into_inner()).push(format!("{name} ({what})"));
+    }
 }
 
 /// The proving engine. Dropping it stops its threads after cancelling
@@ -284,23 +301,27 @@ impl Engine {
             journal,
             idempotent: Mutex::new(()),
             devices: backends.iter().map(|b| Device::new(b.clone(), metrics.clone())).collect(),
+            dead_threads: Mutex::new(Vec::new()),
             config,
             metrics,
         });
         let mut threads = Vec::new();
-        let s = shared.clone();
-        threads.push(std::thread::Builder::new().name("dispatch".into()).spawn(move || dispatch(&s))?);
+        let spawn = |name: String, run: ThreadLoop| {
+            let s = shared.clone();
+            std::thread::Builder::new()
+                .name(name.clone())
+                .spawn(move || guarded(&s.dead_threads, &name, || run(&s)))
+        };
+        threads.push(spawn("dispatch".into(), Box::new(dispatch))?);
         for i in 0..shared.config.finalize_threads {
-            let (s, rx) = (shared.clone(), finalize_rx.clone());
-            threads.push(
-                std::thread::Builder::new().name(format!("finalize-{i}")).spawn(move || finalizer(&s, rx))?,
-            );
+            let rx = finalize_rx.clone();
+            threads.push(spawn(format!("finalize-{i}"), Box::new(move |s| finalizer(s, rx)))?);
         }
         for device in shared.devices.clone() {
             shared.metrics.proofs_invalid.with_label_values(&[device.name()]);
-            let (s, rx) = (shared.clone(), gpu_rx.clone());
+            let rx = gpu_rx.clone();
             let name = format!("gpu-{}", device.name());
-            threads.push(std::thread::Builder::new().name(name).spawn(move || gpu_worker(&s, device, rx))?);
+            threads.push(spawn(name, Box::new(move |s| gpu_worker(s, device, rx)))?);
         }
         Ok(Self { shared, threads })
     }
@@ -538,6 +559,11 @@ impl Engine {
     /// Why no device takes work, or `None` while one does.
     pub fn none_in_service(&self) -> Option<String> {
         devices::none_in_service(&self.shared.devices)
+    }
+
+    /// Engine threads that died, with why; empty while all run.
+    pub fn dead_threads(&self) -> Vec<String> {
+        self.shared.dead_threads.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 

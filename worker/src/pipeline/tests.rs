@@ -465,3 +465,18 @@ fn when_every_device_is_out_the_work_fails_instead_of_waiting() {
     assert!(st.error.unwrap().contains("every device is out of service"));
     assert_all_released(&e);
 }
+
+#[test]
+fn an_engine_thread_that_panics_is_recorded_as_dead() {
+    let dead = std::sync::Mutex::new(Vec::new());
+    super::guarded(&dead, "finalize-0", || {});
+    assert!(dead.lock().unwrap().is_empty(), "a thread that returns is not dead");
+    let handle = std::thread::spawn(move || {
+        super::guarded(&dead, "dispatch", || panic!("queue poisoned"));
+        dead.into_inner().unwrap()
+    });
+    assert_eq!(
+        handle.join().expect("the panic stays inside guarded"),
+        vec!["dispatch (queue poisoned)".to_string()]
+    );
+}

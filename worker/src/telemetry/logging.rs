@@ -54,6 +54,15 @@ pub fn stdout_line(line: &str) {
     }
 }
 
+/// A panic's message, from its payload (a `&str` or a `String`).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
+}
+
 /// Counts every panic and logs it through tracing (which cannot fail), in
 /// place of the default hook's direct write to stderr.
 pub fn install_panic_hook() {
@@ -61,12 +70,7 @@ pub fn install_panic_hook() {
         count_panic();
         let thread = std::thread::current();
         let location = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
-        let message = info
-            .payload()
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| info.payload().downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "(no message)".into());
+        let message = panic_message(info.payload());
         tracing::error!(thread = thread.name().unwrap_or("unnamed"), %location, "panic: {message}");
     }));
 }
