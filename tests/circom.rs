@@ -339,14 +339,6 @@ fn http_proofs_verify_with_snarkjs() {
     assert!(err["error"].as_str().unwrap().contains("this circuit's zkey needs 4"), "{err}");
 }
 
-/// The metric's value in a scrape (0 if absent).
-fn metric(server: &Server, name: &str) -> f64 {
-    let (_, _, text) = provd_e2e::raw_request(server.addr, "GET", "/metrics", None, &[]);
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-        .map_or(0.0, |v| v.trim().parse().unwrap())
-}
-
 #[test]
 fn binary_witness_bodies_prove_and_are_held_in_the_budget() {
     let Some(f) = fixture() else { return };
@@ -408,7 +400,7 @@ fn binary_witness_bodies_prove_and_are_held_in_the_budget() {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
     }
-    assert_eq!(metric(&server, "provd_witness_bytes"), 0.0);
+    assert_eq!(server.metric("provd_witness_bytes"), 0.0);
     let (_, status) = server.call("GET", "/v1/status", None);
     assert_eq!(status["snapshot"]["witness_bytes"], 0, "{status}");
     assert_eq!(status["snapshot"]["reserved_bytes"], status["snapshot"]["key_bytes"], "{status}");
@@ -430,5 +422,5 @@ fn a_witness_the_budget_can_never_hold_is_refused_with_the_reason() {
     let err: Value = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(r.status, 413, "{err}");
     assert!(err["error"].as_str().unwrap().contains("raise pipeline.memory_budget"), "{err}");
-    assert_eq!(metric(&server, "provd_witness_bytes"), 0.0);
+    assert_eq!(server.metric("provd_witness_bytes"), 0.0);
 }

@@ -3,7 +3,6 @@
 //! under a gpu.key_memory_limit that holds one, each switch evicts the other.
 //! Proofs verify in both cases. Skipped (saying why) where there is no GPU.
 
-use provd::groth16::{Verifier, VerifyingKey};
 use provd_e2e::{partition_proof, request, Server};
 
 const TWO_CIRCUITS: &str = "[[circuits]]\nkind = \"bench\"\nname = \"bench-14\"\n\
@@ -23,8 +22,7 @@ fn alternate(server: &Server) -> String {
         let body = format!(r#"{{"circuit":"{circuit}","partitions":[{{"seed":{round}}}]}}"#);
         let (code, job) = server.call("POST", "/v1/prove?wait=true", Some(&body));
         assert_eq!((code, job["state"].as_str()), (200, Some("succeeded")), "{job}");
-        let vk = request(server.addr, "GET", &format!("/v1/circuits/{circuit}/verifying-key"), None, &[]);
-        let verifier = Verifier::new(&VerifyingKey::from_bytes(&vk.body).unwrap());
+        let verifier = server.verifier(circuit);
         let (proof, inputs) = partition_proof(&job["partitions"][0]);
         verifier.verify(&proof, &inputs).expect("the proof verifies");
     }

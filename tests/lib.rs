@@ -193,6 +193,57 @@ impl Server {
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
+
+    /// A metric's value in `/metrics`: the first sample of that name (any
+    /// labels), 0 if there is none.
+    pub fn metric(&self, name: &str) -> f64 {
+        let (_, _, text) = raw_request(self.addr, "GET", "/metrics", None, &[]);
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .find_map(|l| {
+                let rest = l.strip_prefix(name)?;
+                (rest.starts_with(' ') || rest.starts_with('{'))
+                    .then(|| rest.rsplit(' ').next()?.parse().ok())?
+            })
+            .unwrap_or(0.0)
+    }
+
+    /// A verifier for `circuit`'s verifying key as this worker serves it.
+    pub fn verifier(&self, circuit: &str) -> provd::groth16::Verifier {
+        let vk = request(self.addr, "GET", &format!("/v1/circuits/{circuit}/verifying-key"), None, &[]);
+        assert_eq!(vk.status, 200, "the verifying key of {circuit}");
+        provd::groth16::Verifier::new(&provd::groth16::VerifyingKey::from_bytes(&vk.body).unwrap())
+    }
+
+    /// Polls until every job in `ids` has ended (each must be known: 200);
+    /// their documents, by id.
+    pub fn wait_all<'a>(
+        &self,
+        ids: impl IntoIterator<Item = &'a String>,
+        limit: std::time::Duration,
+    ) -> std::collections::BTreeMap<String, serde_json::Value> {
+        let ids: Vec<&String> = ids.into_iter().collect();
+        let deadline = std::time::Instant::now() + limit;
+        let mut done = std::collections::BTreeMap::new();
+        while done.len() < ids.len() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} of {} jobs ended within {limit:?}",
+                done.len(),
+                ids.len()
+            );
+            let open: Vec<&String> = ids.iter().copied().filter(|id| !done.contains_key(*id)).collect();
+            for id in open {
+                let (status, job) = self.call("GET", &format!("/v1/jobs/{id}"), None);
+                assert_eq!(status, 200, "job {id} is unknown: {job}");
+                if job["state"] != "queued" && job["state"] != "running" {
+                    done.insert(id.clone(), job);
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        done
+    }
 }
 
 impl Server {

@@ -6,7 +6,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use provd::groth16::{Verifier, VerifyingKey};
 use provd_e2e::{partition_proof, request, Server};
 use serde_json::Value;
 
@@ -24,29 +23,10 @@ fn state(server: &Server, id: &str) -> (u16, Value) {
     server.call("GET", &format!("/v1/jobs/{id}"), None)
 }
 
-fn wait_all(server: &Server, ids: &BTreeSet<String>) -> BTreeMap<String, Value> {
-    let deadline = Instant::now() + Duration::from_secs(240);
-    let mut done = BTreeMap::new();
-    while done.len() < ids.len() {
-        assert!(Instant::now() < deadline, "{} of {} jobs ended in time", done.len(), ids.len());
-        let open: Vec<&String> = ids.iter().filter(|id| !done.contains_key(*id)).collect();
-        for id in open {
-            let (status, job) = state(server, id);
-            assert_eq!(status, 200, "job {id} is unknown after the restart: {job}");
-            if job["state"] != "queued" && job["state"] != "running" {
-                done.insert(id.clone(), job);
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    done
-}
-
 #[test]
 fn kill_9_mid_run_then_restart_accounts_for_every_accepted_job() {
     let server = Server::start(CONFIG, &[]);
-    let vk = request(server.addr, "GET", "/v1/circuits/bench-12/verifying-key", None, &[]);
-    let verifier = Verifier::new(&VerifyingKey::from_bytes(&vk.body).unwrap());
+    let verifier = server.verifier("bench-12");
     let mut accepted = BTreeSet::new();
     let mut keyed = BTreeMap::new();
     for i in 0..24 {
@@ -79,7 +59,7 @@ fn kill_9_mid_run_then_restart_accounts_for_every_accepted_job() {
 
     let server =
         Server::try_start_in(CONFIG, &[], "cpu", data_dir).unwrap_or_else(|e| panic!("restart: {e}"));
-    let ended = wait_all(&server, &accepted);
+    let ended = server.wait_all(&accepted, Duration::from_secs(240));
     for (id, job) in &ended {
         assert_eq!(job["state"], "succeeded", "job {id}: {job}");
         for p in job["partitions"].as_array().unwrap() {
@@ -114,7 +94,7 @@ fn with_on_restart_fail_unfinished_jobs_end_failed_with_the_reason() {
     let data_dir = server.kill_9();
     let server =
         Server::try_start_in(&config, &[], "cpu", data_dir).unwrap_or_else(|e| panic!("restart: {e}"));
-    let ended = wait_all(&server, &ids);
+    let ended = server.wait_all(&ids, Duration::from_secs(240));
     let failed = ended.values().filter(|j| j["state"] == "failed").count();
     assert!(failed > 0, "the kill came after every job: nothing was tested");
     for job in ended.values().filter(|j| j["state"] == "failed") {

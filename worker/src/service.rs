@@ -690,7 +690,7 @@ impl Service {
     /// waiting without a thread.
     pub fn has_ended(&self, id: JobId) -> Result<Option<bool>, Unavailable> {
         match self.fleet.get() {
-            Some(_) => Ok(self.job(id)?.map(|j| j.outcome.is_some())),
+            Some(fleet) => Ok(fleet.with_queue(|q| q.has_ended(id))?),
             None => Ok(self.engine.outcome(id).map(|o| o.is_some())),
         }
     }

@@ -11,6 +11,10 @@
 //! one warm-up first, and checked with provd's verifier outside the timing.
 //! `--against` reads the JSON `provd bench prove` wrote for the same circuit
 //! in the same device session and prints the ratio of the two medians.
+//!
+//! Known: built with nvcc 13.0 (`build.sh`), supraseal-c2 0.1.2 never
+//! finishes its first proof on an H200 (GPU at 100%, with sppark 0.1.14 and
+//! 0.1.16, with and without native sm_90 code); BENCHMARKS.md has the runs.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

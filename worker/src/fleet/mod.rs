@@ -288,10 +288,7 @@ impl Fleet {
         f: impl FnOnce(&mut Queue) -> Result<T, QueueError>,
     ) -> Result<T, QueueError> {
         let mut api = lock(&self.shared.api);
-        if api.as_ref().is_none_or(Queue::is_closed) {
-            *api = Some(Queue::connect(&self.shared.url)?);
-        }
-        let out = f(api.as_mut().expect("connected above"));
+        let out = self.shared.connected(&mut api).and_then(f);
         if matches!(out, Err(QueueError::Database(_))) {
             *api = None;
         }

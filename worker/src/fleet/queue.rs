@@ -410,6 +410,15 @@ impl Queue {
         Ok(true)
     }
 
+    /// Whether a job has ended (`None`: no such job): one row, for waiters
+    /// that ask often.
+    pub fn has_ended(&mut self, id: JobId) -> Result<Option<bool>, QueueError> {
+        let row = self
+            .client
+            .query_opt("SELECT ended_ms IS NOT NULL FROM jobs WHERE id = $1", &[&id.to_string()])?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
     /// A job's state as the API shows it; `None` if there is no such job.
     pub fn status(&mut self, id: JobId) -> Result<Option<JobStatus>, QueueError> {
         let sid = id.to_string();
