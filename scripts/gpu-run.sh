@@ -14,6 +14,9 @@
 # Known: supraseal-c2 0.1.2 built with CUDA 13.0 never finishes its first proof on the H200 (BENCHMARKS.md);
 # run it under `timeout`.
 # PIPE_CIRCUITS runs bench-pipeline once per circuit named (default: PIPE_CIRCUIT).
+# porep: for each of POREP_PROOFS (default "StackedDrg2KiBV1_1 StackedDrg512MiBV1_1"), `provd bench porep` seals a
+# sector and makes TEST-ONLY parameters in POREP_WORK (kept while the machine is), then proves it POREP_RUNS times
+# with provd's cuda backend and with filecoin-proofs' own seal_commit_phase2 (CPU); the ratio lands in porep.log.
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 bundle=.device-bundle
@@ -72,6 +75,12 @@ for step in "${@:-tests}"; do
         timeout "${SUPRA_TIMEOUT:-300}" "$bundle/provd-supraseal-bench" --circuit "$circuit" --params "$PROVD_DATA_DIR/params/$circuit.v1.test-only.params" \
           --runs "${PROVE_RUNS:-5}" --against "$OUT/prove-cuda-$circuit.json" --json "$OUT/supraseal-$circuit.json" 2>&1 |
           tee -a "$OUT/supraseal.log" || status=1
+      done ;;
+    porep)
+      for proof in ${POREP_PROOFS:-StackedDrg2KiBV1_1 StackedDrg512MiBV1_1}; do
+        "$bundle/provd" bench porep --proof "$proof" --runs "${POREP_RUNS:-2}" --backend cuda --vs filecoin-proofs \
+          --work-dir "${POREP_WORK:-/tmp/provd-porep}" --json "$OUT/porep-$proof.json" 2>&1 | grep -v ' INFO ' |
+          tee -a "$OUT/porep.log" || status=1
       done ;;
     circom)
       work=${CIRCOM_DIR:-/tmp/provd-circom} && mkdir -p "$work" "$OUT/circom"

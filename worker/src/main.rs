@@ -225,6 +225,26 @@ enum BenchCommand {
         #[command(flatten)]
         common: Common,
     },
+    /// Filecoin PoRep C2 of a sector sealed here (TEST-ONLY parameters),
+    /// against filecoin-proofs' own seal_commit_phase2.
+    #[cfg(feature = "filecoin")]
+    Porep {
+        /// The registered seal proof (its sector size), e.g. StackedDrg512MiBV1_1.
+        #[arg(long, default_value = "StackedDrg2KiBV1_1")]
+        proof: String,
+        #[arg(long, default_value_t = 2)]
+        runs: usize,
+        /// Keeps the sealed sector, the parameter cache and the parent cache between runs.
+        #[arg(long, default_value = "bench-results/porep-work")]
+        work_dir: PathBuf,
+        /// Time filecoin-proofs' own C2 beside provd's.
+        #[arg(long, value_parser = ["filecoin-proofs"])]
+        vs: Option<String>,
+        #[arg(long, default_value = "bench-results/porep.json")]
+        json: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
     /// GPU MSMs: G1 with bases resident (plain and shifted) and streamed from
     /// pinned memory, or G2 (--g2), beside blst on the CPU.
     Msm {
@@ -536,6 +556,17 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             config.partition_permits = permits.unwrap_or(config.partition_permits);
             config.gpu_queue_capacity = queue.unwrap_or(config.gpu_queue_capacity);
             bench::pipeline::PipelineBench { circuit, jobs, partitions, config, json }.run(backends, key)
+        }
+        #[cfg(feature = "filecoin")]
+        BenchCommand::Porep { proof, runs, work_dir, vs, json, common } => {
+            anyhow::ensure!(runs > 0, "--runs must be at least 1");
+            let proof = serde_json::from_value(serde_json::Value::String(proof.clone())).map_err(|_| {
+                anyhow::anyhow!("--proof {proof}: not a registered seal proof (e.g. StackedDrg2KiBV1_1)")
+            })?;
+            let backends =
+                provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?.backends;
+            bench::porep::PorepBench { proof, runs, work_dir, vs_filecoin_proofs: vs.is_some(), json }
+                .run(backends)
         }
         BenchCommand::Msm { sizes, cpu_sizes, runs, warmup, json, g2, data_dir } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");

@@ -50,6 +50,15 @@ pub enum RequestError {
     UnsupportedBody(String),
 }
 
+/// A JSON job's witnesses, as a request gives them.
+pub enum JobInput {
+    /// One witness per partition.
+    Partitions(Vec<serde_json::Value>),
+    /// One input that the circuit's kind splits into partitions
+    /// ([`CircuitKind::split`]).
+    Input(serde_json::Value),
+}
+
 /// A request's witnesses, as they arrived.
 pub enum Witnesses {
     /// One JSON value per partition, decoded by the circuit's kind.
@@ -514,6 +523,26 @@ impl Service {
         partitions: Vec<serde_json::Value>,
         key: Option<String>,
     ) -> Result<Submitted, RequestError> {
+        self.submit_witnesses(circuit, Witnesses::Json(partitions), key)
+    }
+
+    /// Submits a JSON job: its partitions, or an input its circuit's kind
+    /// splits into partitions (checked as it is split).
+    pub fn submit_job(
+        &self,
+        circuit: &str,
+        job: JobInput,
+        key: Option<String>,
+    ) -> Result<Submitted, RequestError> {
+        let partitions = match job {
+            JobInput::Partitions(p) => p,
+            JobInput::Input(input) => self
+                .served(circuit)
+                .map_err(|(name, available)| RequestError::UnknownCircuit { name, available })?
+                .kind
+                .split(input)
+                .map_err(|e| RequestError::Invalid(e.to_string()))?,
+        };
         self.submit_witnesses(circuit, Witnesses::Json(partitions), key)
     }
 

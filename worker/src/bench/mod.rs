@@ -5,6 +5,8 @@ pub mod circom;
 pub mod msm;
 pub mod ntt;
 pub mod pipeline;
+#[cfg(feature = "filecoin")]
+pub mod porep;
 pub mod prove;
 
 use std::path::Path;

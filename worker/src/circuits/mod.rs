@@ -1,4 +1,5 @@
-//! The circuits a worker serves. Each is a *kind* (`bench`, `circom`) plus
+//! The circuits a worker serves. Each is a *kind* (`bench`, `circom`,
+//! `filecoin-porep`) plus
 //! the kind's files, named in the config's `[[circuits]]` entries.
 //!
 //! A kind implements [`CircuitKind`]: it owns loading and checking its key,
@@ -10,6 +11,8 @@
 
 mod bench;
 pub mod circom;
+#[cfg(feature = "filecoin")]
+pub mod filecoin;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,6 +22,8 @@ use serde::Deserialize;
 
 pub use bench::{BenchCircuit, BenchConfig, BenchKind, Builtin, Shape, UnknownCircuit};
 pub use circom::{CircomConfig, CircomKind};
+#[cfg(feature = "filecoin")]
+pub use filecoin::{FilecoinPorepConfig, FilecoinPorepKind};
 
 use crate::groth16::{Proof, ProvingKey};
 use crate::pipeline::{Footprint, SynthesisFn};
@@ -54,6 +59,26 @@ pub trait CircuitKind: Send + Sync {
     /// Public inputs a proof carries (the constant ONE excluded).
     fn public_inputs(&self) -> usize {
         self.key().vk.num_public_inputs()
+    }
+
+    /// Splits a job's `input` into its partitions' witnesses, for kinds
+    /// whose jobs are one thing of several partitions (a Filecoin sector);
+    /// the witnesses are then decoded by [`CircuitKind::partition`] and kept
+    /// by the journal. Other kinds take `partitions`, one witness each.
+    fn split(&self, input: serde_json::Value) -> Result<Vec<serde_json::Value>, WitnessError> {
+        let _ = input;
+        Err(WitnessError(format!(
+            "{} circuits take \"partitions\" (one witness each), not \"input\"",
+            self.kind()
+        )))
+    }
+
+    /// The job's own result once every partition has its proof, for kinds
+    /// whose jobs make one thing of their partitions' proofs (a Filecoin
+    /// sector's proof); `None` for kinds whose partitions stand alone.
+    fn job_result(&self, proofs: &[&Proof]) -> Option<serde_json::Map<String, serde_json::Value>> {
+        let _ = proofs;
+        None
     }
 
     /// Decodes partition `index`'s witness, as the request gave it, into the
@@ -183,6 +208,9 @@ pub enum CircuitConfig {
     Bench(BenchConfig),
     /// `kind = "circom"`: a circom circuit's snarkjs zkey.
     Circom(CircomConfig),
+    /// `kind = "filecoin-porep"`: Filecoin's PoRep C2, from a sector's C1 output.
+    #[cfg(feature = "filecoin")]
+    FilecoinPorep(FilecoinPorepConfig),
 }
 
 impl CircuitConfig {
@@ -191,6 +219,8 @@ impl CircuitConfig {
         match self {
             CircuitConfig::Bench(c) => &c.name,
             CircuitConfig::Circom(c) => &c.name,
+            #[cfg(feature = "filecoin")]
+            CircuitConfig::FilecoinPorep(c) => &c.name,
         }
     }
 
@@ -200,6 +230,8 @@ impl CircuitConfig {
         match self {
             CircuitConfig::Bench(c) => Ok(Arc::new(BenchKind::load(c, data_dir)?)),
             CircuitConfig::Circom(c) => Ok(Arc::new(CircomKind::load(c)?)),
+            #[cfg(feature = "filecoin")]
+            CircuitConfig::FilecoinPorep(c) => Ok(Arc::new(FilecoinPorepKind::load(c)?)),
         }
     }
 }

@@ -93,7 +93,9 @@ pub async fn prove(
             ));
         }
         let Json(req) = Json::<ProveRequest>::from_request(req, &state).await?;
-        blocking(move || service.submit_with_key(&req.circuit, req.partitions, key)).await??
+        let circuit = req.circuit.clone();
+        let job = req.job().map_err(ApiError::bad_request)?;
+        blocking(move || service.submit_job(&circuit, job, key)).await??
     };
     let (id, replayed) = (submitted.id(), matches!(submitted, crate::pipeline::Submitted::Existing(_)));
     if q.wait {

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::circuits::KeySource;
 use crate::pipeline::{JobStatus, Stage, StageTimes};
-use crate::service::{BackendInfo, Service, Snapshot};
+use crate::service::{BackendInfo, JobInput, Service, Snapshot};
 
 /// `POST /v1/prove`.
 #[derive(Debug, Deserialize)]
@@ -15,7 +15,25 @@ pub struct ProveRequest {
     pub circuit: String,
     /// One witness per partition, in the circuit kind's shape
     /// (`{"seed": N}` for bench circuits).
-    pub partitions: Vec<Value>,
+    #[serde(default)]
+    pub partitions: Option<Vec<Value>>,
+    /// The job's input, for kinds that split it into partitions themselves
+    /// (`filecoin-porep`: one sector's C1 output and ids).
+    #[serde(default)]
+    pub input: Option<Value>,
+}
+
+impl ProveRequest {
+    /// The job's witnesses: exactly one of `partitions` and `input`.
+    pub fn job(self) -> Result<JobInput, &'static str> {
+        match (self.partitions, self.input) {
+            (Some(p), None) => Ok(JobInput::Partitions(p)),
+            (None, Some(i)) => Ok(JobInput::Input(i)),
+            _ => Err(
+                "a job has either \"partitions\" (one witness each) or an \"input\" that its circuit splits",
+            ),
+        }
+    }
 }
 
 /// The query of `POST /v1/prove`.
@@ -54,6 +72,10 @@ pub struct JobView {
     pub state: &'static str,
     pub error: Option<String>,
     pub elapsed_seconds: f64,
+    /// The job's own result once it has succeeded, for kinds that make one
+    /// (`filecoin-porep`: the sector's proof); absent from job summaries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Map<String, Value>>,
     pub partitions: Vec<PartitionView>,
 }
 
@@ -100,8 +122,16 @@ impl JobView {
                 }
             })
             .collect();
+        let proofs: Option<Vec<_>> = s.partitions.iter().map(|p| p.proof.as_ref()).collect();
+        let result = match (results, s.outcome, kind, proofs) {
+            (true, Some(crate::pipeline::Outcome::Succeeded), Some(kind), Some(proofs)) => {
+                kind.job_result(&proofs)
+            }
+            _ => None,
+        };
         JobView {
             id: s.id.to_string(),
+            result,
             circuit: s.circuit.clone(),
             state,
             error: s.error.clone(),

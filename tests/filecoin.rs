@@ -1,0 +1,224 @@
+//! Filecoin PoRep C2 end to end: sectors sealed here with filecoin-proofs
+//! (PC1, PC2, C1), proved by the real binary over HTTP on the CPU backend,
+//! and checked with filecoin-proofs' own `verify_seal`, against TEST-ONLY
+//! parameters generated into a parameter cache of the test's own.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use provd::circuits::filecoin::seal::{seal_sector, SealedSector};
+use provd::circuits::filecoin::{FilecoinPorepConfig, FilecoinPorepKind, Ids};
+use provd::circuits::CircuitKind;
+use provd_e2e::Server;
+use serde_json::{json, Value};
+
+const PROOF: &str = "StackedDrg2KiBV1_1";
+/// Sectors sealed for the tests (2 KiB ones seal in well under a second).
+const SECTORS: u64 = 8;
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    /// 2 KiB sectors, ids 1..=SECTORS.
+    sectors: Vec<SealedSector>,
+    /// An 8 MiB sector: a C1 output for another sector size.
+    other_size: SealedSector,
+    /// Host bytes the circuit holds and one partition's estimate.
+    resident: u64,
+    footprint: u64,
+}
+
+impl Fixture {
+    fn params(&self) -> std::path::PathBuf {
+        self.dir.path().join("params")
+    }
+
+    fn config(&self, extra: &str) -> String {
+        format!(
+            "[[circuits]]\nkind = \"filecoin-porep\"\nname = \"porep-2k\"\nproof = \"{PROOF}\"\n\
+             parameter_cache = \"{}\"\n[server]\nmax_body_bytes = 4194304\n{extra}",
+            self.params().display()
+        )
+    }
+}
+
+/// Seals the sectors once, and generates the circuit's TEST-ONLY parameters
+/// once (in process, so that servers started at once do not race to).
+fn fixture() -> &'static Fixture {
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        // filecoin-proofs reads these once, when first used: before any sealing.
+        std::env::set_var("FIL_PROOFS_PARAMETER_CACHE", dir.path().join("params"));
+        std::env::set_var("FIL_PROOFS_PARENT_CACHE", dir.path().join("parents"));
+        let prover_id = provd::circuits::filecoin::prover_id_of_miner(1000);
+        let seal = |proof: &str, sector_id: u64| {
+            let proof = serde_json::from_value(json!(proof)).unwrap();
+            let at = dir.path().join(format!("sector-{proof:?}-{sector_id}"));
+            seal_sector(proof, Ids { prover_id, sector_id }, &at, sector_id).unwrap()
+        };
+        let sectors = (1..=SECTORS).map(|id| seal(PROOF, id)).collect();
+        let other_size = seal("StackedDrg8MiBV1_1", 1);
+        let config = FilecoinPorepConfig {
+            name: "porep-2k".into(),
+            proof: serde_json::from_value(json!(PROOF)).unwrap(),
+            parameter_cache: Some(dir.path().join("params")),
+            test_only_parameters: true,
+        };
+        let kind = FilecoinPorepKind::load(&config).unwrap();
+        let (resident, footprint) = (kind.resident_bytes(), kind.footprint().total());
+        Fixture { dir, sectors, other_size, resident, footprint }
+    })
+}
+
+fn prove(server: &Server, input: &Value) -> (u16, Value) {
+    let body = json!({"circuit": "porep-2k", "input": input});
+    server.call("POST", "/v1/prove?wait=true", Some(&body.to_string()))
+}
+
+fn seal_proof(job: &Value) -> Vec<u8> {
+    hex::decode(job["result"]["proof"].as_str().unwrap_or_else(|| panic!("no sector proof in {job}")))
+        .unwrap()
+}
+
+#[test]
+fn a_sealed_sector_is_proved_over_http_and_verify_seal_accepts_the_proof() {
+    let f = fixture();
+    let server = Server::start(&f.config(""), &[]);
+    let sector = &f.sectors[0];
+    let (status, job) = prove(&server, &sector.input());
+    assert_eq!((status, job["state"].as_str()), (200, Some("succeeded")), "{job}");
+    let proof = seal_proof(&job);
+    assert_eq!(proof.len(), 192, "one partition's proof at 2 KiB");
+    assert!(sector.verify(&proof).unwrap(), "filecoin-proofs' verify_seal rejects provd's proof");
+    // Another sector's proof is not this one's.
+    assert!(!f.sectors[1].verify(&proof).unwrap());
+
+    // The C1 output as lotus hands it over (base64 of its JSON), and the
+    // prover id as bytes: the same sector, a proof that verifies.
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&sector.c1_json);
+    let input = json!({"c1": b64, "prover_id": sector.ids.prover_id, "sector_id": sector.ids.sector_id});
+    let (_, job) = prove(&server, &input);
+    assert!(sector.verify(&seal_proof(&job)).unwrap(), "{job}");
+
+    // The verifying key served is the one in the parameter cache.
+    let files = std::fs::read_dir(f.params()).unwrap().map(|e| e.unwrap().path()).collect::<Vec<_>>();
+    let vk_file =
+        files.iter().find(|p| p.extension().is_some_and(|e| e == "vk")).expect("a .vk in the cache");
+    let served = provd_e2e::request(server.addr, "GET", "/v1/circuits/porep-2k/verifying-key", None, &[]);
+    assert_eq!(served.body, std::fs::read(vk_file).unwrap());
+    let (_, circuits) = server.call("GET", "/v1/circuits", None);
+    assert_eq!(circuits["circuits"][0]["kind"], "filecoin-porep", "{circuits}");
+
+    // filecoin-proofs' own C2 on the same parameters proves the same sector.
+    let theirs = filecoin_proofs_api::seal::seal_commit_phase2(
+        sector.c1().unwrap(),
+        sector.ids.prover_id,
+        filecoin_proofs_api::SectorId::from(sector.ids.sector_id),
+    )
+    .unwrap();
+    assert!(sector.verify(&theirs.proof).unwrap());
+}
+
+#[test]
+fn bad_c1_outputs_are_the_clients_errors_with_the_reason() {
+    let f = fixture();
+    let server = Server::start(&f.config(""), &[]);
+    let sector = &f.sectors[0];
+    let refused = |input: Value, says: &str| {
+        let (status, err) = prove(&server, &input);
+        assert_eq!(status, 400, "{says}: {err}");
+        let e = err["error"].as_str().unwrap_or_default();
+        assert!(e.contains(says), "expected '{says}' in: {e}");
+    };
+
+    // Tampered: a commitment changed, or a node of a Merkle path.
+    let mut tampered = sector.input();
+    tampered["c1"]["comm_r"][0] = json!(tampered["c1"]["comm_r"][0].as_u64().unwrap() ^ 1);
+    refused(tampered, "vanilla proofs do not verify");
+    let mut tampered = sector.input();
+    let text = tampered["c1"]["vanilla_proofs"].to_string();
+    let (at, _) = text.match_indices("\"path\"").next().expect("a Merkle path in the vanilla proofs");
+    let digit = at + text[at..].find(|c: char| c.is_ascii_digit()).unwrap();
+    let mut bytes = text.into_bytes();
+    bytes[digit] = if bytes[digit] == b'1' { b'2' } else { b'1' };
+    tampered["c1"]["vanilla_proofs"] = serde_json::from_slice(&bytes).unwrap();
+    refused(tampered, "vanilla proofs do not verify");
+
+    // Another sector's id, another prover.
+    let mut other = sector.input();
+    other["sector_id"] = json!(sector.ids.sector_id + 100);
+    refused(other, "sealed for another sector");
+    let mut other = sector.input();
+    other["prover_id"] = json!(hex::encode([7u8; 32]));
+    refused(other, "sealed for another sector");
+
+    // A C1 output for another sector size, and one relabelled as this size.
+    refused(
+        f.other_size.input(),
+        "the C1 output is for StackedDrg8MiBV1_1; this circuit serves StackedDrg2KiBV1_1",
+    );
+    let mut relabelled = f.other_size.input();
+    relabelled["c1"]["registered_proof"] = json!(PROOF);
+    refused(relabelled, "another sector size");
+
+    // Shapes that are not a sector at all.
+    refused(json!({"c1": {}, "prover_id": "00", "sector_id": 1}), "malformed");
+    refused(json!({"c1": "not base64!", "miner_id": 1000, "sector_id": 1}), "not base64");
+    let mut both = sector.input();
+    both["miner_id"] = json!(1000);
+    refused(both, "one of prover_id and miner_id");
+    let (status, err) = server.call(
+        "POST",
+        "/v1/prove",
+        Some(&json!({"circuit": "porep-2k", "partitions": [{"seed": 1}]}).to_string()),
+    );
+    assert_eq!(status, 400, "{err}");
+    assert!(err["error"].as_str().unwrap().contains("partition 0"), "{err}");
+    let (status, err) = server.call(
+        "POST",
+        "/v1/prove",
+        Some(&json!({"circuit": "porep-2k", "input": sector.input(), "partitions": []}).to_string()),
+    );
+    assert_eq!(status, 400, "{err}");
+
+    // Nothing was queued or failed, the worker is whole, and a good sector proves.
+    assert_eq!(server.metric("provd_partitions_total"), 0.0);
+    let (status, job) = prove(&server, &sector.input());
+    assert_eq!((status, job["state"].as_str()), (200, Some("succeeded")), "{job}");
+    assert!(sector.verify(&seal_proof(&job)).unwrap());
+}
+
+#[test]
+fn many_sectors_at_once_stay_within_a_budget_of_a_few_partitions() {
+    let f = fixture();
+    // The key and two and a half partitions: the rest wait for room.
+    let budget = f.resident + f.footprint * 5 / 2;
+    let server = Server::start(&f.config(&format!("[pipeline]\nmemory_budget = {budget}\n")), &[]);
+    let ids: Vec<String> = f
+        .sectors
+        .iter()
+        .map(|s| {
+            let body = json!({"circuit": "porep-2k", "input": s.input()});
+            let (status, accepted) = server.call("POST", "/v1/prove", Some(&body.to_string()));
+            assert_eq!(status, 202, "{accepted}");
+            accepted["job_id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let done = server.wait_all(&ids, Duration::from_secs(300));
+    for (id, sector) in ids.iter().zip(&f.sectors) {
+        let job = &done[id];
+        assert_eq!(job["state"], "succeeded", "{job}");
+        assert!(sector.verify(&seal_proof(job)).unwrap(), "sector {}", sector.ids.sector_id);
+    }
+    let peak = server.metric("provd_memory_reserved_peak_bytes");
+    assert!(peak > f.resident as f64 && peak <= budget as f64, "reserved peaked at {peak}, budget {budget}");
+    let (_, status) = server.call("GET", "/v1/status", None);
+    let snap = &status["snapshot"];
+    for class in ["synth", "abc", "aux", "density", "pending"] {
+        assert_eq!(snap["buffers"][class], 0, "{class}: {snap}");
+        assert_eq!(snap["buffer_bytes"][class], 0, "{class}: {snap}");
+    }
+    assert_eq!(snap["reserved_bytes"], snap["key_bytes"], "{snap}");
+    assert_eq!(snap["budget_bytes"], budget, "{snap}");
+}

@@ -1,0 +1,260 @@
+//! `provd bench porep`: Filecoin PoRep C2 of one sealed sector, through
+//! provd's engine (its gauges, budget and backend), against filecoin-proofs'
+//! own `seal_commit_phase2` on the same C1 output and parameters, in one run.
+//!
+//! The sector is sealed here once (PC1, PC2, C1) and its TEST-ONLY
+//! parameters generated once, both kept in the work directory for the next
+//! run. Every proof, provd's and filecoin-proofs', passes `verify_seal`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use filecoin_proofs_api::RegisteredSealProof;
+use serde_json::json;
+
+use super::{environment, median, print_table, write_json};
+use crate::backend::Backend;
+use crate::circuits::filecoin::seal::{seal_sector, SealedSector};
+use crate::circuits::filecoin::{prover_id_of_miner, FilecoinPorepConfig, FilecoinPorepKind, Ids};
+use crate::circuits::CircuitKind;
+use crate::pipeline::{Engine, JobSpec, Outcome, PipelineConfig};
+use crate::telemetry::Metrics;
+
+pub struct PorepBench {
+    pub proof: RegisteredSealProof,
+    pub runs: usize,
+    /// Holds the sealed sector, the parameter cache and the parent cache.
+    pub work_dir: PathBuf,
+    /// Time filecoin-proofs' own C2 (its CPU prover) beside provd's.
+    pub vs_filecoin_proofs: bool,
+    pub json: PathBuf,
+}
+
+/// Peak resident memory since the last reset (`VmHWM`), in bytes.
+fn peak_rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// Starts a new peak-RSS window (Linux: writing 5 to `clear_refs`).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+impl PorepBench {
+    /// The sector of this run: sealed before (and kept), or sealed now.
+    fn sector(&self) -> anyhow::Result<SealedSector> {
+        let dir = self.work_dir.join(format!("sector-{:?}", self.proof));
+        let kept = dir.join("sealed.json");
+        if let Ok(bytes) = std::fs::read(&kept) {
+            return SealedSector::from_json(&bytes).with_context(|| format!("{}", kept.display()));
+        }
+        let ids = Ids { prover_id: prover_id_of_miner(1000), sector_id: 1 };
+        let sector = seal_sector(self.proof, ids, &dir, 1)?;
+        std::fs::write(&kept, sector.to_json())?;
+        Ok(sector)
+    }
+
+    pub fn run(&self, backends: Vec<Arc<dyn Backend>>) -> anyhow::Result<()> {
+        let params = self.work_dir.join("params");
+        // filecoin-proofs reads these once, when first used.
+        std::env::set_var("FIL_PROOFS_PARAMETER_CACHE", &params);
+        std::env::set_var("FIL_PROOFS_PARENT_CACHE", self.work_dir.join("parents"));
+        let t = Instant::now();
+        let sector = self.sector()?;
+        let sealed = t.elapsed();
+        eprintln!(
+            "sector {:?}: PC1 {:.1} s, PC2 {:.1} s, C1 {:.1} s (sealed earlier if ~0; this run {:.1} s)",
+            self.proof,
+            sector.times[0].as_secs_f64(),
+            sector.times[1].as_secs_f64(),
+            sector.times[2].as_secs_f64(),
+            sealed.as_secs_f64()
+        );
+        let t = Instant::now();
+        let config = FilecoinPorepConfig {
+            name: format!("{:?}", self.proof),
+            proof: self.proof,
+            parameter_cache: Some(params),
+            test_only_parameters: true,
+        };
+        let kind = FilecoinPorepKind::load(&config)?;
+        let loaded = t.elapsed();
+        let key = kind.key().clone();
+        eprintln!(
+            "{} constraints, {} partitions; parameters ready in {:.1} s ({} MiB resident)",
+            kind.constraints(),
+            u8::from(self.proof.partitions()),
+            loaded.as_secs_f64(),
+            kind.resident_bytes() >> 20
+        );
+
+        let metrics = Arc::new(Metrics::new());
+        let engine = Engine::start(PipelineConfig::default(), backends.clone(), metrics.clone())?;
+        let verifier = Arc::new(crate::groth16::Verifier::new(&key.vk));
+        let names: Vec<&str> = backends.iter().map(|b| b.name()).collect();
+        let gpu_busy =
+            || names.iter().map(|n| metrics.gpu_busy_seconds.with_label_values(&[n]).get()).sum::<f64>();
+        let rss_before = crate::telemetry::memory::rss_bytes();
+        let (mut ours, mut device, mut synthesis) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut peak_buffers, mut peak_reserved) = (0i64, 0i64);
+        reset_peak_rss();
+        // One warm-up, then `runs` timed sectors.
+        for run in 0..=self.runs {
+            let t = Instant::now();
+            let busy = gpu_busy();
+            let parts = kind.split(sector.input()).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let partitions = parts
+                .into_iter()
+                .enumerate()
+                .map(|(k, w)| kind.partition(k, w).map_err(|e| anyhow::anyhow!("{e}")))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let id = engine.submit(JobSpec {
+                circuit: config.name.clone(),
+                key: key.clone(),
+                verifier: Some(verifier.clone()),
+                witness_check: crate::jobs::WitnessCheck::BySynthesis,
+                partitions,
+                witnesses: Vec::new(),
+                id: None,
+            })?;
+            let status = loop {
+                let s = engine.status(id).context("the job vanished")?;
+                if s.outcome.is_some() {
+                    break s;
+                }
+                let bytes: i64 = crate::telemetry::labels::BufferClass::ALL
+                    .iter()
+                    .map(|c| metrics.buffer_bytes.with_label_values(&[c.name()]).get())
+                    .sum();
+                peak_buffers = peak_buffers.max(bytes);
+                peak_reserved = peak_reserved.max(metrics.memory_reserved_bytes.get());
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            anyhow::ensure!(
+                status.outcome == Some(Outcome::Succeeded),
+                "provd's C2 failed: {:?}",
+                status.error
+            );
+            let proofs: Vec<_> = status.partitions.iter().filter_map(|p| p.proof.as_ref()).collect();
+            let result = kind.job_result(&proofs).context("a sector proof")?;
+            let bytes = hex::decode(result["proof"].as_str().context("hex")?)?;
+            anyhow::ensure!(sector.verify(&bytes)?, "provd's sector proof fails verify_seal");
+            if run > 0 {
+                ours.push(t.elapsed());
+                device.push(gpu_busy() - busy);
+                synthesis.push(status.partitions.iter().filter_map(|p| p.times.synthesis).sum::<f64>());
+            }
+        }
+        let provd_peak_rss = peak_rss();
+        drop(engine);
+
+        let mut theirs = Vec::new();
+        let mut theirs_peak_rss = 0;
+        if self.vs_filecoin_proofs {
+            reset_peak_rss();
+            for run in 0..=self.runs {
+                let c1 = sector.c1()?;
+                let t = Instant::now();
+                let out = filecoin_proofs_api::seal::seal_commit_phase2(
+                    c1,
+                    sector.ids.prover_id,
+                    filecoin_proofs_api::SectorId::from(sector.ids.sector_id),
+                )
+                .context("filecoin-proofs' seal_commit_phase2")?;
+                let elapsed = t.elapsed();
+                anyhow::ensure!(sector.verify(&out.proof)?, "filecoin-proofs' proof fails verify_seal");
+                if run > 0 {
+                    theirs.push(elapsed);
+                }
+            }
+            theirs_peak_rss = peak_rss();
+        }
+
+        let partitions = f64::from(self.proof.partitions());
+        let secs = |d: Duration| d.as_secs_f64();
+        let ours_s = secs(median(&ours));
+        let mut rows = vec![vec![
+            format!("provd/{}", names.join("+")),
+            format!("{ours_s:.2}"),
+            format!("{:.2}", ours_s / partitions),
+            format!("{:.2}", median(&synthesis) / partitions),
+            format!("{:.2}", median(&device) / partitions),
+            format!("{}", provd_peak_rss >> 20),
+            String::new(),
+        ]];
+        let theirs_s = (!theirs.is_empty()).then(|| secs(median(&theirs)));
+        if let Some(t) = theirs_s {
+            rows.push(vec![
+                "filecoin-proofs/cpu".into(),
+                format!("{t:.2}"),
+                format!("{:.2}", t / partitions),
+                String::new(),
+                String::new(),
+                format!("{}", theirs_peak_rss >> 20),
+                format!("{:.3}", ours_s / t),
+            ]);
+        }
+        print_table(
+            &[
+                "prover",
+                "s/sector",
+                "s/partition",
+                "synthesis s/part",
+                "device s/part",
+                "peak RSS MiB",
+                "provd/them",
+            ],
+            &rows,
+        );
+        let estimate = kind.footprint().total();
+        println!(
+            "per-partition estimate {} MiB; measured: peak RSS {} MiB over {} MiB before the runs (key resident), \
+             buffer gauges peaked at {} MiB, reserved at {} MiB",
+            estimate >> 20,
+            provd_peak_rss.saturating_sub(rss_before) >> 20,
+            rss_before >> 20,
+            peak_buffers >> 20,
+            peak_reserved >> 20
+        );
+        write_json(
+            &self.json,
+            &json!({
+                "benchmark": "porep",
+                "environment": environment(),
+                "proof": format!("{:?}", self.proof),
+                "constraints": kind.constraints(),
+                "partitions": partitions,
+                "runs": self.runs,
+                "seal_seconds": sector.times.iter().map(|d| d.as_secs_f64()).collect::<Vec<_>>(),
+                "parameters_seconds": loaded.as_secs_f64(),
+                "key_resident_bytes": kind.resident_bytes(),
+                "provd": {
+                    "backend": names,
+                    "seconds_per_sector": ours.iter().map(|d| d.as_secs_f64()).collect::<Vec<_>>(),
+                    "median_seconds": ours_s,
+                    "synthesis_seconds": synthesis,
+                    "device_seconds": device,
+                    "peak_rss_bytes": provd_peak_rss,
+                    "rss_before_bytes": rss_before,
+                    "peak_buffer_bytes": peak_buffers,
+                    "peak_reserved_bytes": peak_reserved,
+                    "partition_estimate_bytes": estimate,
+                },
+                "filecoin_proofs": theirs_s.map(|t| json!({
+                    "seconds_per_sector": theirs.iter().map(|d| d.as_secs_f64()).collect::<Vec<_>>(),
+                    "median_seconds": t,
+                    "peak_rss_bytes": theirs_peak_rss,
+                    "provd_over_theirs": ours_s / t,
+                })),
+            }),
+        )
+    }
+}

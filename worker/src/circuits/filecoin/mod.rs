@@ -1,0 +1,444 @@
+//! `kind = "filecoin-porep"`: Filecoin's proof of replication, phase C2.
+//!
+//! A job is one sector: the C1 output a sealing pipeline produces
+//! (filecoin-proofs-api's `SealCommitPhase1Output`, the JSON of lotus's
+//! `Commit1Out` and Curio's C1), the prover id and the sector id. The kind
+//! checks the C1 output against the ids (its replica id) and its vanilla
+//! proofs, then splits it into the sector's partitions (10 for 32 and 64 GiB
+//! sectors, 1 below); each partition's StackedDrg circuit is built by
+//! storage-proofs and synthesized through provd's recorder, so it goes
+//! through the pipeline, its gauges and the memory budget like any other.
+//! The job's result is the sector's proof exactly as `seal_commit_phase2`
+//! returns it: the partitions' 192-byte proofs, concatenated.
+//!
+//! Keys are Filecoin's parameter files, found in a parameter cache directory
+//! by the names filecoin-proofs gives them (`v28-stacked-proof-of-replication-…
+//! .params`). The real ones are downloaded (`paramfetch`, `lotus fetch-params`);
+//! for small sectors and tests, `test_only_parameters = true` generates
+//! TEST-ONLY ones in their place. Non-interactive PoRep (which aggregates
+//! its partition proofs) is not offered.
+
+pub mod seal;
+mod shape;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use base64::Engine as _;
+use filecoin_proofs_api::seal::SealCommitPhase1Output;
+use filecoin_proofs_api::{ApiFeature, RegisteredSealProof};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{CircuitKind, KeySource, LoadError, WitnessError};
+use crate::groth16::{PointCheck, Proof, ProvingKey};
+use crate::pipeline::SynthesisFn;
+use shape::{PorepShape, Shaped};
+
+/// `[[circuits]]` with `kind = "filecoin-porep"`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FilecoinPorepConfig {
+    /// The name clients use.
+    pub name: String,
+    /// The registered seal proof, as Filecoin names it (`StackedDrg32GiBV1_1`,
+    /// `StackedDrg2KiBV1_1_Feat_SyntheticPoRep`, …).
+    pub proof: RegisteredSealProof,
+    /// The parameter cache directory; by default `FIL_PROOFS_PARAMETER_CACHE`,
+    /// else filecoin-proofs' `/var/tmp/filecoin-proof-parameters`.
+    #[serde(default)]
+    pub parameter_cache: Option<PathBuf>,
+    /// When the cache has no parameters for the circuit, generate TEST-ONLY
+    /// ones there from random toxic waste (never for production: whoever
+    /// ran it can forge proofs; and Filecoin's verifier rejects them).
+    #[serde(default)]
+    pub test_only_parameters: bool,
+}
+
+impl FilecoinPorepConfig {
+    /// The parameter cache directory this entry uses.
+    pub fn parameter_cache(&self) -> PathBuf {
+        self.parameter_cache.clone().unwrap_or_else(default_parameter_cache)
+    }
+}
+
+/// filecoin-proofs' parameter cache: `FIL_PROOFS_PARAMETER_CACHE`, else its default.
+pub fn default_parameter_cache() -> PathBuf {
+    std::env::var_os("FIL_PROOFS_PARAMETER_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/tmp/filecoin-proof-parameters"))
+}
+
+/// The files of one circuit's parameters in a cache directory.
+#[derive(Clone, Debug)]
+pub struct ParameterFiles {
+    pub params: PathBuf,
+    pub vk: PathBuf,
+    pub meta: PathBuf,
+}
+
+impl ParameterFiles {
+    fn new(dir: &Path, cache_id: &str) -> Self {
+        use storage_proofs_core::parameter_cache::{metadata_id, parameter_id, verifying_key_id};
+        Self {
+            params: dir.join(parameter_id(cache_id)),
+            vk: dir.join(verifying_key_id(cache_id)),
+            meta: dir.join(metadata_id(cache_id)),
+        }
+    }
+}
+
+/// Why a sector's C1 output or one of its partitions was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SectorError {
+    #[error("the C1 output is for {theirs:?}; this circuit serves {ours:?}")]
+    OtherProof { theirs: RegisteredSealProof, ours: RegisteredSealProof },
+    #[error("the C1 output does not fit this circuit: {0}")]
+    OtherSectorSize(String),
+    #[error(
+        "the C1 output was sealed for another sector: its replica id does not derive from this prover id and \
+         sector id (with its ticket and comm_d)"
+    )]
+    OtherSector,
+    #[error("the C1 output's vanilla proofs do not verify against its comm_r, comm_d and seed")]
+    VanillaProofs,
+    #[error("the C1 output is malformed: {0}")]
+    Malformed(String),
+}
+
+/// The prover id and sector id a C1 output was sealed for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ids {
+    pub prover_id: [u8; 32],
+    pub sector_id: u64,
+}
+
+/// A Filecoin storage provider's prover id from its miner actor id (as
+/// lotus derives it: the ID address's payload, a LEB128 varint, zero-padded).
+pub fn prover_id_of_miner(miner_id: u64) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    let (mut v, mut i) = (miner_id, 0);
+    loop {
+        let byte = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out[i] = byte;
+            return out;
+        }
+        out[i] = byte | 0x80;
+        i += 1;
+    }
+}
+
+/// A prover id in a request: 64 hex digits (an optional `0x`), or 32 bytes.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ProverIdJson {
+    Hex(String),
+    Bytes([u8; 32]),
+}
+
+impl ProverIdJson {
+    fn decode(&self) -> Result<[u8; 32], String> {
+        match self {
+            ProverIdJson::Bytes(b) => Ok(*b),
+            ProverIdJson::Hex(s) => {
+                let mut out = [0u8; 32];
+                hex::decode_to_slice(s.trim_start_matches("0x"), &mut out)
+                    .map_err(|_| format!("prover_id '{s}' is not 64 hex digits"))?;
+                Ok(out)
+            }
+        }
+    }
+}
+
+/// A job's input: one sector.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SectorInput {
+    /// The C1 output: its JSON, or the base64 of its JSON bytes.
+    c1: Value,
+    #[serde(default)]
+    prover_id: Option<ProverIdJson>,
+    /// The miner actor id, in place of `prover_id`.
+    #[serde(default)]
+    miner_id: Option<u64>,
+    sector_id: u64,
+}
+
+/// One partition's witness, as the kind splits a sector (and as the
+/// journal and the fleet's queue keep it): the C1 output with that
+/// partition's vanilla proofs only.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PartitionWitness {
+    partition: usize,
+    prover_id: ProverIdJson,
+    sector_id: u64,
+    c1: Value,
+}
+
+const INPUT_SHAPE: &str = "a filecoin-porep job is {\"circuit\": NAME, \"input\": {\"c1\": <the C1 output, JSON or \
+                           base64 of it>, \"prover_id\": <64 hex digits> (or \"miner_id\": N), \"sector_id\": N}}";
+
+/// A Filecoin PoRep circuit, its parameters loaded.
+pub struct FilecoinPorepKind {
+    proof: RegisteredSealProof,
+    shape: Box<dyn PorepShape>,
+    key: Arc<ProvingKey>,
+    source: KeySource,
+    constraints: usize,
+}
+
+fn shaped<Tree: 'static + storage_proofs_core::merkle::MerkleTreeTrait>(
+    porep: &filecoin_proofs::types::PoRepConfig,
+) -> anyhow::Result<Box<dyn PorepShape>> {
+    Ok(Box::new(Shaped::<Tree>::new(porep)?))
+}
+
+impl FilecoinPorepKind {
+    pub fn load(config: &FilecoinPorepConfig) -> Result<Self, LoadError> {
+        let circuit = config.name.clone();
+        let fail = |reason: String| LoadError::Config { circuit: circuit.clone(), reason };
+        let proof = config.proof;
+        if proof.feature_enabled(ApiFeature::NonInteractivePoRep) {
+            return Err(fail(format!(
+                "{proof:?}: non-interactive PoRep aggregates its partition proofs, which provd does not do"
+            )));
+        }
+        let porep = proof.as_v1_config();
+        let shape = filecoin_proofs::with_shape!(u64::from(proof.sector_size()), shaped, &porep,)
+            .map_err(|e| fail(format!("{proof:?}: {e:#}")))?;
+        let files = ParameterFiles::new(&config.parameter_cache(), &shape.cache_id());
+        let (constraints, inputs) =
+            shape.count().map_err(|e| fail(format!("counting the partition circuit's constraints: {e}")))?;
+        let constraints = constraints + inputs;
+        let (key, source) = if files.params.exists() {
+            let key = ProvingKey::read_file(&files.params, PointCheck::Full).map_err(|source| {
+                LoadError::KeyFile {
+                    circuit: circuit.clone(),
+                    path: files.params.display().to_string(),
+                    source,
+                }
+            })?;
+            (key, KeySource::File { path: files.params.clone() })
+        } else if config.test_only_parameters {
+            (
+                generate(&circuit, shape.as_ref(), u64::from(proof.sector_size()), &files)?,
+                KeySource::GeneratedTestOnly { path: files.params.clone() },
+            )
+        } else {
+            return Err(fail(format!(
+                "no parameters for {proof:?} at {}: fetch Filecoin's parameter files into the cache (paramfetch, \
+                 `lotus fetch-params`), point parameter_cache at them, or set test_only_parameters = true for a \
+                 test sector size",
+                files.params.display()
+            )));
+        };
+        let wrong = |reason: String| LoadError::WrongKey {
+            circuit: circuit.clone(),
+            path: files.params.display().to_string(),
+            reason,
+        };
+        if key.vk.ic.len() != inputs {
+            return Err(wrong(format!(
+                "it has {} public inputs, the circuit {}",
+                key.vk.ic.len() - 1,
+                inputs - 1
+            )));
+        }
+        if key.domain_size() != constraints.next_power_of_two() {
+            return Err(wrong(format!(
+                "its domain has {} points, the circuit's {constraints} constraints need {}",
+                key.domain_size(),
+                constraints.next_power_of_two()
+            )));
+        }
+        match std::fs::read(&files.vk) {
+            Ok(vk) if vk != key.vk.to_bytes() => {
+                return Err(wrong(format!(
+                    "the verifying key beside it, {}, is another key's",
+                    files.vk.display()
+                )))
+            }
+            _ => {}
+        }
+        tracing::info!(%circuit, ?proof, constraints, path = %files.params.display(), "loaded Filecoin parameters");
+        Ok(Self { proof, shape, key: Arc::new(key), source, constraints })
+    }
+
+    /// The sector's partitions, as the kind splits it.
+    fn sector(&self, input: Value) -> Result<Vec<Value>, SectorError> {
+        let input: SectorInput = serde_json::from_value(input)
+            .map_err(|e| SectorError::Malformed(format!("{e}; {INPUT_SHAPE}")))?;
+        let prover_id = match (&input.prover_id, input.miner_id) {
+            (Some(p), None) => p.decode().map_err(SectorError::Malformed)?,
+            (None, Some(m)) => prover_id_of_miner(m),
+            _ => {
+                return Err(SectorError::Malformed(format!(
+                    "give one of prover_id and miner_id; {INPUT_SHAPE}"
+                )))
+            }
+        };
+        let ids = Ids { prover_id, sector_id: input.sector_id };
+        let mut c1 = match input.c1 {
+            Value::String(b64) => {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(b64.trim())
+                    .map_err(|e| SectorError::Malformed(format!("\"c1\" is a string but not base64: {e}")))?;
+                serde_json::from_slice(&bytes)
+                    .map_err(|e| SectorError::Malformed(format!("\"c1\" decodes to no JSON: {e}")))?
+            }
+            v => v,
+        };
+        let parsed = self.parse_c1(&c1)?;
+        self.shape.check_sector(&parsed, &ids)?;
+        // Split the vanilla proofs ({"StackedDrg…V1": [partition, …]}) by partition.
+        let Some(Value::Object(by_size)) = c1.get_mut("vanilla_proofs").map(Value::take) else {
+            return Err(SectorError::Malformed("no vanilla_proofs object".into()));
+        };
+        let Some((size, Value::Array(partitions))) = by_size.into_iter().next() else {
+            return Err(SectorError::Malformed("vanilla_proofs holds no partitions".into()));
+        };
+        let prover_id = Value::String(hex::encode(ids.prover_id));
+        Ok(partitions
+            .into_iter()
+            .enumerate()
+            .map(|(k, proofs)| {
+                let mut c1 = c1.clone();
+                c1["vanilla_proofs"] = serde_json::json!({ size.clone(): [proofs] });
+                serde_json::json!({ "partition": k, "prover_id": prover_id, "sector_id": ids.sector_id, "c1": c1 })
+            })
+            .collect())
+    }
+
+    fn parse_c1(&self, c1: &Value) -> Result<SealCommitPhase1Output, SectorError> {
+        let parsed = SealCommitPhase1Output::deserialize(c1)
+            .map_err(|e| SectorError::Malformed(format!("it is not a SealCommitPhase1Output: {e}")))?;
+        if parsed.registered_proof != self.proof {
+            return Err(SectorError::OtherProof { theirs: parsed.registered_proof, ours: self.proof });
+        }
+        Ok(parsed)
+    }
+
+    fn partition_of(&self, index: usize, witness: Value) -> Result<SynthesisFn, SectorError> {
+        let w: PartitionWitness = serde_json::from_value(witness).map_err(|e| {
+            SectorError::Malformed(format!(
+                "{e}; a partition is one that the kind split from a job's \"input\" ({INPUT_SHAPE})"
+            ))
+        })?;
+        if w.partition != index {
+            return Err(SectorError::Malformed(format!("it holds partition {}, not {index}", w.partition)));
+        }
+        let ids =
+            Ids { prover_id: w.prover_id.decode().map_err(SectorError::Malformed)?, sector_id: w.sector_id };
+        let c1 = self.parse_c1(&w.c1)?;
+        self.shape.partition(c1, &ids, index)
+    }
+}
+
+/// Generates TEST-ONLY parameters and writes them where filecoin-proofs
+/// looks for them (`.params`, `.vk`, `.meta`), each file written whole or not at all.
+fn generate(
+    circuit: &str,
+    shape: &dyn PorepShape,
+    sector_size: u64,
+    files: &ParameterFiles,
+) -> Result<ProvingKey, LoadError> {
+    let fail = |reason: String| LoadError::Config { circuit: circuit.to_string(), reason };
+    tracing::warn!(
+        %circuit, path = %files.params.display(),
+        "generating TEST-ONLY Filecoin parameters from random toxic waste (never use them in production)"
+    );
+    let t = std::time::Instant::now();
+    let key = shape.generate_key().map_err(|e| fail(format!("generating TEST-ONLY parameters: {e}")))?;
+    let dir = files.params.parent().expect("a file in the cache directory");
+    std::fs::create_dir_all(dir).map_err(|e| fail(format!("creating {}: {e}", dir.display())))?;
+    let write = |path: &Path, bytes: &[u8]| -> Result<(), LoadError> {
+        let tmp = path.with_extension(format!("partial-{}", std::process::id()));
+        std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path)).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            fail(format!("writing {}: {e}", path.display()))
+        })
+    };
+    // The key first: a cache with a .vk but no .params would look complete to a verifier only.
+    key.write_file(&files.params).map_err(|source| LoadError::KeyFile {
+        circuit: circuit.to_string(),
+        path: files.params.display().to_string(),
+        source,
+    })?;
+    write(&files.vk, &key.vk.to_bytes())?;
+    write(&files.meta, serde_json::json!({ "sector_size": sector_size }).to_string().as_bytes())?;
+    tracing::info!(%circuit, secs = t.elapsed().as_secs_f64(), "TEST-ONLY Filecoin parameters generated");
+    Ok(key)
+}
+
+impl CircuitKind for FilecoinPorepKind {
+    fn kind(&self) -> &'static str {
+        "filecoin-porep"
+    }
+
+    fn key(&self) -> &Arc<ProvingKey> {
+        &self.key
+    }
+
+    fn key_source(&self) -> &KeySource {
+        &self.source
+    }
+
+    fn constraints(&self) -> usize {
+        self.constraints
+    }
+
+    fn split(&self, input: Value) -> Result<Vec<Value>, WitnessError> {
+        self.sector(input).map_err(|e| WitnessError(e.to_string()))
+    }
+
+    fn partition(&self, index: usize, witness: Value) -> Result<SynthesisFn, WitnessError> {
+        self.partition_of(index, witness).map_err(|e| WitnessError(format!("partition {index}: {e}")))
+    }
+
+    fn job_result(&self, proofs: &[&Proof]) -> Option<serde_json::Map<String, Value>> {
+        let bytes: Vec<u8> = proofs.iter().flat_map(|p| p.to_bytes()).collect();
+        Some(serde_json::Map::from_iter([("proof".to_string(), hex::encode(bytes).into())]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prover_ids_derive_from_miner_ids_as_lotus_does() {
+        // f01000's payload is LEB128(1000) = e8 07.
+        let id = prover_id_of_miner(1000);
+        assert_eq!(&id[..3], &[0xe8, 0x07, 0x00]);
+        assert_eq!(prover_id_of_miner(0)[..2], [0, 0]);
+        assert_eq!(prover_id_of_miner(127)[..2], [0x7f, 0]);
+        assert_eq!(prover_id_of_miner(128)[..3], [0x80, 0x01, 0]);
+        assert_eq!(
+            &prover_id_of_miner(u64::MAX)[..11],
+            &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0]
+        );
+    }
+
+    #[test]
+    fn entries_name_a_registered_seal_proof() {
+        #[derive(Deserialize)]
+        struct File {
+            circuits: Vec<crate::circuits::CircuitConfig>,
+        }
+        let f: File = toml::from_str(
+            "[[circuits]]\nkind = \"filecoin-porep\"\nname = \"porep\"\nproof = \"StackedDrg2KiBV1_1\"\n\
+             test_only_parameters = true\n",
+        )
+        .unwrap();
+        let crate::circuits::CircuitConfig::FilecoinPorep(c) = &f.circuits[0] else {
+            panic!("a porep entry")
+        };
+        assert_eq!((c.proof, c.test_only_parameters), (RegisteredSealProof::StackedDrg2KiBV1_1, true));
+        let bad = "[[circuits]]\nkind = \"filecoin-porep\"\nname = \"p\"\nproof = \"StackedDrg3KiB\"\n";
+        let e = toml::from_str::<File>(bad).err().expect("an unknown proof").to_string();
+        assert!(e.contains("unknown variant `StackedDrg3KiB`"), "{e}");
+    }
+}

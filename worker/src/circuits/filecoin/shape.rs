@@ -1,0 +1,175 @@
+//! The work that depends on a sector size's Merkle tree shape (filecoin-proofs'
+//! `Tree` type parameter), behind one object-safe trait so that the kind
+//! holds a `Box<dyn PorepShape>` chosen once, at load, by `with_shape!`.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use blstrs::Scalar;
+use filecoin_proofs::constants::DefaultPieceHasher;
+use filecoin_proofs::types::{PoRepConfig, VanillaSealProof as RawVanillaProof};
+use filecoin_proofs::DefaultPieceDomain;
+use filecoin_proofs_api::seal::SealCommitPhase1Output;
+use storage_proofs_core::compound_proof::CompoundProof;
+use storage_proofs_core::merkle::MerkleTreeTrait;
+use storage_proofs_core::parameter_cache::CacheableParameters;
+use storage_proofs_core::proof::ProofScheme;
+use storage_proofs_porep::stacked::{self, StackedCircuit, StackedCompound, StackedDrg};
+
+use super::{Ids, SectorError};
+use crate::groth16::{synthesize, ProveError, ProvingKey};
+use crate::pipeline::SynthesisFn;
+
+type Hasher<Tree> = <Tree as MerkleTreeTrait>::Hasher;
+type Domain<Tree> = <Hasher<Tree> as filecoin_hashers::Hasher>::Domain;
+type Inputs<Tree> = stacked::PublicInputs<Domain<Tree>, DefaultPieceDomain>;
+
+/// One sector size's circuits.
+pub trait PorepShape: Send + Sync {
+    /// The parameter cache's identifier of the circuit (its file names are
+    /// `v28-<id>.params`, `.vk`, `.meta`).
+    fn cache_id(&self) -> String;
+
+    /// Constraints and public inputs (the constant ONE included) of the
+    /// partition circuit, counted on its blank circuit.
+    fn count(&self) -> Result<(usize, usize), ProveError>;
+
+    /// A TEST-ONLY key for the partition circuit, from random toxic waste.
+    fn generate_key(&self) -> Result<ProvingKey, ProveError>;
+
+    /// Checks a whole C1 output against its ids (its replica id, its
+    /// vanilla proofs), before it is split into partitions.
+    fn check_sector(&self, c1: &SealCommitPhase1Output, ids: &Ids) -> Result<(), SectorError>;
+
+    /// The synthesis job of partition `k`, from a C1 output that holds that
+    /// partition's vanilla proofs only.
+    fn partition(&self, c1: SealCommitPhase1Output, ids: &Ids, k: usize) -> Result<SynthesisFn, SectorError>;
+}
+
+/// [`PorepShape`] for one `Tree`.
+pub struct Shaped<Tree: 'static + MerkleTreeTrait> {
+    porep: PoRepConfig,
+    params: Arc<stacked::PublicParams<Tree>>,
+    _tree: PhantomData<Tree>,
+}
+
+impl<Tree: 'static + MerkleTreeTrait> Shaped<Tree> {
+    pub fn new(porep: &PoRepConfig) -> anyhow::Result<Self> {
+        let params = Arc::new(filecoin_proofs::parameters::public_params::<Tree>(porep)?);
+        Ok(Self { porep: porep.clone(), params, _tree: PhantomData })
+    }
+
+    fn blank(&self) -> StackedCircuit<Tree, DefaultPieceHasher> {
+        <StackedCompound<Tree, DefaultPieceHasher> as CompoundProof<_, _>>::blank_circuit(&self.params)
+    }
+
+    /// The public inputs of the sector, and its vanilla proofs in the
+    /// tree's types, after the checks every partition needs.
+    fn open(
+        &self,
+        c1: SealCommitPhase1Output,
+        ids: &Ids,
+    ) -> Result<(Inputs<Tree>, Vec<Vec<RawVanillaProof<Tree>>>), SectorError> {
+        let SealCommitPhase1Output { vanilla_proofs, comm_r, comm_d, replica_id, seed, ticket, .. } = c1;
+        for (name, value) in [("comm_d", &comm_d), ("comm_r", &comm_r), ("seed", &seed)] {
+            if value == &[0; 32] {
+                return Err(SectorError::Malformed(format!("its {name} is all zero")));
+            }
+        }
+        let proofs: Vec<Vec<RawVanillaProof<Tree>>> = vanilla_proofs.try_into().map_err(|_| {
+            SectorError::OtherSectorSize("its vanilla proofs are for another sector size".into())
+        })?;
+        if proofs.iter().any(Vec::is_empty) {
+            return Err(SectorError::Malformed("a partition has no vanilla proofs".into()));
+        }
+        let expected = stacked::generate_replica_id::<Hasher<Tree>, _>(
+            &ids.prover_id,
+            ids.sector_id,
+            &ticket,
+            comm_d,
+            &self.porep.porep_id,
+        );
+        let replica_id: Domain<Tree> = Scalar::from(replica_id).into();
+        if replica_id != expected {
+            return Err(SectorError::OtherSector);
+        }
+        let comm_r = filecoin_proofs::as_safe_commitment::<Domain<Tree>, _>(&comm_r, "comm_r")
+            .map_err(|e| SectorError::Malformed(format!("{e:#}")))?;
+        let comm_d = filecoin_proofs::as_safe_commitment::<DefaultPieceDomain, _>(&comm_d, "comm_d")
+            .map_err(|e| SectorError::Malformed(format!("{e:#}")))?;
+        let inputs = stacked::PublicInputs {
+            replica_id,
+            tau: Some(stacked::Tau { comm_d, comm_r }),
+            k: None,
+            seed: Some(seed),
+        };
+        Ok((inputs, proofs))
+    }
+}
+
+impl<Tree: 'static + MerkleTreeTrait> PorepShape for Shaped<Tree> {
+    fn cache_id(&self) -> String {
+        <StackedCompound<Tree, DefaultPieceHasher> as CacheableParameters<
+            StackedCircuit<Tree, DefaultPieceHasher>,
+            _,
+        >>::cache_identifier(&*self.params)
+    }
+
+    fn count(&self) -> Result<(usize, usize), ProveError> {
+        use bellperson::Circuit;
+        let mut cs = bellperson::util_cs::bench_cs::BenchCS::<Scalar>::new();
+        self.blank().synthesize(&mut cs).map_err(ProveError::Synthesis)?;
+        Ok((cs.num_constraints(), cs.num_inputs()))
+    }
+
+    fn generate_key(&self) -> Result<ProvingKey, ProveError> {
+        crate::groth16::keygen::generate_test_key(self.blank(), &mut rand::rngs::OsRng)
+    }
+
+    fn check_sector(&self, c1: &SealCommitPhase1Output, ids: &Ids) -> Result<(), SectorError> {
+        let (inputs, proofs) = self.open(c1.clone(), ids)?;
+        let expected = usize::from(self.porep.partitions);
+        if proofs.len() != expected {
+            return Err(SectorError::Malformed(format!(
+                "it holds vanilla proofs of {} partitions; a sector of this size has {expected}",
+                proofs.len()
+            )));
+        }
+        // A malformed proof (a path of the wrong length, say) can make the
+        // verifier index out of bounds: that is the input's fault.
+        let verified = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            StackedDrg::<Tree, DefaultPieceHasher>::verify_all_partitions(&self.params, &inputs, &proofs)
+        }));
+        match verified {
+            Ok(Ok(true)) => Ok(()),
+            Ok(Ok(false)) => Err(SectorError::VanillaProofs),
+            Ok(Err(e)) => Err(SectorError::Malformed(format!("its vanilla proofs: {e:#}"))),
+            Err(_) => Err(SectorError::Malformed("its vanilla proofs are malformed".into())),
+        }
+    }
+
+    fn partition(&self, c1: SealCommitPhase1Output, ids: &Ids, k: usize) -> Result<SynthesisFn, SectorError> {
+        let partitions = usize::from(self.porep.partitions);
+        if k >= partitions {
+            return Err(SectorError::Malformed(format!(
+                "partition {k} of a sector of {partitions} partitions"
+            )));
+        }
+        let (inputs, mut proofs) = self.open(c1, ids)?;
+        let [proof] = proofs.as_mut_slice() else {
+            return Err(SectorError::Malformed(format!(
+                "a partition's C1 output holds the vanilla proofs of one partition, not {}",
+                proofs.len()
+            )));
+        };
+        let circuit = <StackedCompound<Tree, DefaultPieceHasher> as CompoundProof<_, _>>::circuit(
+            &inputs,
+            (),
+            proof,
+            &self.params,
+            Some(k),
+        )
+        .map_err(|e| SectorError::Malformed(format!("{e:#}")))?;
+        Ok(Arc::new(move || synthesize(circuit.clone())))
+    }
+}
