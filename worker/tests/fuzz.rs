@@ -125,3 +125,74 @@ fn base64_of(bytes: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
+
+/// A 2 KiB sector's job input (its C1 output and ids), as a Filecoin PoRep
+/// circuit takes it: parsed, checked against its ids and vanilla proofs, and
+/// split into partitions, each built into its circuit. Edited twice over:
+/// the JSON's bytes (the parser) and the numbers in it (the digests and
+/// indices the checks read).
+#[cfg(feature = "filecoin")]
+#[test]
+fn fuzz_porep_input() {
+    use filecoin_proofs_api::RegisteredSealProof;
+    use provd::circuits::filecoin::PorepCircuit;
+    let seed = corpus("porep-2k.input.json");
+    // The checks hold filecoin-proofs' parameters, no interior mutability.
+    let circuit =
+        std::panic::AssertUnwindSafe(PorepCircuit::new(RegisteredSealProof::StackedDrg2KiBV1_1).unwrap());
+    let check = |input: serde_json::Value| {
+        if let Ok(parts) = circuit.split(input) {
+            for (k, p) in parts.into_iter().enumerate() {
+                let _ = circuit.partition(k, p);
+            }
+        }
+    };
+    let valid: serde_json::Value = serde_json::from_slice(&seed).unwrap();
+    assert_eq!(circuit.split(valid.clone()).unwrap().len(), 1, "the seed is valid");
+    // Each input is a C1 output's vanilla proof check: fewer of them.
+    let n = iterations() / 5;
+    bolero::check!().with_type::<Edits>().with_iterations(n).for_each(|edits| {
+        if let Ok(v) = serde_json::from_slice(&edited(&seed, edits)) {
+            check(v);
+        }
+    });
+    bolero::check!().with_type::<Vec<(u16, u8)>>().with_iterations(n).for_each(|writes| {
+        let mut v = valid.clone();
+        {
+            let mut leaves = Vec::new();
+            numbers(&mut v, &mut leaves);
+            let len = leaves.len();
+            for &(at, value) in writes {
+                *leaves[at as usize % len] = value.into();
+            }
+        }
+        check(v);
+    });
+}
+
+/// Every number in a JSON value, to be overwritten in place.
+#[cfg(feature = "filecoin")]
+fn numbers<'a>(v: &'a mut serde_json::Value, out: &mut Vec<&'a mut serde_json::Value>) {
+    match v {
+        serde_json::Value::Number(_) => out.push(v),
+        serde_json::Value::Array(a) => a.iter_mut().for_each(|x| numbers(x, out)),
+        serde_json::Value::Object(o) => o.values_mut().for_each(|x| numbers(x, out)),
+        _ => {}
+    }
+}
+
+/// Writes the corpus of `fuzz_porep_input` (run it by name with --ignored
+/// when the C1 format changes): a 2 KiB sector sealed with filecoin-proofs.
+#[cfg(feature = "filecoin")]
+#[test]
+#[ignore]
+fn write_porep_corpus() {
+    use provd::circuits::filecoin::{prover_id_of_miner, seal::seal_sector, Ids};
+    let dir = tempfile::tempdir().unwrap();
+    std::env::set_var("FIL_PROOFS_PARENT_CACHE", dir.path().join("parents"));
+    let ids = Ids { prover_id: prover_id_of_miner(1000), sector_id: 1 };
+    let proof = filecoin_proofs_api::RegisteredSealProof::StackedDrg2KiBV1_1;
+    let sector = seal_sector(proof, ids, dir.path(), 1).unwrap();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-corpus/porep-2k.input.json");
+    std::fs::write(path, serde_json::to_vec(&sector.input()).unwrap()).unwrap();
+}

@@ -91,7 +91,7 @@ impl PorepBench {
         eprintln!(
             "{} constraints, {} partitions; parameters ready in {:.1} s ({} MiB resident)",
             kind.constraints(),
-            u8::from(self.proof.partitions()),
+            self.proof.partitions(),
             loaded.as_secs_f64(),
             kind.resident_bytes() >> 20
         );

@@ -181,10 +181,17 @@ struct PartitionWitness {
 const INPUT_SHAPE: &str = "a filecoin-porep job is {\"circuit\": NAME, \"input\": {\"c1\": <the C1 output, JSON or \
                            base64 of it>, \"prover_id\": <64 hex digits> (or \"miner_id\": N), \"sector_id\": N}}";
 
-/// A Filecoin PoRep circuit, its parameters loaded.
-pub struct FilecoinPorepKind {
+/// A registered seal proof's partition circuits, without their parameters:
+/// what checks C1 outputs, splits them into partitions and builds each
+/// partition's circuit.
+pub struct PorepCircuit {
     proof: RegisteredSealProof,
     shape: Box<dyn PorepShape>,
+}
+
+/// A Filecoin PoRep circuit, its parameters loaded.
+pub struct FilecoinPorepKind {
+    circuit: PorepCircuit,
     key: Arc<ProvingKey>,
     source: KeySource,
     constraints: usize,
@@ -196,79 +203,23 @@ fn shaped<Tree: 'static + storage_proofs_core::merkle::MerkleTreeTrait>(
     Ok(Box::new(Shaped::<Tree>::new(porep)?))
 }
 
-impl FilecoinPorepKind {
-    pub fn load(config: &FilecoinPorepConfig) -> Result<Self, LoadError> {
-        let circuit = config.name.clone();
-        let fail = |reason: String| LoadError::Config { circuit: circuit.clone(), reason };
-        let proof = config.proof;
+impl PorepCircuit {
+    /// The circuits of `proof`; non-interactive PoRep is refused.
+    pub fn new(proof: RegisteredSealProof) -> Result<Self, String> {
         if proof.feature_enabled(ApiFeature::NonInteractivePoRep) {
-            return Err(fail(format!(
+            return Err(format!(
                 "{proof:?}: non-interactive PoRep aggregates its partition proofs, which provd does not do"
-            )));
+            ));
         }
         let porep = proof.as_v1_config();
         let shape = filecoin_proofs::with_shape!(u64::from(proof.sector_size()), shaped, &porep,)
-            .map_err(|e| fail(format!("{proof:?}: {e:#}")))?;
-        let files = ParameterFiles::new(&config.parameter_cache(), &shape.cache_id());
-        let (constraints, inputs) =
-            shape.count().map_err(|e| fail(format!("counting the partition circuit's constraints: {e}")))?;
-        let constraints = constraints + inputs;
-        let (key, source) = if files.params.exists() {
-            let key = ProvingKey::read_file(&files.params, PointCheck::Full).map_err(|source| {
-                LoadError::KeyFile {
-                    circuit: circuit.clone(),
-                    path: files.params.display().to_string(),
-                    source,
-                }
-            })?;
-            (key, KeySource::File { path: files.params.clone() })
-        } else if config.test_only_parameters {
-            (
-                generate(&circuit, shape.as_ref(), u64::from(proof.sector_size()), &files)?,
-                KeySource::GeneratedTestOnly { path: files.params.clone() },
-            )
-        } else {
-            return Err(fail(format!(
-                "no parameters for {proof:?} at {}: fetch Filecoin's parameter files into the cache (paramfetch, \
-                 `lotus fetch-params`), point parameter_cache at them, or set test_only_parameters = true for a \
-                 test sector size",
-                files.params.display()
-            )));
-        };
-        let wrong = |reason: String| LoadError::WrongKey {
-            circuit: circuit.clone(),
-            path: files.params.display().to_string(),
-            reason,
-        };
-        if key.vk.ic.len() != inputs {
-            return Err(wrong(format!(
-                "it has {} public inputs, the circuit {}",
-                key.vk.ic.len() - 1,
-                inputs - 1
-            )));
-        }
-        if key.domain_size() != constraints.next_power_of_two() {
-            return Err(wrong(format!(
-                "its domain has {} points, the circuit's {constraints} constraints need {}",
-                key.domain_size(),
-                constraints.next_power_of_two()
-            )));
-        }
-        match std::fs::read(&files.vk) {
-            Ok(vk) if vk != key.vk.to_bytes() => {
-                return Err(wrong(format!(
-                    "the verifying key beside it, {}, is another key's",
-                    files.vk.display()
-                )))
-            }
-            _ => {}
-        }
-        tracing::info!(%circuit, ?proof, constraints, path = %files.params.display(), "loaded Filecoin parameters");
-        Ok(Self { proof, shape, key: Arc::new(key), source, constraints })
+            .map_err(|e| format!("{proof:?}: {e:#}"))?;
+        Ok(Self { proof, shape })
     }
 
-    /// The sector's partitions, as the kind splits it.
-    fn sector(&self, input: Value) -> Result<Vec<Value>, SectorError> {
+    /// A job's input (a sector's C1 output and ids), checked, as its
+    /// partitions' witnesses.
+    pub fn split(&self, input: Value) -> Result<Vec<Value>, SectorError> {
         let input: SectorInput = serde_json::from_value(input)
             .map_err(|e| SectorError::Malformed(format!("{e}; {INPUT_SHAPE}")))?;
         let prover_id = match (&input.prover_id, input.miner_id) {
@@ -321,7 +272,8 @@ impl FilecoinPorepKind {
         Ok(parsed)
     }
 
-    fn partition_of(&self, index: usize, witness: Value) -> Result<SynthesisFn, SectorError> {
+    /// Partition `index`'s synthesis job, from its witness as [`PorepCircuit::split`] made it.
+    pub fn partition(&self, index: usize, witness: Value) -> Result<SynthesisFn, SectorError> {
         let w: PartitionWitness = serde_json::from_value(witness).map_err(|e| {
             SectorError::Malformed(format!(
                 "{e}; a partition is one that the kind split from a job's \"input\" ({INPUT_SHAPE})"
@@ -334,6 +286,79 @@ impl FilecoinPorepKind {
             Ids { prover_id: w.prover_id.decode().map_err(SectorError::Malformed)?, sector_id: w.sector_id };
         let c1 = self.parse_c1(&w.c1)?;
         self.shape.partition(c1, &ids, index)
+    }
+}
+
+impl FilecoinPorepKind {
+    pub fn load(config: &FilecoinPorepConfig) -> Result<Self, LoadError> {
+        let circuit = config.name.clone();
+        let fail = |reason: String| LoadError::Config { circuit: circuit.clone(), reason };
+        let proof = config.proof;
+        let porep = PorepCircuit::new(proof).map_err(fail)?;
+        let shape = porep.shape.as_ref();
+        let files = ParameterFiles::new(&config.parameter_cache(), &shape.cache_id());
+        let (constraints, inputs) =
+            shape.count().map_err(|e| fail(format!("counting the partition circuit's constraints: {e}")))?;
+        let constraints = constraints + inputs;
+        let (key, source) = if files.params.exists() {
+            // Every point on the curve; the subgroup checks (a minute per
+            // 2 GB on 16 cores, tens of minutes for a 32 GiB sector's file)
+            // only for the verifying key, below, as filecoin-proofs skips
+            // them too: every proof is verified against that key before it
+            // leaves, so a bad base shows as a failed proof, never a bad one.
+            let key = ProvingKey::read_file(&files.params, PointCheck::OnCurve).map_err(|source| {
+                LoadError::KeyFile {
+                    circuit: circuit.clone(),
+                    path: files.params.display().to_string(),
+                    source,
+                }
+            })?;
+            (key, KeySource::File { path: files.params.clone() })
+        } else if config.test_only_parameters {
+            (
+                generate(&circuit, shape, u64::from(proof.sector_size()), &files)?,
+                KeySource::GeneratedTestOnly { path: files.params.clone() },
+            )
+        } else {
+            return Err(fail(format!(
+                "no parameters for {proof:?} at {}: fetch Filecoin's parameter files into the cache (paramfetch, \
+                 `lotus fetch-params`), point parameter_cache at them, or set test_only_parameters = true for a \
+                 test sector size",
+                files.params.display()
+            )));
+        };
+        let wrong = |reason: String| LoadError::WrongKey {
+            circuit: circuit.clone(),
+            path: files.params.display().to_string(),
+            reason,
+        };
+        if key.vk.ic.len() != inputs {
+            return Err(wrong(format!(
+                "it has {} public inputs, the circuit {}",
+                key.vk.ic.len() - 1,
+                inputs - 1
+            )));
+        }
+        if key.domain_size() != constraints.next_power_of_two() {
+            return Err(wrong(format!(
+                "its domain has {} points, the circuit's {constraints} constraints need {}",
+                key.domain_size(),
+                constraints.next_power_of_two()
+            )));
+        }
+        crate::groth16::VerifyingKey::from_bytes(&key.vk.to_bytes())
+            .map_err(|e| wrong(format!("its verifying key: {e}")))?;
+        match std::fs::read(&files.vk) {
+            Ok(vk) if vk != key.vk.to_bytes() => {
+                return Err(wrong(format!(
+                    "the verifying key beside it, {}, is another key's",
+                    files.vk.display()
+                )))
+            }
+            _ => {}
+        }
+        tracing::info!(%circuit, ?proof, constraints, path = %files.params.display(), "loaded Filecoin parameters");
+        Ok(Self { circuit: porep, key: Arc::new(key), source, constraints })
     }
 }
 
@@ -391,11 +416,11 @@ impl CircuitKind for FilecoinPorepKind {
     }
 
     fn split(&self, input: Value) -> Result<Vec<Value>, WitnessError> {
-        self.sector(input).map_err(|e| WitnessError(e.to_string()))
+        self.circuit.split(input).map_err(|e| WitnessError(e.to_string()))
     }
 
     fn partition(&self, index: usize, witness: Value) -> Result<SynthesisFn, WitnessError> {
-        self.partition_of(index, witness).map_err(|e| WitnessError(format!("partition {index}: {e}")))
+        self.circuit.partition(index, witness).map_err(|e| WitnessError(format!("partition {index}: {e}")))
     }
 
     fn job_result(&self, proofs: &[&Proof]) -> Option<serde_json::Map<String, Value>> {

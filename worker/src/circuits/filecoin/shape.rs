@@ -23,6 +23,8 @@ use crate::pipeline::SynthesisFn;
 type Hasher<Tree> = <Tree as MerkleTreeTrait>::Hasher;
 type Domain<Tree> = <Hasher<Tree> as filecoin_hashers::Hasher>::Domain;
 type Inputs<Tree> = stacked::PublicInputs<Domain<Tree>, DefaultPieceDomain>;
+/// A sector's vanilla proofs: per partition, one per challenge.
+type VanillaProofs<Tree> = Vec<Vec<RawVanillaProof<Tree>>>;
 
 /// One sector size's circuits.
 pub trait PorepShape: Send + Sync {
@@ -69,14 +71,14 @@ impl<Tree: 'static + MerkleTreeTrait> Shaped<Tree> {
         &self,
         c1: SealCommitPhase1Output,
         ids: &Ids,
-    ) -> Result<(Inputs<Tree>, Vec<Vec<RawVanillaProof<Tree>>>), SectorError> {
+    ) -> Result<(Inputs<Tree>, VanillaProofs<Tree>), SectorError> {
         let SealCommitPhase1Output { vanilla_proofs, comm_r, comm_d, replica_id, seed, ticket, .. } = c1;
         for (name, value) in [("comm_d", &comm_d), ("comm_r", &comm_r), ("seed", &seed)] {
             if value == &[0; 32] {
                 return Err(SectorError::Malformed(format!("its {name} is all zero")));
             }
         }
-        let proofs: Vec<Vec<RawVanillaProof<Tree>>> = vanilla_proofs.try_into().map_err(|_| {
+        let proofs: VanillaProofs<Tree> = vanilla_proofs.try_into().map_err(|_| {
             SectorError::OtherSectorSize("its vanilla proofs are for another sector size".into())
         })?;
         if proofs.iter().any(Vec::is_empty) {
