@@ -102,7 +102,7 @@ pub enum SectorError {
     OtherSector,
     #[error("the C1 output's vanilla proofs do not verify against its comm_r, comm_d and seed")]
     VanillaProofs,
-    #[error("the C1 output is malformed: {0}")]
+    #[error("malformed sector input: {0}")]
     Malformed(String),
 }
 
