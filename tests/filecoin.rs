@@ -64,6 +64,7 @@ fn fixture() -> &'static Fixture {
             proof: serde_json::from_value(json!(PROOF)).unwrap(),
             parameter_cache: Some(dir.path().join("params")),
             test_only_parameters: true,
+            synthesis: Default::default(),
         };
         let kind = FilecoinPorepKind::load(&config).unwrap();
         let (resident, footprint) = (kind.resident_bytes(), kind.footprint().total());

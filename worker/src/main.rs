@@ -240,6 +240,9 @@ enum BenchCommand {
         /// Time filecoin-proofs' own C2 beside provd's.
         #[arg(long, value_parser = ["filecoin-proofs"])]
         vs: Option<String>,
+        /// How partitions are synthesized: "matrices" (recorded once) or "recorder".
+        #[arg(long, default_value = "matrices")]
+        synthesis: String,
         #[arg(long, default_value = "bench-results/porep.json")]
         json: PathBuf,
         #[command(flatten)]
@@ -558,15 +561,24 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             bench::pipeline::PipelineBench { circuit, jobs, partitions, config, json }.run(backends, key)
         }
         #[cfg(feature = "filecoin")]
-        BenchCommand::Porep { proof, runs, work_dir, vs, json, common } => {
+        BenchCommand::Porep { proof, runs, work_dir, vs, synthesis, json, common } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");
             let proof = serde_json::from_value(serde_json::Value::String(proof.clone())).map_err(|_| {
                 anyhow::anyhow!("--proof {proof}: not a registered seal proof (e.g. StackedDrg2KiBV1_1)")
             })?;
             let backends =
                 provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?.backends;
-            bench::porep::PorepBench { proof, runs, work_dir, vs_filecoin_proofs: vs.is_some(), json }
-                .run(backends)
+            let synthesis = serde_json::from_value(serde_json::Value::String(synthesis.clone()))
+                .map_err(|_| anyhow::anyhow!("--synthesis {synthesis}: \"matrices\" or \"recorder\""))?;
+            bench::porep::PorepBench {
+                proof,
+                runs,
+                work_dir,
+                vs_filecoin_proofs: vs.is_some(),
+                synthesis,
+                json,
+            }
+            .run(backends)
         }
         BenchCommand::Msm { sizes, cpu_sizes, runs, warmup, json, g2, data_dir } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");

@@ -143,7 +143,7 @@ fn fuzz_porep_input() {
     let check = |input: serde_json::Value| {
         if let Ok(parts) = circuit.split(input) {
             for (k, p) in parts.into_iter().enumerate() {
-                let _ = circuit.partition(k, p);
+                let _ = circuit.partition(k, p, None);
             }
         }
     };

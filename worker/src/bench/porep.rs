@@ -17,7 +17,7 @@ use serde_json::json;
 use super::{environment, median, print_table, write_json};
 use crate::backend::Backend;
 use crate::circuits::filecoin::seal::{seal_sector, SealedSector};
-use crate::circuits::filecoin::{prover_id_of_miner, FilecoinPorepConfig, FilecoinPorepKind, Ids};
+use crate::circuits::filecoin::{prover_id_of_miner, FilecoinPorepConfig, FilecoinPorepKind, Ids, Synthesis};
 use crate::circuits::CircuitKind;
 use crate::pipeline::{Engine, JobSpec, Outcome, PipelineConfig};
 use crate::telemetry::Metrics;
@@ -29,6 +29,7 @@ pub struct PorepBench {
     pub work_dir: PathBuf,
     /// Time filecoin-proofs' own C2 (its CPU prover) beside provd's.
     pub vs_filecoin_proofs: bool,
+    pub synthesis: Synthesis,
     pub json: PathBuf,
 }
 
@@ -84,16 +85,20 @@ impl PorepBench {
             proof: self.proof,
             parameter_cache: Some(params),
             test_only_parameters: true,
+            synthesis: self.synthesis,
         };
         let kind = FilecoinPorepKind::load(&config)?;
         let loaded = t.elapsed();
         let key = kind.key().clone();
         eprintln!(
-            "{} constraints, {} partitions; parameters ready in {:.1} s ({} MiB resident)",
+            "{} constraints, {} partitions; parameters (and with synthesis {:?}, the recorded matrices) ready in \
+             {:.1} s ({} MiB resident, key {} MiB)",
             kind.constraints(),
             self.proof.partitions(),
+            self.synthesis,
             loaded.as_secs_f64(),
-            kind.resident_bytes() >> 20
+            kind.resident_bytes() >> 20,
+            key.resident_bytes() >> 20
         );
 
         let metrics = Arc::new(Metrics::new());
@@ -230,6 +235,7 @@ impl PorepBench {
                 "benchmark": "porep",
                 "environment": environment(),
                 "proof": format!("{:?}", self.proof),
+                "synthesis": format!("{:?}", self.synthesis),
                 "constraints": kind.constraints(),
                 "partitions": partitions,
                 "runs": self.runs,

@@ -79,6 +79,11 @@ impl Matrices {
         self.a.rows()
     }
 
+    /// Inputs, the constant ONE included.
+    pub fn num_inputs(&self) -> usize {
+        self.inputs
+    }
+
     /// Host bytes the matrices hold (resident as long as the circuit is served).
     pub fn heap_bytes(&self) -> usize {
         self.a.heap_bytes()

@@ -31,7 +31,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{CircuitKind, KeySource, LoadError, WitnessError};
-use crate::groth16::{PointCheck, Proof, ProvingKey};
+use crate::groth16::{Matrices, PointCheck, Proof, ProvingKey};
 use crate::pipeline::SynthesisFn;
 use shape::{PorepShape, Shaped};
 
@@ -53,6 +53,24 @@ pub struct FilecoinPorepConfig {
     /// ran it can forge proofs; and Filecoin's verifier rejects them).
     #[serde(default)]
     pub test_only_parameters: bool,
+    /// How partitions are synthesized.
+    #[serde(default)]
+    pub synthesis: Synthesis,
+}
+
+/// How a Filecoin circuit's partitions are synthesized.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Synthesis {
+    /// The circuit's constraint matrices are recorded once at load and held
+    /// (in the memory budget, beside the key); a partition computes only its
+    /// assignment and gets a, b, c by parallel sparse products.
+    #[default]
+    Matrices,
+    /// Each partition's circuit runs through the recorder, building every
+    /// linear combination on one thread; nothing is held between partitions
+    /// (for sectors whose matrices would not fit).
+    Recorder,
 }
 
 impl FilecoinPorepConfig {
@@ -192,6 +210,8 @@ pub struct PorepCircuit {
 /// A Filecoin PoRep circuit, its parameters loaded.
 pub struct FilecoinPorepKind {
     circuit: PorepCircuit,
+    /// The partition circuit's matrices, with `synthesis = "matrices"`.
+    matrices: Option<Arc<Matrices>>,
     key: Arc<ProvingKey>,
     source: KeySource,
     constraints: usize,
@@ -272,8 +292,15 @@ impl PorepCircuit {
         Ok(parsed)
     }
 
-    /// Partition `index`'s synthesis job, from its witness as [`PorepCircuit::split`] made it.
-    pub fn partition(&self, index: usize, witness: Value) -> Result<SynthesisFn, SectorError> {
+    /// Partition `index`'s synthesis job, from its witness as
+    /// [`PorepCircuit::split`] made it: by products with `matrices` (the
+    /// circuit's, [`PorepCircuit::record`]) where given, else through the recorder.
+    pub fn partition(
+        &self,
+        index: usize,
+        witness: Value,
+        matrices: Option<Arc<Matrices>>,
+    ) -> Result<SynthesisFn, SectorError> {
         let w: PartitionWitness = serde_json::from_value(witness).map_err(|e| {
             SectorError::Malformed(format!(
                 "{e}; a partition is one that the kind split from a job's \"input\" ({INPUT_SHAPE})"
@@ -285,7 +312,12 @@ impl PorepCircuit {
         let ids =
             Ids { prover_id: w.prover_id.decode().map_err(SectorError::Malformed)?, sector_id: w.sector_id };
         let c1 = self.parse_c1(&w.c1)?;
-        self.shape.partition(c1, &ids, index)
+        self.shape.partition(c1, &ids, index, matrices)
+    }
+
+    /// The partition circuit's constraint matrices.
+    pub fn record(&self) -> Result<Matrices, crate::groth16::ProveError> {
+        self.shape.record()
     }
 }
 
@@ -297,9 +329,26 @@ impl FilecoinPorepKind {
         let porep = PorepCircuit::new(proof).map_err(fail)?;
         let shape = porep.shape.as_ref();
         let files = ParameterFiles::new(&config.parameter_cache(), &shape.cache_id());
-        let (constraints, inputs) =
-            shape.count().map_err(|e| fail(format!("counting the partition circuit's constraints: {e}")))?;
-        let constraints = constraints + inputs;
+        let t = std::time::Instant::now();
+        let matrices = match config.synthesis {
+            Synthesis::Matrices => Some(Arc::new(
+                shape
+                    .record()
+                    .map_err(|e| fail(format!("recording the partition circuit's constraints: {e}")))?,
+            )),
+            Synthesis::Recorder => None,
+        };
+        let (constraints, inputs) = match &matrices {
+            Some(m) => (m.num_constraints(), m.num_inputs()),
+            None => {
+                let (c, i) = shape
+                    .count()
+                    .map_err(|e| fail(format!("counting the partition circuit's constraints: {e}")))?;
+                (c + i, i)
+            }
+        };
+        tracing::info!(%circuit, constraints, secs = t.elapsed().as_secs_f64(), synthesis = ?config.synthesis,
+            "partition circuit recorded");
         let (key, source) = if files.params.exists() {
             // Every point on the curve; the subgroup checks (a minute per
             // 2 GB on 16 cores, tens of minutes for a 32 GiB sector's file)
@@ -358,7 +407,7 @@ impl FilecoinPorepKind {
             _ => {}
         }
         tracing::info!(%circuit, ?proof, constraints, path = %files.params.display(), "loaded Filecoin parameters");
-        Ok(Self { circuit: porep, key: Arc::new(key), source, constraints })
+        Ok(Self { circuit: porep, matrices, key: Arc::new(key), source, constraints })
     }
 }
 
@@ -415,12 +464,18 @@ impl CircuitKind for FilecoinPorepKind {
         self.constraints
     }
 
+    fn resident_bytes(&self) -> u64 {
+        (self.key.resident_bytes() + self.matrices.as_ref().map_or(0, |m| m.heap_bytes())) as u64
+    }
+
     fn split(&self, input: Value) -> Result<Vec<Value>, WitnessError> {
         self.circuit.split(input).map_err(|e| WitnessError(e.to_string()))
     }
 
     fn partition(&self, index: usize, witness: Value) -> Result<SynthesisFn, WitnessError> {
-        self.circuit.partition(index, witness).map_err(|e| WitnessError(format!("partition {index}: {e}")))
+        self.circuit
+            .partition(index, witness, self.matrices.clone())
+            .map_err(|e| WitnessError(format!("partition {index}: {e}")))
     }
 
     fn job_result(&self, proofs: &[&Proof]) -> Option<serde_json::Map<String, Value>> {

@@ -17,7 +17,7 @@ use storage_proofs_core::proof::ProofScheme;
 use storage_proofs_porep::stacked::{self, StackedCircuit, StackedCompound, StackedDrg};
 
 use super::{Ids, SectorError};
-use crate::groth16::{synthesize, ProveError, ProvingKey};
+use crate::groth16::{synthesize, Matrices, ProveError, ProvingKey};
 use crate::pipeline::SynthesisFn;
 
 type Hasher<Tree> = <Tree as MerkleTreeTrait>::Hasher;
@@ -39,13 +39,24 @@ pub trait PorepShape: Send + Sync {
     /// A TEST-ONLY key for the partition circuit, from random toxic waste.
     fn generate_key(&self) -> Result<ProvingKey, ProveError>;
 
+    /// The partition circuit's constraint matrices (they do not depend on
+    /// the sector), for synthesis by sparse products.
+    fn record(&self) -> Result<Matrices, ProveError>;
+
     /// Checks a whole C1 output against its ids (its replica id, its
     /// vanilla proofs), before it is split into partitions.
     fn check_sector(&self, c1: &SealCommitPhase1Output, ids: &Ids) -> Result<(), SectorError>;
 
     /// The synthesis job of partition `k`, from a C1 output that holds that
-    /// partition's vanilla proofs only.
-    fn partition(&self, c1: SealCommitPhase1Output, ids: &Ids, k: usize) -> Result<SynthesisFn, SectorError>;
+    /// partition's vanilla proofs only: by products with `matrices` where
+    /// given, else through the recorder.
+    fn partition(
+        &self,
+        c1: SealCommitPhase1Output,
+        ids: &Ids,
+        k: usize,
+        matrices: Option<Arc<Matrices>>,
+    ) -> Result<SynthesisFn, SectorError>;
 }
 
 /// [`PorepShape`] for one `Tree`.
@@ -150,7 +161,17 @@ impl<Tree: 'static + MerkleTreeTrait> PorepShape for Shaped<Tree> {
         }
     }
 
-    fn partition(&self, c1: SealCommitPhase1Output, ids: &Ids, k: usize) -> Result<SynthesisFn, SectorError> {
+    fn record(&self) -> Result<Matrices, ProveError> {
+        Matrices::record(self.blank())
+    }
+
+    fn partition(
+        &self,
+        c1: SealCommitPhase1Output,
+        ids: &Ids,
+        k: usize,
+        matrices: Option<Arc<Matrices>>,
+    ) -> Result<SynthesisFn, SectorError> {
         let partitions = usize::from(self.porep.partitions);
         if k >= partitions {
             return Err(SectorError::Malformed(format!(
@@ -172,6 +193,9 @@ impl<Tree: 'static + MerkleTreeTrait> PorepShape for Shaped<Tree> {
             Some(k),
         )
         .map_err(|e| SectorError::Malformed(format!("{e:#}")))?;
-        Ok(Arc::new(move || synthesize(circuit.clone())))
+        Ok(match matrices {
+            Some(m) => Arc::new(move || m.synthesize(circuit.clone())),
+            None => Arc::new(move || synthesize(circuit.clone())),
+        })
     }
 }
