@@ -167,7 +167,7 @@ async fn bad_requests_get_json_errors() {
         .assert_error(StatusCode::BAD_REQUEST, "invalid request body");
     post_json(&s, "/v1/prove", r#"{"circuit":"square"}"#)
         .await
-        .assert_error(StatusCode::BAD_REQUEST, "missing field `partitions`");
+        .assert_error(StatusCode::BAD_REQUEST, "a job has either \"partitions\"");
     post_json(&s, "/v1/prove", r#"{"circuit":"cube","partitions":[{"x":1}]}"#)
         .await
         .assert_error(StatusCode::BAD_REQUEST, "unknown circuit 'cube'; this worker serves: square");
