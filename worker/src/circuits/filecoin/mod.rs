@@ -517,6 +517,17 @@ mod tests {
             panic!("a porep entry")
         };
         assert_eq!((c.proof, c.test_only_parameters), (RegisteredSealProof::StackedDrg2KiBV1_1, true));
+        assert_eq!(c.synthesis, Synthesis::Matrices, "matrices by default");
+        let recorder =
+            "[[circuits]]\nkind = \"filecoin-porep\"\nname = \"p\"\nproof = \"StackedDrg2KiBV1_1\"\n\
+                        synthesis = \"recorder\"\n";
+        let f: File = toml::from_str(recorder).unwrap();
+        let crate::circuits::CircuitConfig::FilecoinPorep(c) = &f.circuits[0] else {
+            panic!("a porep entry")
+        };
+        assert_eq!(c.synthesis, Synthesis::Recorder);
+        let e = toml::from_str::<File>(&recorder.replace("recorder", "fast")).err().expect("an unknown way");
+        assert!(e.to_string().contains("unknown variant `fast`"), "{e}");
         let bad = "[[circuits]]\nkind = \"filecoin-porep\"\nname = \"p\"\nproof = \"StackedDrg3KiB\"\n";
         let e = toml::from_str::<File>(bad).err().expect("an unknown proof").to_string();
         assert!(e.contains("unknown variant `StackedDrg3KiB`"), "{e}");
