@@ -252,10 +252,14 @@ fn connections_and_event_streams_are_capped() {
     let _ = fifth.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     assert!(closed_within(&mut fifth, Duration::from_secs(1)), "over the cap, a connection is closed");
     drop(streams);
-    // Once the idle ones time out and the streams are gone, connections are served again.
+    // Once the idle ones time out and the streams are gone, connections are
+    // served again; the refused one was counted.
     std::thread::sleep(Duration::from_secs(3));
     let (status, _, _) = raw_request(addr, "GET", "/healthz", None, &[]);
     assert_eq!(status, 200);
+    let (_, _, metrics) = raw_request(addr, "GET", "/metrics", None, &[]);
+    let refused = metrics.lines().find_map(|l| l.strip_prefix("provd_connections_refused_total "));
+    assert!(refused.and_then(|v| v.parse::<u64>().ok()).is_some_and(|n| n >= 1), "refused: {refused:?}");
     let _ = child.kill();
     let _ = child.wait();
 }

@@ -802,6 +802,12 @@ impl Service {
         Ok((encoding, bytes))
     }
 
+    /// The worker's metrics, for the layers that count what the engine does
+    /// not see (connections refused by the HTTP server).
+    pub fn metrics(&self) -> &Arc<crate::telemetry::Metrics> {
+        self.engine.metrics()
+    }
+
     /// The Prometheus exposition, with the gauges that are read on demand
     /// (GPU memory, key residency) refreshed first.
     pub fn metrics_text(&self) -> String {

@@ -217,7 +217,9 @@ pub async fn serve(
         tracing::info!(done, cancelled, "accepted jobs ended");
         let _ = shutdown_state.closing.send(true);
     };
-    let connections = accept_until(listener, router(state.clone()), &service.config.server, drained).await;
+    let refused = service.metrics().connections_refused.clone();
+    let connections =
+        accept_until(listener, router(state.clone()), &service.config.server, refused, drained).await;
     // Connections get a moment to finish; one that does not (a client holding
     // a half-sent request) is dropped, so that shutdown ends within the grace
     // whatever clients do.
@@ -235,13 +237,18 @@ pub async fn serve(
 /// connections still open, to be shut down gracefully. Each connection has
 /// `server.header_read_timeout_seconds` to send a request's headers (idle
 /// kept-alive connections included); beyond `server.max_connections` open at
-/// once, new connections are closed as they arrive.
+/// once, new connections are closed as they arrive, counted in `refused`
+/// and logged at most every [`REFUSALS_LOGGED_EVERY`] (a flood of them
+/// must not flood the log too).
 async fn accept_until(
     listener: tokio::net::TcpListener,
     app: Router,
     limits: &crate::config::ServerConfig,
+    refused: prometheus::IntCounter,
     stop: impl std::future::Future<Output = ()>,
 ) -> hyper_util::server::graceful::GracefulShutdown {
+    let mut unlogged = 0u64;
+    let mut logged_at: Option<tokio::time::Instant> = None;
     let open = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let header_timeout = Duration::from_secs(limits.header_read_timeout_seconds.max(1));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -260,11 +267,18 @@ async fn accept_until(
             () = &mut stop => return graceful,
         };
         let Ok(permit) = open.clone().try_acquire_owned() else {
-            tracing::warn!(
-                limit = limits.max_connections,
-                "connection refused: too many open (server.max_connections)"
-            );
             drop(stream);
+            refused.inc();
+            unlogged += 1;
+            if logged_at.is_none_or(|t| t.elapsed() >= REFUSALS_LOGGED_EVERY) {
+                tracing::warn!(
+                    limit = limits.max_connections,
+                    refused = unlogged,
+                    "connections refused: too many open (server.max_connections); \
+                     provd_connections_refused_total counts them all"
+                );
+                (unlogged, logged_at) = (0, Some(tokio::time::Instant::now()));
+            }
             continue;
         };
         let service = hyper_util::service::TowerToHyperService::new(app.clone());
@@ -279,6 +293,9 @@ async fn accept_until(
         });
     }
 }
+
+/// At most one warning per this long for connections refused over the cap.
+const REFUSALS_LOGGED_EVERY: Duration = Duration::from_secs(10);
 
 /// How long open connections may outlive the last accepted job at shutdown.
 const CONNECTIONS_GRACE: Duration = Duration::from_secs(5);

@@ -15,6 +15,7 @@ pub struct Metrics {
     pub memory_reserved_bytes: IntGauge,
     pub witness_bytes: IntGauge,
     pub log_lines_dropped: IntCounter,
+    pub connections_refused: IntCounter,
     pub panics: IntCounter,
     pub memory_budget_bytes: IntGauge,
     pub gpu_queue_depth: IntGauge,
@@ -89,6 +90,14 @@ impl Metrics {
                 IntCounter::new(
                     "provd_log_lines_dropped_total",
                     "Log lines that could not be written (closed stderr, full disk); the worker kept running.",
+                )
+                .unwrap(),
+            ),
+            connections_refused: reg(
+                r,
+                IntCounter::new(
+                    "provd_connections_refused_total",
+                    "Connections closed as they arrived because server.max_connections were open.",
                 )
                 .unwrap(),
             ),
