@@ -263,3 +263,42 @@ fn connections_and_event_streams_are_capped() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// A body that stops arriving is refused with 408 once it has sent nothing
+/// for `server.body_read_timeout_seconds`, and the connection is let go;
+/// one that keeps sending is read to its end.
+#[test]
+fn a_stalled_request_body_is_refused_in_time() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let config = CONFIG.replace("[server]\n", "[server]\nbody_read_timeout_seconds = 1\n");
+    let (mut child, addr, stderr) = start_with(dir.path(), &config);
+    std::thread::spawn(move || std::io::copy(&mut BufReader::new(stderr), &mut std::io::sink()));
+    let body = r#"{"circuit": "bench-14", "partitions": [{"seed": 1}]}"#;
+    let head = format!(
+        "POST /v1/prove HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(&body.as_bytes()[..10]).unwrap();
+    let t = std::time::Instant::now();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut reply = String::new();
+    let _ = s.read_to_string(&mut reply);
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    assert!(reply.contains("body_read_timeout_seconds"), "{reply}");
+    assert!(t.elapsed() < Duration::from_secs(5), "refused after {:?}", t.elapsed());
+    // A body sent slowly but steadily (a chunk every 300 ms) is read whole.
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(head.as_bytes()).unwrap();
+    for chunk in body.as_bytes().chunks(16) {
+        std::thread::sleep(Duration::from_millis(300));
+        s.write_all(chunk).unwrap();
+    }
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 202"), "{line}");
+    let _ = child.kill();
+    let _ = child.wait();
+}

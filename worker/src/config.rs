@@ -202,6 +202,10 @@ pub struct ServerConfig {
     /// Seconds a client has to send a request's headers (and a kept-alive
     /// connection may sit idle); a slower one is disconnected.
     pub header_read_timeout_seconds: u64,
+    /// Seconds a request body may go without sending a byte; a body that
+    /// stalls longer is refused with 408 (its size is bounded apart, by
+    /// `max_body_bytes` or the circuit's witness size).
+    pub body_read_timeout_seconds: u64,
     /// Connections open at once; more are closed as they arrive.
     pub max_connections: usize,
     /// `/v1/events` streams open at once; more get 503.
@@ -219,6 +223,7 @@ impl Default for ServerConfig {
             shutdown_grace_seconds: 60,
             job_retention_seconds: 3600,
             header_read_timeout_seconds: 10,
+            body_read_timeout_seconds: 30,
             max_connections: 1024,
             max_event_streams: 64,
         }

@@ -78,7 +78,10 @@ pub async fn prove(
         let mut body = Vec::with_capacity(declared.unwrap_or(limit).min(limit) as usize);
         let mut chunks = req.into_body().into_data_stream();
         while let Some(chunk) = chunks.next().await {
-            let chunk = chunk.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+            let chunk = chunk.map_err(|e| match super::stalled(&e) {
+                true => super::stalled_body(&state),
+                false => ApiError::bad_request(format!("reading the body: {e}")),
+            })?;
             if (body.len() + chunk.len()) as u64 > limit {
                 return Err(too_large());
             }

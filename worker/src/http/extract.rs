@@ -20,6 +20,7 @@ impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for Json<T> {
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
         match axum::Json::<T>::from_request(req, state).await {
             Ok(axum::Json(v)) => Ok(Json(v)),
+            Err(JsonRejection::BytesRejection(e)) if super::stalled(&e) => Err(super::stalled_body(state)),
             Err(e) => Err(json_rejection(e, state.service.config.server.max_body_bytes)),
         }
     }

@@ -75,8 +75,41 @@ pub fn router(state: Arc<AppState>) -> Router {
         .method_not_allowed_fallback(api::method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(state.clone(), same_origin))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), body_timeout))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// Bounds how long a request body may stall between its bytes
+/// (`server.body_read_timeout_seconds`): a client that sends its headers
+/// and then trickles or stops would otherwise hold its connection, and the
+/// budget held for a binary witness, for as long as it likes.
+async fn body_timeout(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let stall = Duration::from_secs(state.service.config.server.body_read_timeout_seconds.max(1));
+    next.run(req.map(|body| axum::body::Body::new(tower_http::timeout::TimeoutBody::new(stall, body)))).await
+}
+
+/// Whether reading a body failed because it stalled ([`body_timeout`]).
+pub(crate) fn stalled(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(e) = cause {
+        if e.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
+/// The 408 for a body that stalled.
+pub(crate) fn stalled_body(state: &AppState) -> ApiError {
+    ApiError::new(
+        StatusCode::REQUEST_TIMEOUT,
+        format!(
+            "the request body sent nothing for {} s (server.body_read_timeout_seconds)",
+            state.service.config.server.body_read_timeout_seconds
+        ),
+    )
 }
 
 /// Keeps browsers from driving a worker on behalf of another site: a request
