@@ -141,7 +141,7 @@ fn bad_c1_outputs_are_the_clients_errors_with_the_reason() {
     );
     let mut relabelled = f.other_size.input();
     relabelled["c1"]["registered_proof"] = json!(PROOF);
-    refused(relabelled, "another sector size");
+    refused(relabelled, "its vanilla proofs are tagged for a sector of 8388608 bytes");
 
     // Shapes that are not a sector at all.
     refused(json!({"c1": {}, "prover_id": "00", "sector_id": 1}), "malformed");

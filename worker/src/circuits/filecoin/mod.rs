@@ -289,6 +289,14 @@ impl PorepCircuit {
         if parsed.registered_proof != self.proof {
             return Err(SectorError::OtherProof { theirs: parsed.registered_proof, ours: self.proof });
         }
+        // Sizes of one tree shape (2 KiB, 8 MiB, 512 MiB) decode into each
+        // other's types: the tag must say this size.
+        let (tagged, ours) = (sector_size_of(&parsed.vanilla_proofs), u64::from(self.proof.sector_size()));
+        if tagged != ours {
+            return Err(SectorError::OtherSectorSize(format!(
+                "its vanilla proofs are tagged for a sector of {tagged} bytes, its registered proof for {ours}"
+            )));
+        }
         Ok(parsed)
     }
 
@@ -384,7 +392,7 @@ impl FilecoinPorepKind {
         if key.vk.ic.len() != inputs {
             return Err(wrong(format!(
                 "it has {} public inputs, the circuit {}",
-                key.vk.ic.len() - 1,
+                key.vk.ic.len().saturating_sub(1),
                 inputs - 1
             )));
         }
@@ -408,6 +416,19 @@ impl FilecoinPorepKind {
         }
         tracing::info!(%circuit, ?proof, constraints, path = %files.params.display(), "loaded Filecoin parameters");
         Ok(Self { circuit: porep, matrices, key: Arc::new(key), source, constraints })
+    }
+}
+
+/// The sector size a C1 output's vanilla proofs are tagged with.
+fn sector_size_of(proofs: &filecoin_proofs_api::seal::VanillaSealProof) -> u64 {
+    use filecoin_proofs::constants::*;
+    use filecoin_proofs_api::seal::VanillaSealProof::*;
+    match proofs {
+        StackedDrg2KiBV1(_) => SECTOR_SIZE_2_KIB,
+        StackedDrg8MiBV1(_) => SECTOR_SIZE_8_MIB,
+        StackedDrg512MiBV1(_) => SECTOR_SIZE_512_MIB,
+        StackedDrg32GiBV1(_) => SECTOR_SIZE_32_GIB,
+        StackedDrg64GiBV1(_) => SECTOR_SIZE_64_GIB,
     }
 }
 
