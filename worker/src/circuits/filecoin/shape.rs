@@ -102,7 +102,14 @@ impl<Tree: 'static + MerkleTreeTrait> Shaped<Tree> {
             comm_d,
             &self.porep.porep_id,
         );
-        let replica_id: Domain<Tree> = Scalar::from(replica_id).into();
+        // Compared as field elements: a replica id that is not one is the
+        // input's fault (its `Into<Fr>` would panic).
+        use ff::PrimeField;
+        let mut repr = [0u8; 32];
+        repr.copy_from_slice(&filecoin_hashers::Domain::into_bytes(&replica_id));
+        let replica_id: Domain<Tree> = Scalar::from_repr_vartime(repr)
+            .ok_or_else(|| SectorError::Malformed("its replica_id is not a field element".into()))?
+            .into();
         if replica_id != expected {
             return Err(SectorError::OtherSector);
         }
@@ -185,14 +192,22 @@ impl<Tree: 'static + MerkleTreeTrait> PorepShape for Shaped<Tree> {
                 proofs.len()
             )));
         };
-        let circuit = <StackedCompound<Tree, DefaultPieceHasher> as CompoundProof<_, _>>::circuit(
-            &inputs,
-            (),
-            proof,
-            &self.params,
-            Some(k),
-        )
-        .map_err(|e| SectorError::Malformed(format!("{e:#}")))?;
+        // As in the vanilla check: a malformed proof's values can make the
+        // circuit's construction panic (a digest that is no field element).
+        let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            <StackedCompound<Tree, DefaultPieceHasher> as CompoundProof<_, _>>::circuit(
+                &inputs,
+                (),
+                proof,
+                &self.params,
+                Some(k),
+            )
+        }));
+        let circuit = match built {
+            Ok(Ok(circuit)) => circuit,
+            Ok(Err(e)) => return Err(SectorError::Malformed(format!("{e:#}"))),
+            Err(_) => return Err(SectorError::Malformed("its vanilla proofs are malformed".into())),
+        };
         Ok(match matrices {
             Some(m) => Arc::new(move || m.synthesize(circuit.clone())),
             None => Arc::new(move || synthesize(circuit.clone())),
