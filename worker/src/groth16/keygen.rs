@@ -25,7 +25,14 @@ where
     R: RngCore,
 {
     // The circuit's A, B and C, its input constraints appended.
-    let matrices = super::matrices::Matrices::record(circuit)?;
+    generate_test_key_for(&super::matrices::Matrices::record(circuit)?, rng)
+}
+
+/// As [`generate_test_key`], for a circuit whose matrices are recorded already.
+pub fn generate_test_key_for<R: RngCore>(
+    matrices: &super::matrices::Matrices,
+    rng: &mut R,
+) -> Result<ProvingKey, ProveError> {
     let domain = Domain::for_constraints(matrices.num_constraints(), TwoAdicRoot::Seven)?;
     let n = domain.size();
 

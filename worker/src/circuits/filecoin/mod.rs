@@ -372,8 +372,15 @@ impl FilecoinPorepKind {
             })?;
             (key, KeySource::File { path: files.params.clone() })
         } else if config.test_only_parameters {
+            // The matrices served with, or (recorder) recorded for the key only.
+            let recorded = match &matrices {
+                Some(m) => m.clone(),
+                None => Arc::new(
+                    shape.record().map_err(|e| fail(format!("recording the partition circuit: {e}")))?,
+                ),
+            };
             (
-                generate(&circuit, shape, u64::from(proof.sector_size()), &files)?,
+                generate(&circuit, &recorded, u64::from(proof.sector_size()), &files)?,
                 KeySource::GeneratedTestOnly { path: files.params.clone() },
             )
         } else {
@@ -436,7 +443,7 @@ fn sector_size_of(proofs: &filecoin_proofs_api::seal::VanillaSealProof) -> u64 {
 /// looks for them (`.params`, `.vk`, `.meta`), each file written whole or not at all.
 fn generate(
     circuit: &str,
-    shape: &dyn PorepShape,
+    matrices: &Matrices,
     sector_size: u64,
     files: &ParameterFiles,
 ) -> Result<ProvingKey, LoadError> {
@@ -446,7 +453,8 @@ fn generate(
         "generating TEST-ONLY Filecoin parameters from random toxic waste (never use them in production)"
     );
     let t = std::time::Instant::now();
-    let key = shape.generate_key().map_err(|e| fail(format!("generating TEST-ONLY parameters: {e}")))?;
+    let key = crate::groth16::keygen::generate_test_key_for(matrices, &mut rand::rngs::OsRng)
+        .map_err(|e| fail(format!("generating TEST-ONLY parameters: {e}")))?;
     let dir = files.params.parent().expect("a file in the cache directory");
     std::fs::create_dir_all(dir).map_err(|e| fail(format!("creating {}: {e}", dir.display())))?;
     let write = |path: &Path, bytes: &[u8]| -> Result<(), LoadError> {

@@ -2,7 +2,6 @@
 //! `Tree` type parameter), behind one object-safe trait so that the kind
 //! holds a `Box<dyn PorepShape>` chosen once, at load, by `with_shape!`.
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 use blstrs::Scalar;
@@ -17,7 +16,7 @@ use storage_proofs_core::proof::ProofScheme;
 use storage_proofs_porep::stacked::{self, StackedCircuit, StackedCompound, StackedDrg};
 
 use super::{Ids, SectorError};
-use crate::groth16::{synthesize, Matrices, ProveError, ProvingKey};
+use crate::groth16::{synthesize, Matrices, ProveError};
 use crate::pipeline::SynthesisFn;
 
 type Hasher<Tree> = <Tree as MerkleTreeTrait>::Hasher;
@@ -35,9 +34,6 @@ pub trait PorepShape: Send + Sync {
     /// Constraints and public inputs (the constant ONE included) of the
     /// partition circuit, counted on its blank circuit.
     fn count(&self) -> Result<(usize, usize), ProveError>;
-
-    /// A TEST-ONLY key for the partition circuit, from random toxic waste.
-    fn generate_key(&self) -> Result<ProvingKey, ProveError>;
 
     /// The partition circuit's constraint matrices (they do not depend on
     /// the sector), for synthesis by sparse products.
@@ -63,13 +59,12 @@ pub trait PorepShape: Send + Sync {
 pub struct Shaped<Tree: 'static + MerkleTreeTrait> {
     porep: PoRepConfig,
     params: Arc<stacked::PublicParams<Tree>>,
-    _tree: PhantomData<Tree>,
 }
 
 impl<Tree: 'static + MerkleTreeTrait> Shaped<Tree> {
     pub fn new(porep: &PoRepConfig) -> anyhow::Result<Self> {
         let params = Arc::new(filecoin_proofs::parameters::public_params::<Tree>(porep)?);
-        Ok(Self { porep: porep.clone(), params, _tree: PhantomData })
+        Ok(Self { porep: porep.clone(), params })
     }
 
     fn blank(&self) -> StackedCircuit<Tree, DefaultPieceHasher> {
@@ -140,10 +135,6 @@ impl<Tree: 'static + MerkleTreeTrait> PorepShape for Shaped<Tree> {
         let mut cs = bellperson::util_cs::bench_cs::BenchCS::<Scalar>::new();
         self.blank().synthesize(&mut cs).map_err(ProveError::Synthesis)?;
         Ok((cs.num_constraints(), cs.num_inputs()))
-    }
-
-    fn generate_key(&self) -> Result<ProvingKey, ProveError> {
-        crate::groth16::keygen::generate_test_key(self.blank(), &mut rand::rngs::OsRng)
     }
 
     fn check_sector(&self, c1: &SealCommitPhase1Output, ids: &Ids) -> Result<(), SectorError> {
