@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, over .device-bundle/:
-#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [circom] ...
+#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [circom] [porep] [soak] ...
 # TEST_BINS (e.g. "gpu-test msm-test") limits `tests` to those binaries.
 # B_G2=gpu|cpu places B's G2 MSM for bench-prove and bench-pipeline (default: the binary's);
 # PROVE_VS=none skips bellperson in bench-prove; PIPE_DEVICES=all spreads bench-pipeline over every GPU.
@@ -17,6 +17,9 @@
 # porep: for each of POREP_PROOFS (default "StackedDrg2KiBV1_1 StackedDrg512MiBV1_1"), `provd bench porep` seals a
 # sector and makes TEST-ONLY parameters in POREP_WORK (kept while the machine is), then proves it POREP_RUNS times
 # with provd's cuda backend and with filecoin-proofs' own seal_commit_phase2 (CPU); the ratio lands in porep.log.
+# soak: SOAK_PROOFS (default 1000) proofs of SOAK_CIRCUIT (default bench-20) in one process (`provd bench pipeline
+# --sample-every SOAK_EVERY`, default 5 s): RSS, device memory and the buffer gauges over time, with nvidia-smi's
+# memory.used and utilization.gpu sampled beside them (soak-smi.csv).
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 bundle=.device-bundle
@@ -60,6 +63,13 @@ for step in "${@:-tests}"; do
           "$OUT/pipeline-smi.csv" | tee -a "$OUT/bench-pipeline.log"
         mv "$OUT/pipeline-smi.csv" "$OUT/smi-$tag.csv"
       done ;;
+    soak)
+      circuit=${SOAK_CIRCUIT:-bench-20}
+      nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 1000 > "$OUT/soak-smi.csv" &
+      smi=$!
+      "$bundle/provd" bench pipeline --circuit "$circuit" --jobs $(( ${SOAK_PROOFS:-1000} / 4 )) --partitions 4 --backend cuda \
+        --sample-every "${SOAK_EVERY:-5}" --json "$OUT/soak-$circuit.json" 2>&1 | grep -v ' INFO ' | tee -a "$OUT/soak.log" || status=1
+      kill $smi ;;
     bench-prove)
       for backend in ${PROVE_BACKENDS:-cuda cpu}; do
         vs=(--vs bellperson); [ "${PROVE_VS:-}" = none ] && vs=()

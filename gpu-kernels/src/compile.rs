@@ -17,6 +17,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("curve.cuh", include_str!("../cuda/curve.cuh")),
     ("ntt.cu", include_str!("../cuda/ntt.cu")),
     ("msm.cu", include_str!("../cuda/msm.cu")),
+    ("select.cu", include_str!("../cuda/select.cu")),
     ("field_tests.cu", include_str!("../cuda/field_tests.cu")),
 ];
 

@@ -29,6 +29,9 @@ pub struct DeviceInfo {
 pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// Host-to-device copies that overlap the kernels on `stream`
+    /// ([`Gpu::upload_async`]).
+    copy: Arc<CudaStream>,
     module: Arc<CudaModule>,
     info: DeviceInfo,
 }
@@ -90,8 +93,9 @@ impl Gpu {
             kernels_cached,
         };
         let stream = ctx.new_stream().during("creating a stream")?;
+        let copy = ctx.new_stream().during("creating a stream")?;
         tracing::info!(device = %info.name, arch = %info.arch, sms = info.multiprocessors, cached = kernels_cached, "CUDA device ready");
-        Ok(Self { ctx, stream, module, info })
+        Ok(Self { ctx, stream, copy, module, info })
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -136,6 +140,24 @@ impl Gpu {
     /// Copies field elements to a new device buffer.
     pub fn upload<F: DeviceField>(&self, v: &[F]) -> Result<CudaSlice<F::Raw>, GpuError> {
         self.stream.clone_htod(as_raw(v)).during("copying to the device")
+    }
+
+    /// Copies field elements to a new device buffer on the copy stream, so
+    /// that the copy overlaps kernels already queued on the compute stream.
+    /// Returns once the host data is staged (the host slice may then be
+    /// freed); kernels launched afterwards that read the buffer wait for the
+    /// copy (cudarc orders the two streams by the buffer's events). `v` must
+    /// not be empty.
+    pub fn upload_async<F: DeviceField>(&self, v: &[F]) -> Result<CudaSlice<F::Raw>, GpuError> {
+        if v.is_empty() {
+            return Err(GpuError::Invalid("an upload of no elements".into()));
+        }
+        self.copy.clone_htod(as_raw(v)).during("copying to the device")
+    }
+
+    /// The stream of [`Gpu::upload_async`].
+    pub(crate) fn copy_stream(&self) -> &Arc<CudaStream> {
+        &self.copy
     }
 
     /// Copies a device buffer back.

@@ -14,13 +14,17 @@ pub mod field;
 mod loader;
 pub mod msm;
 pub mod ntt;
+pub mod select;
 
 pub use compile::{compile_cubin, kernel_source, CompileCache};
+/// The device buffer type this crate's functions take and return.
+pub use cudarc::driver::CudaSlice;
 pub use device::{DeviceInfo, Gpu, Timer};
 pub use error::GpuError;
 pub use field::{FpRaw, FrRaw};
 pub use msm::{Bases, G1Bases, G2Bases, Msm, MsmCurve, PinnedBases, G1, G2};
-pub use ntt::{FrBuffer, Ntt, Order};
+pub use ntt::{FrBuffer, HChain, Ntt, Order};
+pub use select::select_by_density;
 
 /// Opens the first CUDA device for tests, or says why not. GPU tests call this
 /// and return early (printing the reason) on machines without a usable GPU.

@@ -70,6 +70,22 @@ impl FrBuffer {
         Ok(Self { data, log_n })
     }
 
+    /// As [`FrBuffer::upload_padded`], on the copy stream ([`Gpu::upload_async`]):
+    /// the copy overlaps kernels already queued, and the transforms launched
+    /// on the buffer afterwards wait for it.
+    pub fn upload_padded_async(gpu: &Gpu, v: &[Scalar], log_n: u32) -> Result<Self, GpuError> {
+        if v.len() > 1 << log_n || log_n > MAX_LOG_N {
+            return Err(GpuError::Invalid(format!("{} elements do not fit 2^{log_n}", v.len())));
+        }
+        let copy = gpu.copy_stream();
+        let mut data = copy.alloc_zeros::<FrRaw>(1 << log_n).during("allocating device memory")?;
+        if !v.is_empty() {
+            let raw = crate::field::as_raw(v);
+            copy.memcpy_htod(raw, &mut data.slice_mut(..v.len())).during("copying to the device")?;
+        }
+        Ok(Self { data, log_n })
+    }
+
     pub fn download(&self, gpu: &Gpu) -> Result<Vec<Scalar>, GpuError> {
         gpu.download::<Scalar>(&self.data)
     }
@@ -424,25 +440,10 @@ impl Ntt {
     /// the coefficients of (A·B − C)/Z, **in bit-reversed order** (the H bases
     /// of a key can be permuted once to match). a is overwritten with the
     /// result; b and c are consumed.
-    pub fn quotient(
-        &mut self,
-        a: &mut FrBuffer,
-        mut b: FrBuffer,
-        mut c: FrBuffer,
-    ) -> Result<Order, GpuError> {
-        let log_n = a.log_n;
-        self.move_to_coset([&mut *a, &mut b, &mut c], Scaling::CosetOverN)?;
-        let g = Scalar::MULTIPLICATIVE_GENERATOR;
-        let z_inv = (g.pow_vartime([1u64 << log_n]) - Scalar::ONE).invert().unwrap();
-        self.pointwise(a, &b, &c, z_inv)?;
-        drop((b, c));
-        self.transform(a, Order::Natural, true)?;
-        self.scale(a, Scaling::InverseCosetOverN, Order::BitReversed)?;
-        Ok(Order::BitReversed)
+    pub fn quotient(&mut self, a: &mut FrBuffer, b: FrBuffer, c: FrBuffer) -> Result<Order, GpuError> {
+        self.h_chain(HChain::Quotient, a, b, c)
     }
-}
 
-impl Ntt {
     /// snarkjs's H scalars: given A, B, C as evaluations on the domain
     /// (natural order), A·B − C at the odd 2n-th roots ω₂ₙ·ω^i, **in natural
     /// order** (the order of a zkey's H bases). a is overwritten with the
@@ -450,27 +451,68 @@ impl Ntt {
     pub fn odd_coset_evaluations(
         &mut self,
         a: &mut FrBuffer,
+        b: FrBuffer,
+        c: FrBuffer,
+    ) -> Result<Order, GpuError> {
+        self.h_chain(HChain::OddCoset, a, b, c)
+    }
+
+    fn h_chain(
+        &mut self,
+        chain: HChain,
+        a: &mut FrBuffer,
         mut b: FrBuffer,
         mut c: FrBuffer,
     ) -> Result<Order, GpuError> {
-        self.move_to_coset([&mut *a, &mut b, &mut c], Scaling::OddCosetOverN)?;
-        self.pointwise(a, &b, &c, Scalar::ONE)?;
-        Ok(Order::Natural)
+        for v in [&mut *a, &mut b, &mut c] {
+            self.to_coset(chain, v)?;
+        }
+        self.h_from_coset(chain, a, b, c)
     }
 
-    /// Evaluations on the domain (natural order) → evaluations on a coset
-    /// (natural order): an inverse transform to bit-reversed coefficients
-    /// (unscaled), `scaling` (the shift's powers and 1/n), a forward transform.
-    fn move_to_coset(&mut self, abc: [&mut FrBuffer; 3], scaling: Scaling) -> Result<(), GpuError> {
-        if abc[1].log_n != abc[0].log_n || abc[2].log_n != abc[0].log_n {
+    /// The first half of `chain` for one of A, B, C: evaluations on the
+    /// domain (natural order) → on the chain's coset (natural order), in
+    /// place: an inverse transform to bit-reversed coefficients (unscaled),
+    /// the coset's powers and 1/n, a forward transform. One vector at a
+    /// time, so that a caller can copy the next to the device meanwhile.
+    pub fn to_coset(&mut self, chain: HChain, v: &mut FrBuffer) -> Result<(), GpuError> {
+        let scaling = match chain {
+            HChain::Quotient => Scaling::CosetOverN,
+            HChain::OddCoset => Scaling::OddCosetOverN,
+        };
+        self.transform(v, Order::Natural, true)?;
+        self.scale(v, scaling, Order::BitReversed)?;
+        self.transform(v, Order::BitReversed, false)?;
+        Ok(())
+    }
+
+    /// The second half of `chain`, from A, B, C on its coset ([`Ntt::to_coset`]
+    /// each): H's scalars in a, in the order returned. b and c are consumed.
+    pub fn h_from_coset(
+        &mut self,
+        chain: HChain,
+        a: &mut FrBuffer,
+        b: FrBuffer,
+        c: FrBuffer,
+    ) -> Result<Order, GpuError> {
+        if b.log_n != a.log_n || c.log_n != a.log_n {
             return Err(GpuError::Invalid("a, b and c must have the same length".into()));
         }
-        for v in abc {
-            self.transform(v, Order::Natural, true)?;
-            self.scale(v, scaling, Order::BitReversed)?;
-            self.transform(v, Order::BitReversed, false)?;
+        match chain {
+            HChain::Quotient => {
+                let g = Scalar::MULTIPLICATIVE_GENERATOR;
+                let z_inv = (g.pow_vartime([1u64 << a.log_n]) - Scalar::ONE).invert().unwrap();
+                self.pointwise(a, &b, &c, z_inv)?;
+                drop((b, c));
+                self.transform(a, Order::Natural, true)?;
+                self.scale(a, Scaling::InverseCosetOverN, Order::BitReversed)?;
+                Ok(Order::BitReversed)
+            }
+            HChain::OddCoset => {
+                self.pointwise(a, &b, &c, Scalar::ONE)?;
+                Ok(Order::Natural)
+            }
         }
-        Ok(())
     }
 
     /// a ← (a·b − c)·k, elementwise.
@@ -484,6 +526,16 @@ impl Ntt {
             .map(drop)
             .during("launching quotient_pointwise")
     }
+}
+
+/// Which H a Groth16 prover wants from its A, B, C evaluations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HChain {
+    /// bellperson's: the coefficients of (A·B − C)/Z, by way of the coset g·ω^i
+    /// ([`Ntt::quotient`]).
+    Quotient,
+    /// snarkjs's: A·B − C at the odd 2n-th roots ([`Ntt::odd_coset_evaluations`]).
+    OddCoset,
 }
 
 /// Which primitive 2^32-th root of unity of Fr the domains are built on. Fr

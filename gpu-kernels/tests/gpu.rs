@@ -6,7 +6,7 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 use ff::{Field, PrimeField};
 use provd_kernels::field::DeviceField;
 use provd_kernels::ntt::root_of_unity;
-use provd_kernels::{gpu_for_tests, FrBuffer, Gpu, Ntt, Order};
+use provd_kernels::{gpu_for_tests, select_by_density, FrBuffer, Gpu, HChain, Ntt, Order};
 use rand::{RngCore, SeedableRng};
 
 fn rng(seed: u64) -> rand_chacha::ChaCha8Rng {
@@ -253,4 +253,56 @@ fn bad_lengths_are_errors() {
     let Some(gpu) = gpu_for_tests() else { return };
     let err = FrBuffer::upload(&gpu, &random_scalars(3, 1)).err().unwrap();
     assert!(err.to_string().contains("power of two"), "{err}");
+}
+
+/// The copy-stream upload and the per-vector chain give what the one-call
+/// chain gives, with uploads interleaved with transforms as the prover does.
+#[test]
+fn interleaved_uploads_match_the_one_call_quotient() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    let mut ntt = Ntt::new(gpu.clone());
+    let log_n = 16;
+    let n = 1usize << log_n;
+    // shorter than the domain, so the padding is exercised
+    let [a, b, c] = [1u64, 2, 3].map(|s| random_scalars(n - 5, 300 + s));
+    let mut whole = FrBuffer::upload_padded(&gpu, &a, log_n).unwrap();
+    let up = |v: &[Scalar]| FrBuffer::upload_padded(&gpu, v, log_n).unwrap();
+    ntt.quotient(&mut whole, up(&b), up(&c)).unwrap();
+    let mut parts = Vec::new();
+    for v in [&a, &b, &c] {
+        let mut d = FrBuffer::upload_padded_async(&gpu, v, log_n).unwrap();
+        ntt.to_coset(HChain::Quotient, &mut d).unwrap();
+        parts.push(d);
+    }
+    let [mut da, db, dc]: [FrBuffer; 3] = parts.try_into().ok().unwrap();
+    assert_eq!(ntt.h_from_coset(HChain::Quotient, &mut da, db, dc).unwrap(), Order::BitReversed);
+    assert!(da.download(&gpu).unwrap() == whole.download(&gpu).unwrap());
+}
+
+/// select_by_density picks what a host filter picks, in order, at densities
+/// from empty to full and lengths that end mid-word.
+#[test]
+fn density_selection_matches_a_host_filter() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    let mut r = rng(7);
+    for (len, percent) in [(1usize, 100u32), (63, 50), (64, 0), (1000, 100), (100_003, 30), (1 << 20, 80)] {
+        let scalars = random_scalars(len, len as u64);
+        let mut words = vec![0u64; len.div_ceil(64)];
+        for i in 0..len {
+            if r.next_u32() % 100 < percent {
+                words[i / 64] |= 1 << (i % 64);
+            }
+        }
+        let expected: Vec<Scalar> =
+            (0..len).filter(|i| words[i / 64] >> (i % 64) & 1 == 1).map(|i| scalars[i]).collect();
+        let src = gpu.upload_async(&scalars).unwrap();
+        let (picked, ones) = select_by_density(&gpu, &src, len, &words).unwrap();
+        assert_eq!(ones, expected.len(), "len {len}, {percent}%");
+        let got = gpu.download::<Scalar>(&picked).unwrap();
+        assert!(got[..ones] == expected[..], "len {len}, {percent}%");
+    }
+    // a bit past the scalars is refused, not read out of bounds
+    let src = gpu.upload_async(&random_scalars(10, 1)).unwrap();
+    assert!(select_by_density(&gpu, &src, 10, &[1 << 10]).is_err());
+    assert!(select_by_density(&gpu, &src, 11, &[1]).is_err(), "more scalars than the buffer holds");
 }

@@ -220,6 +220,10 @@ enum BenchCommand {
         /// CUDA devices to spread the partitions over: "all" or ordinals ("0,1").
         #[arg(long, default_value = "0")]
         devices: String,
+        /// A soak: sample RSS, device memory and the buffer gauges every
+        /// this many seconds, print them and how far they moved after warm-up.
+        #[arg(long)]
+        sample_every: Option<f64>,
         #[arg(long, default_value = "bench-results/pipeline.json")]
         json: PathBuf,
         #[command(flatten)]
@@ -541,7 +545,17 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             bench::circom::CircomBench { zkey, wtns, runs, snarkjs, backend_arg, json }
                 .run(selected.first().as_ref())
         }
-        BenchCommand::Pipeline { circuit, jobs, partitions, permits, queue, devices, json, common } => {
+        BenchCommand::Pipeline {
+            circuit,
+            jobs,
+            partitions,
+            permits,
+            queue,
+            devices,
+            sample_every,
+            json,
+            common,
+        } => {
             anyhow::ensure!(jobs > 0 && partitions > 0, "--jobs and --partitions must be at least 1");
             let key = std::sync::Arc::new(params::load_or_generate(&common.data_dir, circuit)?);
             let devices = match devices.as_str() {
@@ -554,11 +568,22 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
                 ),
             };
             let options = CudaOptions { devices, ..common.cuda_options() };
-            let backends = provd::backend::select(common.backend, &common.data_dir, &options)?.backends;
+            let selected = provd::backend::select(common.backend, &common.data_dir, &options)?;
             let mut config = provd::pipeline::PipelineConfig::default();
             config.partition_permits = permits.unwrap_or(config.partition_permits);
             config.gpu_queue_capacity = queue.unwrap_or(config.gpu_queue_capacity);
-            bench::pipeline::PipelineBench { circuit, jobs, partitions, config, json }.run(backends, key)
+            let sample_every = sample_every
+                .map(|s| {
+                    anyhow::ensure!(
+                        s > 0.0 && s.is_finite(),
+                        "--sample-every takes a positive number of seconds"
+                    );
+                    Ok(std::time::Duration::from_secs_f64(s))
+                })
+                .transpose()?;
+            let gpus = selected.gpus.clone();
+            bench::pipeline::PipelineBench { circuit, jobs, partitions, config, json, sample_every, gpus }
+                .run(selected.backends, key)
         }
         #[cfg(feature = "filecoin")]
         BenchCommand::Porep { proof, runs, work_dir, vs, synthesis, json, common } => {

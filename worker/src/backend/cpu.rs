@@ -21,6 +21,6 @@ impl Backend for CpuBackend {
         let ([a, b, c], assignment, a_aux_density) = split(witness);
         let h = key.reduction.quotient(&domain, a, b, c);
         let g1 = msm::g1_parts(key, &h, &assignment, &a_aux_density);
-        Ok(PendingProof { g1, assignment, device_seconds: None, steps: Vec::new() })
+        Ok(PendingProof { g1, b_g2: None, assignment, device_seconds: None, steps: Vec::new() })
     }
 }

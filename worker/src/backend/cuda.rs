@@ -9,18 +9,24 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use blstrs::{G1Affine, Scalar};
+use blstrs::{G1Affine, G1Projective, G2Projective, Scalar};
+use group::Group;
 use provd_kernels::ntt::TwoAdicRoot;
-use provd_kernels::{FrBuffer, G1Bases, G2Bases, Gpu, GpuError, Msm, Ntt, Order, Timer};
+use provd_kernels::{
+    select_by_density, CudaSlice, FrBuffer, FrRaw, G1Bases, G2Bases, Gpu, GpuError, HChain, Msm, Ntt, Order,
+    Timer,
+};
 
 use super::{Backend, CudaOptions, G2Placement};
 use crate::groth16::msm::filter;
-use crate::groth16::prover::{assemble, split, Blinding, Finished, G1Parts, PendingProof, StepTime};
+use crate::groth16::prover::{split, Blinding, Finished, G1Parts, PendingProof, StepTime};
+use crate::groth16::synthesis::Density;
 use crate::groth16::{ProveError, ProvingKey, Reduction, Synthesized};
 
 /// Device bytes kept free beside the resident keys for one proof's working
-/// buffers, per domain element: a/b/c and H (4 × 32 B), MSM digits and sorted
-/// lists (about as much again).
+/// buffers, per domain element: a/b/c and the aux assignment during the H
+/// chain (4 × 32 B), then the aux assignment, a query's subset of it and an
+/// MSM's digits and sorted lists (2 × 32 B + 128 B).
 const WORKING_BYTES_PER_ELEMENT: u64 = 8 * 32;
 /// And a fixed part for the MSM engine's bucket tables.
 const WORKING_BYTES_FIXED: u64 = 512 << 20;
@@ -229,32 +235,47 @@ impl CudaBackend {
         Ok(state.keys.len() - 1)
     }
 
-    /// H's scalars left on the device, in the order of the key's H bases on it.
+    /// H's scalars left on the device, in the order of the key's H bases on
+    /// it, and `then` (the aux assignment) copied while the chain runs. Each
+    /// of a, b, c is copied (on the copy stream) while the one before it
+    /// transforms, and each host vector is freed once copied.
     fn quotient_on_device(
         &self,
         ntts: &mut HashMap<TwoAdicRoot, Ntt>,
         reduction: Reduction,
         log_n: u32,
-        a: &[Scalar],
-        b: &[Scalar],
-        c: &[Scalar],
-    ) -> Result<FrBuffer, GpuError> {
-        let mut da = FrBuffer::upload_padded(&self.gpu, a, log_n)?;
-        let db = FrBuffer::upload_padded(&self.gpu, b, log_n)?;
-        let dc = FrBuffer::upload_padded(&self.gpu, c, log_n)?;
+        abc: [Vec<Scalar>; 3],
+        then: &[Scalar],
+    ) -> Result<(FrBuffer, Option<CudaSlice<FrRaw>>), GpuError> {
         let root = reduction.root();
         let ntt = ntts.entry(root).or_insert_with(|| Ntt::with_root(self.gpu.clone(), root));
-        let order = match reduction {
-            Reduction::Bellperson => ntt.quotient(&mut da, db, dc)?,
-            Reduction::Snarkjs => ntt.odd_coset_evaluations(&mut da, db, dc)?,
+        let chain = match reduction {
+            Reduction::Bellperson => HChain::Quotient,
+            Reduction::Snarkjs => HChain::OddCoset,
         };
+        let mut on_coset = Vec::with_capacity(3);
+        for v in abc {
+            let mut d = FrBuffer::upload_padded_async(&self.gpu, &v, log_n)?;
+            drop(v);
+            ntt.to_coset(chain, &mut d)?;
+            on_coset.push(d);
+        }
+        let then = if then.is_empty() { None } else { Some(self.gpu.upload_async(then)?) };
+        let [mut a, b, c]: [FrBuffer; 3] = on_coset.try_into().ok().expect("three vectors");
+        let order = ntt.h_from_coset(chain, &mut a, b, c)?;
         debug_assert_eq!(order, h_order(reduction));
-        Ok(da)
+        Ok((a, then))
     }
 
+    /// All five MSMs and H on the device (B's G2 MSM too, unless
+    /// `G2Placement::Cpu` leaves it to `prove_finish`). The aux assignment
+    /// is copied once, during the H chain, and the A and B queries' subsets
+    /// are picked from it on the device.
     fn start(&self, key: &ProvingKey, witness: Synthesized) -> Result<PendingProof, ProveError> {
         let log_n = key.domain_size().trailing_zeros();
-        let ([a, b, c], asg, a_aux_density) = split(witness);
+        let (abc, asg, a_aux_density) = split(witness);
+        // The inputs' subset in B is a handful of scalars: filtered here.
+        let b_in = filter(&asg.input, &asg.b_input_density);
         let wall = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let locked = StepTime::on_host_since("wait for device", wall);
@@ -263,38 +284,65 @@ impl CudaBackend {
         let mut clock = StepClock::new(timer);
         clock.steps.push(locked);
         let dk = &keys[slot];
-        let msm = &self.msm;
-        let g1 = (|| -> Result<G1Parts, GpuError> {
-            let h_coeffs =
-                clock.time("quotient", || self.quotient_on_device(ntts, key.reduction, log_n, &a, &b, &c))?;
-            drop((a, b, c)); // a/b/c freed right after the NTT stage
-            let h = clock.time("msm h", || msm.run_device(&dk.h, h_coeffs.raw(), h_coeffs.len()))?;
-            drop(h_coeffs);
-            let l = clock.time("msm l", || msm.run(&dk.l, &asg.aux))?;
-            // Here, after a/b/c are gone, so that the filtered copies never
-            // coexist with them (the partition's footprint counts one or the other).
-            let (a_aux, b_in, b_aux) = clock.host("filter", || {
-                (
-                    filter(&asg.aux, &a_aux_density),
-                    filter(&asg.input, &asg.b_input_density),
-                    filter(&asg.aux, &asg.b_aux_density),
-                )
-            });
-            let a = clock
-                .time("msm a", || Ok(msm.run(&dk.a_inputs, &asg.input)? + msm.run(&dk.a_aux, &a_aux)?))?;
-            let b_g1 =
-                clock.time("msm b_g1", || Ok(msm.run(&dk.b_inputs, &b_in)? + msm.run(&dk.b_aux, &b_aux)?))?;
-            Ok(G1Parts { h, l, a, b_g1 })
+        let (msm, gpu) = (&self.msm, &*self.gpu);
+        let naux = asg.aux.len();
+        let (g1, b_g2) = (|| -> Result<(G1Parts, Option<G2Projective>), GpuError> {
+            // a/b/c's host copies are freed as they reach the device
+            let (h_scalars, aux) = clock.time("copies + quotient", || {
+                self.quotient_on_device(ntts, key.reduction, log_n, abc, &asg.aux)
+            })?;
+            let h = clock.time("msm h", || msm.run_device(&dk.h, h_scalars.raw(), h_scalars.len()))?;
+            drop(h_scalars);
+            let aux = aux.as_ref();
+            // Σ over the aux subset `picked` (the scalars and their count), if any.
+            let over = |bases, picked: Option<(&CudaSlice<FrRaw>, usize)>| match picked {
+                Some((scalars, n)) => msm.run_device(bases, scalars, n),
+                None => Ok(G1Projective::identity()),
+            };
+            let l = clock.time("msm l", || over(&dk.l, aux.map(|s| (s, naux))))?;
+            let a = clock.time("msm a", || {
+                let picked = pick(gpu, aux, naux, &a_aux_density)?;
+                Ok(msm.run(&dk.a_inputs, &asg.input)?
+                    + over(&dk.a_aux, picked.as_ref().map(|(s, n)| (s, *n)))?)
+            })?;
+            // B's aux subset serves both groups: picked once.
+            let (b_g1, b_aux) = clock.time("msm b_g1", || {
+                let picked = pick(gpu, aux, naux, &asg.b_aux_density)?;
+                let sum =
+                    msm.run(&dk.b_inputs, &b_in)? + over(&dk.b_aux, picked.as_ref().map(|(s, n)| (s, *n)))?;
+                Ok((sum, picked))
+            })?;
+            let b_g2 = match &dk.b_g2 {
+                Some((g2_inputs, g2_aux)) => Some(clock.time("msm b_g2", || {
+                    let mut sum = msm.run(g2_inputs, &b_in)?;
+                    if let Some((scalars, n)) = &b_aux {
+                        sum += msm.run_device(g2_aux, scalars, *n)?;
+                    }
+                    Ok(sum)
+                })?),
+                None => None,
+            };
+            Ok((G1Parts { h, l, a, b_g1 }, b_g2))
         })()
         .map_err(backend_error)?;
         let (device_seconds, steps) = clock.into_parts();
-        Ok(PendingProof { g1, assignment: asg, device_seconds, steps })
+        Ok(PendingProof { g1, b_g2, assignment: asg, device_seconds, steps })
     }
+}
+
+/// The subset of the aux assignment (on the device) that `density` selects,
+/// and its length; `None` without aux variables.
+fn pick(
+    gpu: &Gpu,
+    aux: Option<&CudaSlice<FrRaw>>,
+    len: usize,
+    density: &Density,
+) -> Result<Option<(CudaSlice<FrRaw>, usize)>, GpuError> {
+    aux.map(|aux| select_by_density(gpu, aux, len, density.words())).transpose()
 }
 
 /// Times each step of a proof: the device's part between two CUDA events on
 /// the stream (its copies and kernels), the wall time on the host around it.
-/// Host-only steps (filtering scalars, say) have no device part.
 struct StepClock<'a> {
     timer: &'a Timer,
     steps: Vec<StepTime>,
@@ -318,52 +366,10 @@ impl<'a> StepClock<'a> {
         Ok(out)
     }
 
-    fn host<T>(&mut self, step: &'static str, run: impl FnOnce() -> T) -> T {
-        let wall = Instant::now();
-        let out = run();
-        self.steps.push(StepTime::on_host_since(step, wall));
-        out
-    }
-
     /// The device's busy seconds over every step, and the steps.
     fn into_parts(self) -> (Option<f64>, Vec<StepTime>) {
         let ms: f64 = self.steps.iter().map(|s| s.device_ms).sum();
         (Some(ms / 1e3), self.steps)
-    }
-}
-
-impl CudaBackend {
-    /// B's G2 MSM on the device, then the assembly on the host.
-    fn finish(
-        &self,
-        key: &ProvingKey,
-        pending: PendingProof,
-        blind: Blinding,
-    ) -> Result<Finished, ProveError> {
-        let PendingProof { g1, assignment: asg, .. } = pending;
-        let wall = Instant::now();
-        let b_in = filter(&asg.input, &asg.b_input_density);
-        let b_aux = filter(&asg.aux, &asg.b_aux_density);
-        let filtered = StepTime::on_host_since("filter", wall);
-        let wall = Instant::now();
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let locked = StepTime::on_host_since("wait for device", wall);
-        // Resident since prove_start, unless another circuit's key evicted it since.
-        let slot = self.make_resident(&mut state, key, asg.b_input_density.ones())?;
-        let State { keys, timer, .. } = &mut *state;
-        let (g2_inputs, g2_aux) =
-            keys[slot].b_g2.as_ref().expect("G2 bases are uploaded with G2Placement::Gpu");
-        let mut clock = StepClock::new(timer);
-        clock.steps.extend([filtered, locked]);
-        let b_g2 = clock
-            .time("msm b_g2", || Ok(self.msm.run(g2_inputs, &b_in)? + self.msm.run(g2_aux, &b_aux)?))
-            .map_err(backend_error)?;
-        let (device_seconds, mut steps) = clock.into_parts();
-        drop(state); // the assembly needs no device
-        let wall = Instant::now();
-        let proof = assemble(key, &g1, b_g2, blind);
-        steps.push(StepTime::on_host_since("assemble", wall));
-        Ok(Finished { proof, device_seconds, steps })
     }
 }
 
@@ -384,16 +390,19 @@ impl Backend for CudaBackend {
         self.start(key, witness)
     }
 
+    /// The assembly, and B's G2 MSM on the host's cores first where
+    /// `G2Placement::Cpu` left it out of `prove_start`.
     fn prove_finish(
         &self,
         key: &ProvingKey,
         pending: PendingProof,
         blind: Blinding,
     ) -> Result<Finished, ProveError> {
-        match self.options.b_g2_msm {
-            G2Placement::Gpu => self.finish(key, pending, blind),
-            G2Placement::Cpu => Ok(Finished::on_cpu(key, pending, blind)),
-        }
+        let step = if pending.b_g2.is_some() { "assemble" } else { "msm b_g2 (host) + assemble" };
+        let wall = Instant::now();
+        let mut finished = Finished::on_cpu(key, pending, blind);
+        finished.steps.push(StepTime::on_host_since(step, wall));
+        Ok(finished)
     }
 
     fn resident_keys(&self) -> KeyResidency {
@@ -415,7 +424,7 @@ impl Backend for CudaBackend {
 mod tests {
     use super::*;
     use crate::backend::{prove, CpuBackend};
-    use crate::circuits::BenchCircuit;
+    use crate::circuits::{BenchCircuit, Builtin, Shape};
     use crate::groth16::{domain::Domain, keygen, synthesize, Blinding};
     use ff::Field;
     use rand::SeedableRng;
@@ -430,7 +439,8 @@ mod tests {
         c: &[Scalar],
     ) -> Vec<Scalar> {
         let mut state = gpu.state.lock().unwrap();
-        let mut h = gpu.quotient_on_device(&mut state.ntts, r, log_n, a, b, c).unwrap();
+        let abc = [a, b, c].map(<[Scalar]>::to_vec);
+        let (mut h, _) = gpu.quotient_on_device(&mut state.ntts, r, log_n, abc, &[]).unwrap();
         if h_order(r) == Order::BitReversed {
             state.ntts[&r.root()].bit_reverse(&mut h).unwrap();
         }
@@ -480,13 +490,15 @@ mod tests {
             let ours = gpu.prove_start(&key, w.clone()).unwrap();
             let cpu = CpuBackend.prove_start(&key, w).unwrap();
             assert_eq!(ours.g1, cpu.g1, "bench-{k}: G1 parts");
+            assert!(ours.device_seconds.is_some_and(|d| d > 0.0));
+            // B's G2 MSM ran on the device, in prove_start, and agrees with blst's
+            let on_host = crate::groth16::msm::b_g2(&key, &cpu.assignment);
+            assert_eq!(ours.b_g2, Some(on_host), "bench-{k}: B in G2");
             let public = ours.assignment.public_inputs().to_vec();
-            // the G2 MSM on the device gives the CPU's proof for the same blinding
             let blind = Blinding::random(&mut rng);
-            let on_cpu = crate::groth16::prover::finish_on_cpu(&key, ours.clone(), blind);
+            let on_cpu = crate::groth16::prover::finish_on_cpu(&key, cpu, blind);
             let finished = gpu.prove_finish(&key, ours, blind).unwrap();
-            assert_eq!(finished.proof, on_cpu, "bench-{k}: G2 on the device");
-            assert!(finished.device_seconds.is_some_and(|d| d > 0.0));
+            assert_eq!(finished.proof, on_cpu, "bench-{k}: the CPU's proof for the same blinding");
             assert!(finished.proof.verify(&key.vk, &public), "bench-{k}");
         }
         // every key so far stayed resident: one upload each, no eviction
@@ -494,6 +506,31 @@ mod tests {
         assert_eq!(res.keys.len(), 4);
         assert!(res.keys.iter().all(|k| k.uploads == 1 && k.device_bytes > 0), "{res:?}");
         assert_eq!(res.evictions, 0);
+    }
+
+    /// With `G2Placement::Cpu` prove_start leaves B in G2 to prove_finish,
+    /// which computes it on the host; dense witnesses (every aux in A, half
+    /// in B: the device picks real subsets) prove the same as on the CPU.
+    #[test]
+    fn gpu_g2_on_the_host_and_dense_witnesses() {
+        let options = CudaOptions { b_g2_msm: G2Placement::Cpu, ..CudaOptions::default() };
+        let Some(gpu) = backend(options) else { return };
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);
+        for k in [6u32, 12] {
+            let dense = Builtin { shape: Shape::Dense, log_size: k };
+            let key = keygen::generate_test_key(dense.circuit(None), &mut rng).unwrap();
+            let w = synthesize(dense.circuit(Some(7))).unwrap();
+            let ours = gpu.prove_start(&key, w.clone()).unwrap();
+            let cpu = CpuBackend.prove_start(&key, w).unwrap();
+            assert_eq!(ours.g1, cpu.g1, "dense-{k}: G1 parts");
+            assert_eq!(ours.b_g2, None, "dense-{k}: B in G2 is left to prove_finish");
+            let public = ours.assignment.public_inputs().to_vec();
+            let blind = Blinding::random(&mut rng);
+            let on_cpu = crate::groth16::prover::finish_on_cpu(&key, cpu, blind);
+            let finished = gpu.prove_finish(&key, ours, blind).unwrap();
+            assert_eq!(finished.proof, on_cpu, "dense-{k}");
+            assert!(finished.proof.verify(&key.vk, &public), "dense-{k}");
+        }
     }
 
     /// Two keys alternating: both stay resident while they fit (one upload

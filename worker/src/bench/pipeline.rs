@@ -20,6 +20,63 @@ pub struct PipelineBench {
     pub partitions: usize,
     pub config: PipelineConfig,
     pub json: PathBuf,
+    /// A soak: sample RSS, device memory and the gauges this often, and
+    /// report whether they stayed flat after warm-up.
+    pub sample_every: Option<Duration>,
+    /// The GPUs behind the backends, for their memory in the samples.
+    pub gpus: Vec<Arc<provd_kernels::Gpu>>,
+}
+
+/// One sample of a soak: what a leak would make grow.
+#[derive(Clone, Debug, serde::Serialize)]
+struct Sample {
+    seconds: f64,
+    /// Partitions ended so far.
+    proofs: u64,
+    rss_bytes: u64,
+    /// Device memory in use, summed over the GPUs.
+    device_used_bytes: u64,
+    reserved_bytes: i64,
+    buffers_in_flight: i64,
+    buffer_bytes: i64,
+}
+
+impl Sample {
+    fn take(t0: Instant, metrics: &Metrics, gpus: &[Arc<provd_kernels::Gpu>]) -> Self {
+        let families = metrics.registry.gather();
+        // Every series of a family summed (each gauge vector's labels).
+        let total = |name: &str| -> f64 {
+            families
+                .iter()
+                .filter(|f| f.name() == name)
+                .flat_map(|f| f.get_metric())
+                .map(|m| m.get_gauge().get_value() + m.get_counter().get_value())
+                .sum()
+        };
+        Sample {
+            seconds: t0.elapsed().as_secs_f64(),
+            proofs: total("provd_partitions_total") as u64,
+            rss_bytes: crate::telemetry::memory::rss_bytes(),
+            device_used_bytes: gpus
+                .iter()
+                .filter_map(|g| g.memory().ok())
+                .map(|(free, all)| all.saturating_sub(free) as u64)
+                .sum(),
+            reserved_bytes: metrics.memory_reserved_bytes.get(),
+            buffers_in_flight: total("provd_buffers_in_flight") as i64,
+            buffer_bytes: total("provd_buffer_bytes") as i64,
+        }
+    }
+}
+
+/// How far RSS and device memory moved over the samples after warm-up (the
+/// first tenth of the proofs): (min, max) of each.
+fn drift(samples: &[Sample], proofs: usize) -> Option<((u64, u64), (u64, u64))> {
+    let warm: Vec<&Sample> = samples.iter().filter(|s| s.proofs as usize >= proofs / 10).collect();
+    let range = |f: &dyn Fn(&Sample) -> u64| {
+        Some((warm.iter().map(|s| f(s)).min()?, warm.iter().map(|s| f(s)).max()?))
+    };
+    Some((range(&|s| s.rss_bytes)?, range(&|s| s.device_used_bytes)?))
 }
 
 impl PipelineBench {
@@ -65,7 +122,15 @@ impl PipelineBench {
         // never empty (the steady state), to see whether the GPU ever waits.
         let (mut steady_t, mut steady_busy) = (0.0, 0.0);
         let mut last: Option<(Instant, f64)> = None;
+        let mut samples = Vec::new();
+        let mut next_sample = start;
         loop {
+            if let Some(every) = self.sample_every {
+                if Instant::now() >= next_sample {
+                    samples.push(Sample::take(start, &metrics, &self.gpus));
+                    next_sample += every;
+                }
+            }
             let finished = ids.iter().all(|id| engine.status(*id).is_some_and(|s| s.outcome.is_some()));
             if finished {
                 break;
@@ -80,6 +145,9 @@ impl PipelineBench {
             last = queued.then_some(now);
         }
         let wall = start.elapsed().as_secs_f64();
+        if self.sample_every.is_some() {
+            samples.push(Sample::take(start, &metrics, &self.gpus));
+        }
         let mut synth = 0.0;
         let mut finish = 0.0;
         for id in &ids {
@@ -139,7 +207,43 @@ impl PipelineBench {
             engine.budget().peak() as f64 / 1048576.0,
             engine.budget().total() as f64 / 1048576.0
         );
+        let soak = self.sample_every.map(|_| {
+            let mib = |b: u64| format!("{:.1}", b as f64 / 1048576.0);
+            let step = samples.len().div_ceil(12).max(1);
+            let rows: Vec<Vec<String>> = samples
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % step == 0 || *i + 1 == samples.len())
+                .map(|(_, s)| {
+                    vec![
+                        format!("{:.1}", s.seconds),
+                        s.proofs.to_string(),
+                        mib(s.rss_bytes),
+                        mib(s.device_used_bytes),
+                        mib(s.reserved_bytes.max(0) as u64),
+                        s.buffers_in_flight.to_string(),
+                    ]
+                })
+                .collect();
+            print_table(&["s", "proofs", "RSS MiB", "device MiB", "reserved MiB", "buffers"], &rows);
+            let last = samples.last().expect("a final sample");
+            let flat = drift(&samples, proofs);
+            if let Some(((r0, r1), (d0, d1))) = flat {
+                println!(
+                    "after warm-up (from {} proofs): RSS {}–{} MiB (spread {}), device {}–{} MiB (spread {}); at the end: {} buffers, {} buffer bytes, {} bytes reserved",
+                    proofs / 10, mib(r0), mib(r1), mib(r1 - r0), mib(d0), mib(d1), mib(d1 - d0),
+                    last.buffers_in_flight, last.buffer_bytes, last.reserved_bytes
+                );
+            }
+            json!({
+                "samples": samples,
+                "after_warm_up": flat.map(|((r0, r1), (d0, d1))| json!({
+                    "rss_min": r0, "rss_max": r1, "device_min": d0, "device_max": d1,
+                })),
+            })
+        });
         let report = json!({
+            "soak": soak,
             "bench": "pipeline", "env": environment(), "circuit": self.circuit.to_string(), "backend": names.join(","), "devices": per_device.iter().map(|(n, b)| json!({"name": n, "busy": b})).collect::<Vec<_>>(),
             "jobs": self.jobs, "partitions": self.partitions, "wall_seconds": wall, "proofs_per_second": proofs as f64 / wall,
             "busy": busy.iter().map(|(s, b)| (s.to_string(), json!(b))).collect::<serde_json::Map<_, _>>(),

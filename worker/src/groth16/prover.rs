@@ -45,6 +45,9 @@ impl Assignment {
 #[derive(Clone, Debug)]
 pub struct PendingProof {
     pub g1: G1Parts,
+    /// B in G2, where `prove_start` computed it on the device; `None`:
+    /// `prove_finish` computes it on the host.
+    pub b_g2: Option<G2Projective>,
     pub assignment: Assignment,
     /// Seconds the device was busy with this partition's `prove_start`
     /// (CUDA events around the device work); `None` on the CPU.
@@ -121,8 +124,8 @@ pub fn split(witness: Synthesized) -> ([Vec<Scalar>; 3], Assignment, Density) {
 
 /// The B-query MSM over G2, then the assembly.
 pub fn finish_on_cpu(key: &ProvingKey, pending: PendingProof, blind: Blinding) -> Proof {
-    let PendingProof { g1, assignment, .. } = pending;
-    let b_g2 = msm::b_g2(key, &assignment);
+    let PendingProof { g1, b_g2, assignment, .. } = pending;
+    let b_g2 = b_g2.unwrap_or_else(|| msm::b_g2(key, &assignment));
     assemble(key, &g1, b_g2, blind)
 }
 
