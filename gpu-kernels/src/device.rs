@@ -1,14 +1,17 @@
 //! One CUDA device: its context, a stream, and the compiled kernel module.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{sys, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream};
+use cudarc::driver::{
+    sys, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaViewMut,
+};
 
 use crate::compile::CompileCache;
 use crate::error::{During, GpuError};
 use crate::field::{as_raw, as_raw_mut, DeviceField};
 use crate::loader;
+use crate::staging::Staging;
 
 /// What a device is, for logs, metrics and benchmark reports.
 #[derive(Clone, Debug)]
@@ -30,8 +33,9 @@ pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     /// Host-to-device copies that overlap the kernels on `stream`
-    /// ([`Gpu::upload_async`]).
+    /// ([`Gpu::upload_async`]), through `staging`.
     copy: Arc<CudaStream>,
+    staging: Mutex<Staging>,
     module: Arc<CudaModule>,
     info: DeviceInfo,
 }
@@ -94,8 +98,9 @@ impl Gpu {
         };
         let stream = ctx.new_stream().during("creating a stream")?;
         let copy = ctx.new_stream().during("creating a stream")?;
+        let staging = Mutex::new(Staging::new(&ctx)?);
         tracing::info!(device = %info.name, arch = %info.arch, sms = info.multiprocessors, cached = kernels_cached, "CUDA device ready");
-        Ok(Self { ctx, stream, copy, module, info })
+        Ok(Self { ctx, stream, copy, staging, module, info })
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -143,16 +148,31 @@ impl Gpu {
     }
 
     /// Copies field elements to a new device buffer on the copy stream, so
-    /// that the copy overlaps kernels already queued on the compute stream.
-    /// Returns once the host data is staged (the host slice may then be
-    /// freed); kernels launched afterwards that read the buffer wait for the
-    /// copy (cudarc orders the two streams by the buffer's events). `v` must
-    /// not be empty.
+    /// that the copy overlaps kernels already queued on the compute stream,
+    /// through page-locked staging (at the link's rate rather than the
+    /// driver's pageable path). Returns once the host data is staged (the
+    /// host slice may then be freed); kernels launched afterwards that read
+    /// the buffer wait for the copy (cudarc orders the two streams by the
+    /// buffer's events). `v` must not be empty.
     pub fn upload_async<F: DeviceField>(&self, v: &[F]) -> Result<CudaSlice<F::Raw>, GpuError> {
         if v.is_empty() {
             return Err(GpuError::Invalid("an upload of no elements".into()));
         }
-        self.copy.clone_htod(as_raw(v)).during("copying to the device")
+        // SAFETY: every element is written by the copy below before any read.
+        let mut d = unsafe { self.copy.alloc::<F::Raw>(v.len()) }.during("allocating device memory")?;
+        self.upload_into(v, &mut d.slice_mut(..))?;
+        Ok(d)
+    }
+
+    /// As [`Gpu::upload_async`], into `dst` (of `v`'s length), which the
+    /// copy stream must be allowed to write.
+    pub(crate) fn upload_into<F: DeviceField>(
+        &self,
+        v: &[F],
+        dst: &mut CudaViewMut<F::Raw>,
+    ) -> Result<(), GpuError> {
+        let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        staging.copy(&self.copy, as_raw(v), dst)
     }
 
     /// The stream of [`Gpu::upload_async`].

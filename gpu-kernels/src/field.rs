@@ -31,7 +31,7 @@ const _: () = assert!(std::mem::size_of::<Fp>() == 48 && std::mem::size_of::<FpR
 
 /// A field type whose in-memory form is its device form.
 pub trait DeviceField: Copy {
-    type Raw: DeviceRepr + ValidAsZeroBits + Copy + Default + Unpin;
+    type Raw: DeviceRepr + ValidAsZeroBits + Copy + Default + Unpin + Send + Sync;
     /// All limbs all ones: above the modulus, so no kernel writes it by accident.
     /// Tests fill outputs with it to catch elements that are never written.
     const POISON: Self::Raw;

@@ -15,6 +15,7 @@ mod loader;
 pub mod msm;
 pub mod ntt;
 pub mod select;
+mod staging;
 
 pub use compile::{compile_cubin, kernel_source, CompileCache};
 /// The device buffer type this crate's functions take and return.

@@ -80,8 +80,7 @@ impl FrBuffer {
         let copy = gpu.copy_stream();
         let mut data = copy.alloc_zeros::<FrRaw>(1 << log_n).during("allocating device memory")?;
         if !v.is_empty() {
-            let raw = crate::field::as_raw(v);
-            copy.memcpy_htod(raw, &mut data.slice_mut(..v.len())).during("copying to the device")?;
+            gpu.upload_into(v, &mut data.slice_mut(..v.len()))?;
         }
         Ok(Self { data, log_n })
     }

@@ -306,3 +306,18 @@ fn density_selection_matches_a_host_filter() {
     assert!(select_by_density(&gpu, &src, 10, &[1 << 10]).is_err());
     assert!(select_by_density(&gpu, &src, 11, &[1]).is_err(), "more scalars than the buffer holds");
 }
+
+/// Uploads through the two staging slots arrive whole and in order: a
+/// vector over several slots and not a multiple of one, then back to back
+/// so that the slots are reused while earlier copies may be in flight.
+#[test]
+fn staged_uploads_round_trip() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    let per_slot = (8 << 20) / 32;
+    let v = random_scalars(3 * per_slot + 17, 11);
+    let w = random_scalars(per_slot / 2, 12);
+    let (dv, dw) = (gpu.upload_async(&v).unwrap(), gpu.upload_async(&w).unwrap());
+    assert!(gpu.download::<Scalar>(&dv).unwrap() == v);
+    assert!(gpu.download::<Scalar>(&dw).unwrap() == w);
+    assert!(gpu.upload_async::<Scalar>(&[]).is_err(), "an empty upload is refused");
+}
