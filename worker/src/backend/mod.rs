@@ -20,12 +20,13 @@ pub trait Backend: Send + Sync {
     fn name(&self) -> &str;
 
     /// Computes H (by the key's QAP reduction) and the G1 MSMs (A, B in G1,
-    /// L, H). Consumes the witness's a/b/c vectors; keeps the assignment for
+    /// L, H), and B's G2 MSM where the backend runs it on its device.
+    /// Consumes the witness's a/b/c vectors; keeps the assignment for
     /// `prove_finish`.
     fn prove_start(&self, key: &ProvingKey, witness: Synthesized) -> Result<PendingProof, ProveError>;
 
-    /// The G2 MSM for B and the assembly with blinding factors `r`, `s`
-    /// (on the CPU unless the backend puts the G2 MSM on its device).
+    /// The assembly with blinding factors `r`, `s`, after the G2 MSM for B
+    /// on the CPU where `prove_start` left it out (`PendingProof::b_g2`).
     fn prove_finish(
         &self,
         key: &ProvingKey,
@@ -108,15 +109,17 @@ impl DeviceSet {
     }
 }
 
-/// Where a CUDA backend runs B's G2 MSM (`prove_finish`).
+/// Where a CUDA backend runs B's G2 MSM.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "service", derive(clap::ValueEnum, serde::Deserialize))]
 #[cfg_attr(feature = "service", serde(rename_all = "lowercase"))]
 pub enum G2Placement {
-    /// On the device, with the key's G2 bases resident beside its G1 bases.
+    /// On the device, in `prove_start` beside the G1 MSMs, with the key's G2
+    /// bases resident beside its G1 bases.
     #[default]
     Gpu,
-    /// On the host's cores (blst), overlapped with the next partition's GPU work.
+    /// On the host's cores (blst), in `prove_finish`, overlapped with the next
+    /// partition's GPU work.
     Cpu,
 }
 
