@@ -1,7 +1,8 @@
 //! Restarts lose nothing: a worker killed with SIGKILL in the middle of many
 //! jobs and started again on the same data directory accounts for every job
 //! it accepted (finished, or run again to completion), serves the proofs it
-//! had finished, keeps idempotency keys, and never reuses an id.
+//! had finished, keeps the proved partitions of jobs it had not finished,
+//! keeps idempotency keys, and never reuses an id.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -79,6 +80,58 @@ fn kill_9_mid_run_then_restart_accounts_for_every_accepted_job() {
         server.call("POST", "/v1/prove", Some(r#"{"circuit": "bench-12", "partitions": [{"seed": 99}]}"#));
     assert_eq!(status, 202);
     assert!(!accepted.contains(reply["job_id"].as_str().unwrap()));
+}
+
+/// A job killed half-way keeps the partitions it had proved: after the
+/// restart they carry the very proofs served before the kill (a proof is
+/// randomised, so a partition proved again would carry another), and only
+/// the rest run again.
+#[test]
+fn a_restart_keeps_the_proved_partitions_of_an_unfinished_job() {
+    let server = Server::start(CONFIG, &[]);
+    let verifier = server.verifier("bench-12");
+    let partitions: Vec<String> = (0..24).map(|i| format!(r#"{{"seed": {}}}"#, 1000 + i)).collect();
+    let body = format!(r#"{{"circuit": "bench-12", "partitions": [{}]}}"#, partitions.join(", "));
+    let (status, reply) = server.call("POST", "/v1/prove", Some(&body));
+    assert_eq!(status, 202, "{reply}");
+    let id = reply["job_id"].as_str().unwrap().to_string();
+    let proved = |job: &Value| -> BTreeMap<usize, String> {
+        job["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p["stage"] == "done")
+            .map(|(i, p)| (i, p["proof"].as_str().unwrap().to_string()))
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let before = loop {
+        let (_, job) = state(&server, &id);
+        let done = proved(&job);
+        if done.len() >= 3 {
+            assert_eq!(job["state"], "running", "the job ended before the kill: nothing was tested");
+            break done;
+        }
+        assert!(Instant::now() < deadline, "no partition was proved: {job}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let data_dir = server.kill_9();
+
+    let server =
+        Server::try_start_in(CONFIG, &[], "cpu", data_dir).unwrap_or_else(|e| panic!("restart: {e}"));
+    let ended = server.wait_all(&BTreeSet::from([id.clone()]), Duration::from_secs(240));
+    let job = &ended[&id];
+    assert_eq!(job["state"], "succeeded", "{job}");
+    let after = proved(job);
+    assert_eq!(after.len(), 24, "{job}");
+    for (i, proof) in &before {
+        assert_eq!(&after[i], proof, "partition {i} was proved again after the restart");
+    }
+    for p in job["partitions"].as_array().unwrap() {
+        let (proof, inputs) = partition_proof(p);
+        verifier.verify(&proof, &inputs).unwrap();
+    }
 }
 
 #[test]

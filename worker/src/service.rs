@@ -14,7 +14,7 @@ use crate::circuits::{CircuitKind, VkEncoding};
 use crate::config::Config;
 use crate::fleet::{Fleet, QueueError, RunError};
 use crate::groth16::Verifier;
-use crate::jobs::journal::{AcceptedJob, Journal, Recovered, SqliteJournal, StoredWitness};
+use crate::jobs::journal::{AcceptedJob, Journal, Recovered, SqliteJournal, StoredWitness, UnfinishedJob};
 use crate::pipeline::buffers::ClassCounts;
 use crate::pipeline::memory::{HeldWitness, Reservation};
 use crate::pipeline::{
@@ -383,11 +383,13 @@ impl Service {
                     "a journaled job's circuit is no longer served; its results are not served"),
             }
         }
-        for job in recovered.unfinished {
+        for unfinished in recovered.unfinished {
+            let job = &unfinished.job;
             let (id, circuit, count) = (job.id, job.circuit.clone(), job.witnesses.len());
-            match self.rerun(job) {
-                Ok(()) => tracing::info!(job = %id, circuit = %circuit, partitions = count,
-                    "running a job again that was accepted before the restart"),
+            let proved = unfinished.proved.len();
+            match self.rerun(unfinished) {
+                Ok(()) => tracing::info!(job = %id, circuit = %circuit, partitions = count, proved,
+                    "running a job again that was accepted before the restart (its proved partitions kept)"),
                 Err(reason) => {
                     tracing::warn!(job = %id, circuit = %circuit, "a job accepted before the restart failed: {reason}");
                     self.engine.fail_recovered(id, &reason);
@@ -417,7 +419,7 @@ impl Service {
     }
 
     /// Submits a journaled job again, or says why it cannot run.
-    fn rerun(&self, job: AcceptedJob) -> Result<(), String> {
+    fn rerun(&self, UnfinishedJob { job, proved }: UnfinishedJob) -> Result<(), String> {
         if self.config.jobs.on_restart == crate::config::OnRestart::Fail {
             return Err("provd restarted before the job ended (jobs.on_restart = \"fail\")".into());
         }
@@ -454,7 +456,7 @@ impl Service {
             id: Some(job.id),
         };
         let idempotency = job.idempotency.map(|(key, digest)| Idempotency { key, digest });
-        self.engine.resubmit(spec, idempotency).map(drop).map_err(|e| e.to_string())
+        self.engine.resubmit(spec, idempotency, proved).map(drop).map_err(|e| e.to_string())
     }
 
     fn served(&self, name: &str) -> Result<&Served, (String, String)> {

@@ -337,7 +337,36 @@ impl Job {
             self.cancelled.store(true, Ordering::Release);
         }
         s.remaining -= 1;
-        if s.remaining == 0 {
+        self.conclude_if_ended(&mut s);
+    }
+
+    /// Partitions that ended with a proof before a restart: they keep it and
+    /// are not run again (already journaled, already counted). Called before
+    /// the job's other partitions are queued; ends the job if none is left.
+    pub(crate) fn restore_proved(&self, proved: Vec<super::journal::ProvedPartition>) {
+        let mut s = self.lock();
+        for p in proved {
+            let Some(slot) = s.partitions.get_mut(p.index) else { continue };
+            if slot.stage == Stage::Done {
+                continue;
+            }
+            slot.stage = Stage::Done;
+            slot.proof = Some(p.proof);
+            slot.public_inputs = p.public_inputs;
+            s.remaining -= 1;
+        }
+        self.conclude_if_ended(&mut s);
+    }
+
+    /// Whether partition `index` still has to run.
+    pub(crate) fn is_pending(&self, index: usize) -> bool {
+        self.lock().partitions.get(index).is_some_and(|p| p.stage != Stage::Done)
+    }
+
+    /// Ends the job once no partition remains: journaled first, then the
+    /// waiters woken.
+    fn conclude_if_ended(&self, s: &mut JobState) {
+        if s.remaining == 0 && s.outcome.is_none() {
             let outcome = if s.error.is_some() {
                 Outcome::Failed
             } else if s.partitions.iter().all(|p| p.stage == Stage::Done) {

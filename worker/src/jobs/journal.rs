@@ -60,12 +60,29 @@ pub struct EndedJob {
     pub idempotency: Option<(String, [u8; 32])>,
 }
 
+/// A partition that ended with a proof before a restart, in a job that had
+/// not ended: its proof is kept and the partition is not proved again.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProvedPartition {
+    pub index: usize,
+    pub proof: Proof,
+    pub public_inputs: Vec<Scalar>,
+}
+
+/// A job accepted and not ended before a restart.
+#[derive(Clone, Debug)]
+pub struct UnfinishedJob {
+    pub job: AcceptedJob,
+    /// Its partitions that had ended with a proof.
+    pub proved: Vec<ProvedPartition>,
+}
+
 /// What the journal held when it was opened.
 #[derive(Debug, Default)]
 pub struct Recovered {
     pub ended: Vec<EndedJob>,
     /// Accepted and not ended: to run again (or fail, by config).
-    pub unfinished: Vec<AcceptedJob>,
+    pub unfinished: Vec<UnfinishedJob>,
 }
 
 /// Why the journal could not be written or read.
@@ -81,7 +98,8 @@ pub struct JournalError {
 /// fail): the job's own state in memory is what clients see while it lives.
 pub trait Journal: Send + Sync {
     /// Records an accepted job, durably, before it is acknowledged. A job
-    /// already recorded (run again after a restart) is marked queued.
+    /// already recorded (run again after a restart) is marked queued, and so
+    /// are its partitions but those that ended with a proof, which keep it.
     fn accepted(&self, job: &AcceptedJob) -> Result<(), JournalError>;
     fn partition_ended(&self, id: JobId, index: usize, ended: &EndedPartition);
     fn job_ended(&self, id: JobId, outcome: Outcome, error: Option<&str>);
@@ -216,12 +234,23 @@ impl SqliteJournal {
                     partitions: partitions.into_iter().map(|(_, p)| p).collect(),
                     idempotency,
                 }),
-                None => out.unfinished.push(AcceptedJob {
-                    id: job_id,
-                    circuit,
-                    witnesses: partitions.into_iter().map(|(w, _)| w).collect(),
-                    idempotency,
-                }),
+                None => {
+                    let proved = partitions
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(index, (_, p))| match (p.stage, p.proof) {
+                            (Stage::Done, Some(proof)) => {
+                                Some(ProvedPartition { index, proof, public_inputs: p.public_inputs.clone() })
+                            }
+                            _ => None,
+                        })
+                        .collect();
+                    let witnesses = partitions.into_iter().map(|(w, _)| w).collect();
+                    out.unfinished.push(UnfinishedJob {
+                        job: AcceptedJob { id: job_id, circuit, witnesses, idempotency },
+                        proved,
+                    })
+                }
             }
         }
         Ok(out)
@@ -262,7 +291,7 @@ impl Journal for SqliteJournal {
             if exists.is_some() {
                 tx.execute("UPDATE jobs SET state = 'queued' WHERE id = ?1", params![id])?;
                 tx.execute(
-                    "UPDATE partitions SET state = 'queued', error = NULL, proof = NULL, public_inputs = NULL WHERE job_id = ?1",
+                    "UPDATE partitions SET state = 'queued', error = NULL, proof = NULL, public_inputs = NULL WHERE job_id = ?1 AND state != 'done'",
                     params![id],
                 )?;
             } else {
@@ -374,7 +403,9 @@ mod tests {
 
         let (journal, recovered) = SqliteJournal::open(&path).unwrap();
         assert_eq!(recovered.unfinished.len(), 1);
-        assert_eq!((recovered.unfinished[0].id, &recovered.unfinished[0].witnesses), (a, &witnesses));
+        let unfinished = &recovered.unfinished[0];
+        assert_eq!((unfinished.job.id, &unfinished.job.witnesses), (a, &witnesses));
+        assert!(unfinished.proved.is_empty());
         let ended = &recovered.ended[0];
         assert_eq!(
             (ended.id, ended.outcome, ended.error.as_deref(), &ended.idempotency),
@@ -402,5 +433,38 @@ mod tests {
         drop(journal);
         let (_, recovered) = SqliteJournal::open(&path).unwrap();
         assert!(recovered.ended.is_empty(), "expired jobs are deleted");
+    }
+
+    /// A partition that ended with a proof before the restart keeps it, its
+    /// job is unfinished with that partition proved, and running the job
+    /// again resets only the others.
+    #[test]
+    fn proved_partitions_of_an_unfinished_job_survive_its_rerun() {
+        use group::prime::PrimeCurveAffine;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jobs.sqlite3");
+        let (journal, _) = SqliteJournal::open(&path).unwrap();
+        let id = JobId::new();
+        let witnesses = (0..3).map(|i| StoredWitness::Json(serde_json::json!({ "seed": i }))).collect();
+        let job = AcceptedJob { id, circuit: "c".into(), witnesses, idempotency: None };
+        journal.accepted(&job).unwrap();
+        let proof = Proof {
+            a: blstrs::G1Affine::generator(),
+            b: blstrs::G2Affine::generator(),
+            c: blstrs::G1Affine::identity(),
+        };
+        let public_inputs = vec![Scalar::from(5u64)];
+        let done = EndedPartition { stage: Stage::Done, proof: Some(proof), public_inputs, error: None };
+        journal.partition_ended(id, 1, &done);
+        drop(journal);
+        let expected = vec![ProvedPartition { index: 1, proof, public_inputs: vec![Scalar::from(5u64)] }];
+        for _ in 0..2 {
+            let (journal, recovered) = SqliteJournal::open(&path).unwrap();
+            let [unfinished] = &recovered.unfinished[..] else { panic!("{recovered:?}") };
+            assert_eq!(unfinished.proved, expected);
+            assert_eq!(unfinished.job.witnesses.len(), 3);
+            // as a restart does: the job recorded again, to run its other partitions
+            journal.accepted(&unfinished.job).unwrap();
+        }
     }
 }

@@ -329,10 +329,18 @@ impl Engine {
     /// Accepts a job; its partitions queue for admission in order. With a
     /// journal, the job is written down before this returns.
     pub fn submit(&self, spec: JobSpec) -> Result<JobId, SubmitError> {
-        self.submit_recorded(spec, None)
+        self.submit_recorded(spec, None, Vec::new())
     }
 
-    fn submit_recorded(&self, mut spec: JobSpec, idem: Option<&Idempotency>) -> Result<JobId, SubmitError> {
+    /// Submits `spec`, recorded in the journal with `idem`; the partitions in
+    /// `proved` (of a job run again after a restart) keep their proofs and
+    /// are not queued.
+    fn submit_recorded(
+        &self,
+        mut spec: JobSpec,
+        idem: Option<&Idempotency>,
+        proved: Vec<crate::jobs::journal::ProvedPartition>,
+    ) -> Result<JobId, SubmitError> {
         let s = &self.shared;
         if s.shutdown.load(Ordering::Acquire) || s.shutdown_requested.load(Ordering::Acquire) {
             return Err(SubmitError::ShuttingDown);
@@ -358,10 +366,15 @@ impl Engine {
             journal.accepted(&accepted).map_err(|e| SubmitError::Journal(e.to_string()))?;
         }
         let job = Job::new(id, &spec, s.metrics.clone(), journal);
+        let kept = proved.len();
+        job.restore_proved(proved);
         s.jobs.insert(job.clone());
         let partitions = spec.partitions.len();
         let mut q = s.queue.lock().unwrap_or_else(|e| e.into_inner());
         for (i, synthesize) in spec.partitions.into_iter().enumerate() {
+            if !job.is_pending(i) {
+                continue;
+            }
             q.push_back(Queued {
                 ticket: Ticket::new(job.clone(), i),
                 attempt: Attempt { synthesize, number: 1 },
@@ -370,7 +383,7 @@ impl Engine {
         s.metrics.partitions_waiting.set(q.len() as i64);
         drop(q);
         s.queued.notify_all();
-        tracing::info!(job = %id, circuit = %job.circuit, partitions, "job accepted");
+        tracing::info!(job = %id, circuit = %job.circuit, partitions, proved_before_restart = kept, "job accepted");
         Ok(id)
     }
 
@@ -426,7 +439,7 @@ impl Engine {
         if let Some(earlier) = self.earlier_submission(&idem) {
             return earlier;
         }
-        let id = self.submit_recorded(spec, Some(&idem))?;
+        let id = self.submit_recorded(spec, Some(&idem), Vec::new())?;
         self.shared.jobs.remember_idempotency_key(&idem.key, idem.digest, id);
         Ok(Submitted::New(id))
     }
@@ -466,9 +479,14 @@ impl Engine {
     }
 
     /// Runs a journaled job again after a restart, under its own id and
-    /// idempotency key.
-    pub fn resubmit(&self, spec: JobSpec, idempotency: Option<Idempotency>) -> Result<JobId, SubmitError> {
-        let id = self.submit_recorded(spec, idempotency.as_ref())?;
+    /// idempotency key; its `proved` partitions keep the proofs they had.
+    pub fn resubmit(
+        &self,
+        spec: JobSpec,
+        idempotency: Option<Idempotency>,
+        proved: Vec<crate::jobs::journal::ProvedPartition>,
+    ) -> Result<JobId, SubmitError> {
+        let id = self.submit_recorded(spec, idempotency.as_ref(), proved)?;
         if let Some(idem) = idempotency {
             self.shared.jobs.remember_idempotency_key(&idem.key, idem.digest, id);
         }
