@@ -419,9 +419,12 @@ impl Service {
     }
 
     /// Submits a journaled job again, or says why it cannot run.
-    fn rerun(&self, UnfinishedJob { job, proved }: UnfinishedJob) -> Result<(), String> {
+    fn rerun(&self, UnfinishedJob { job, proved, lost }: UnfinishedJob) -> Result<(), String> {
         if self.config.jobs.on_restart == crate::config::OnRestart::Fail {
             return Err("provd restarted before the job ended (jobs.on_restart = \"fail\")".into());
+        }
+        if let Some(reason) = lost {
+            return Err(reason);
         }
         let served = self
             .circuits

@@ -8,7 +8,11 @@
 //! claims, attempts and a proofs table):
 //!
 //! - `jobs(id, circuit, state, error, created_ms, ended_ms, idempotency_key, request_digest)`
-//! - `partitions(job_id, idx, witness_json, witness_bin, state, error, proof, public_inputs)`
+//! - `partitions(job_id, idx, witness_json, witness_bin, witness_file, state, error, proof, public_inputs)`
+//!
+//! Binary witnesses over [`SPOOL_OVER`] bytes are not BLOBs but files beside
+//! the database (`witness_file` names one): SQLite holds at most 10^9 bytes
+//! in a value, and a large BLOB would be copied through its write-ahead log.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -75,7 +79,13 @@ pub struct UnfinishedJob {
     pub job: AcceptedJob,
     /// Its partitions that had ended with a proof.
     pub proved: Vec<ProvedPartition>,
+    /// Why it cannot run again, if a witness it was recorded with is gone
+    /// (a spooled witness file deleted or unreadable).
+    pub lost: Option<String>,
 }
+
+/// Binary witnesses larger than this are written to files, not BLOBs.
+pub const SPOOL_OVER: usize = 64 << 20;
 
 /// What the journal held when it was opened.
 #[derive(Debug, Default)]
@@ -91,7 +101,16 @@ pub struct Recovered {
 pub struct JournalError {
     path: String,
     #[source]
-    source: rusqlite::Error,
+    source: JournalFault,
+}
+
+/// What failed: the database, or a witness file beside it.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalFault {
+    #[error(transparent)]
+    Database(#[from] rusqlite::Error),
+    #[error("writing a witness file: {0}")]
+    WitnessFile(#[from] std::io::Error),
 }
 
 /// Durable record of jobs. Writes of ends are best effort (logged when they
@@ -145,6 +164,7 @@ CREATE TABLE IF NOT EXISTS partitions (
     error TEXT,
     proof BLOB,
     public_inputs TEXT,
+    witness_file TEXT,
     PRIMARY KEY (job_id, idx)
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state);
@@ -155,13 +175,16 @@ CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state);
 pub struct SqliteJournal {
     conn: Mutex<Connection>,
     path: String,
+    /// Where witnesses over `spool_over` bytes go: `<database>.witnesses/`.
+    spool: std::path::PathBuf,
+    spool_over: usize,
 }
 
 impl SqliteJournal {
     /// Opens (or creates) the journal and reads what it holds.
     pub fn open(path: &Path) -> Result<(Self, Recovered), JournalError> {
         let shown = path.display().to_string();
-        let fail = |source| JournalError { path: shown.clone(), source };
+        let fail = |e: rusqlite::Error| JournalError { path: shown.clone(), source: e.into() };
         let conn = Connection::open(path).map_err(fail)?;
         // WAL with `synchronous = NORMAL`: a commit survives the process's
         // crash (kill -9) without an fsync of its own; `accepted` raises it to
@@ -172,14 +195,56 @@ impl SqliteJournal {
         )
         .map_err(fail)?;
         conn.execute_batch(SCHEMA).map_err(fail)?;
-        let journal = Self { conn: Mutex::new(conn), path: shown };
+        // Journals written before witness files existed lack the column.
+        let has_file_column = conn
+            .prepare("SELECT 1 FROM pragma_table_info('partitions') WHERE name = 'witness_file'")
+            .and_then(|mut q| q.exists([]))
+            .map_err(fail)?;
+        if !has_file_column {
+            conn.execute_batch("ALTER TABLE partitions ADD COLUMN witness_file TEXT").map_err(fail)?;
+        }
+        let spool = path.with_extension("witnesses");
+        let journal = Self { conn: Mutex::new(conn), path: shown, spool, spool_over: SPOOL_OVER };
         let recovered =
-            journal.recover().map_err(|source| JournalError { path: journal.path.clone(), source })?;
+            journal.recover().map_err(|e| JournalError { path: journal.path.clone(), source: e.into() })?;
         Ok((journal, recovered))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Spools witnesses over `bytes` instead of [`SPOOL_OVER`] (tests).
+    #[cfg(test)]
+    fn spooling_over(mut self, bytes: usize) -> Self {
+        self.spool_over = bytes;
+        self
+    }
+
+    /// Writes a witness file durably (a temporary file, synced, renamed,
+    /// and the directory synced) and returns its name in the spool.
+    fn spool_witness(&self, id: JobId, index: usize, bytes: &[u8]) -> std::io::Result<String> {
+        use std::io::Write;
+        std::fs::create_dir_all(&self.spool)?;
+        let name = format!("{id}-{index}.bin");
+        let tmp = self.spool.join(format!("{name}.tmp"));
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, self.spool.join(&name))?;
+        std::fs::File::open(&self.spool)?.sync_all()?;
+        Ok(name)
+    }
+
+    /// Deletes the witness files `names` (of jobs that ended or are forgotten).
+    fn unspool(&self, names: Vec<String>) {
+        for name in names {
+            if let Err(e) = std::fs::remove_file(self.spool.join(&name)) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(journal = %self.path, file = %name, "could not delete a spooled witness: {e}");
+                }
+            }
+        }
     }
 
     fn recover(&self) -> rusqlite::Result<Recovered> {
@@ -201,21 +266,34 @@ impl SqliteJournal {
         })?;
         let mut out = Recovered::default();
         let mut parts = conn.prepare(
-            "SELECT witness_json, witness_bin, state, error, proof, public_inputs FROM partitions WHERE job_id = ?1 ORDER BY idx",
+            "SELECT witness_json, witness_bin, state, error, proof, public_inputs, witness_file FROM partitions WHERE job_id = ?1 ORDER BY idx",
         )?;
         for row in rows {
             let (id, circuit, state, error, created_ms, ended_ms, key, digest) = row?;
             let Ok(job_id) = id.parse::<JobId>() else { continue };
             let idempotency = key.zip(digest.and_then(|d| <[u8; 32]>::try_from(d).ok()));
+            let mut lost = None;
             let partitions: Vec<(StoredWitness, EndedPartition)> = parts
                 .query_map(params![id], |r| {
-                    let witness = match (r.get::<_, Option<String>>(0)?, r.get::<_, Option<Vec<u8>>>(1)?) {
-                        (Some(json), _) => {
-                            StoredWitness::Json(serde_json::from_str(&json).unwrap_or_default())
-                        }
-                        (None, Some(bin)) => StoredWitness::Binary(bin),
-                        (None, None) => StoredWitness::Json(serde_json::Value::Null),
-                    };
+                    let file = r.get::<_, Option<String>>(6)?;
+                    let witness =
+                        match (r.get::<_, Option<String>>(0)?, r.get::<_, Option<Vec<u8>>>(1)?, file) {
+                            (Some(json), _, _) => {
+                                StoredWitness::Json(serde_json::from_str(&json).unwrap_or_default())
+                            }
+                            (None, Some(bin), _) => StoredWitness::Binary(bin),
+                            (None, None, Some(name)) => match std::fs::read(self.spool.join(&name)) {
+                                Ok(bin) => StoredWitness::Binary(bin),
+                                Err(e) => {
+                                    lost = Some(format!(
+                                        "its witness file {} could not be read after the restart: {e}",
+                                        self.spool.join(&name).display()
+                                    ));
+                                    StoredWitness::Binary(Vec::new())
+                                }
+                            },
+                            (None, None, None) => StoredWitness::Json(serde_json::Value::Null),
+                        };
                     let stage = stage_from(&r.get::<_, String>(2)?);
                     let proof = r.get::<_, Option<Vec<u8>>>(4)?.and_then(|b| Proof::from_bytes(&b).ok());
                     let public_inputs =
@@ -249,6 +327,7 @@ impl SqliteJournal {
                     out.unfinished.push(UnfinishedJob {
                         job: AcceptedJob { id: job_id, circuit, witnesses, idempotency },
                         proved,
+                        lost,
                     })
                 }
             }
@@ -259,6 +338,19 @@ impl SqliteJournal {
     fn log_failure(&self, what: &str, e: rusqlite::Error) {
         tracing::error!(journal = %self.path, "could not record {what}: {e}");
     }
+}
+
+/// The spooled witness files of the partitions `filter` selects.
+fn spooled_files(
+    conn: &Connection,
+    filter: &str,
+    args: impl rusqlite::Params,
+) -> rusqlite::Result<Vec<String>> {
+    let mut q = conn.prepare(&format!(
+        "SELECT witness_file FROM partitions WHERE witness_file IS NOT NULL AND {filter}"
+    ))?;
+    let names = q.query_map(args, |r| r.get::<_, String>(0))?.collect();
+    names
 }
 
 fn stage_from(s: &str) -> Stage {
@@ -281,6 +373,25 @@ fn outcome_from(s: &str) -> Option<Outcome> {
 
 impl Journal for SqliteJournal {
     fn accepted(&self, job: &AcceptedJob) -> Result<(), JournalError> {
+        // Large binary witnesses of a new job go to files first, durably, so
+        // that the row that names them is never committed without them (a
+        // job run again after a restart has its files already).
+        let known = self
+            .lock()
+            .query_row("SELECT 1 FROM jobs WHERE id = ?1", params![job.id.to_string()], |_| Ok(()))
+            .optional()
+            .map_err(|e| JournalError { path: self.path.clone(), source: e.into() })?
+            .is_some();
+        let mut files = Vec::with_capacity(job.witnesses.len());
+        for (i, w) in job.witnesses.iter().enumerate().filter(|_| !known) {
+            files.push(match w {
+                StoredWitness::Binary(b) if b.len() > self.spool_over => Some(
+                    self.spool_witness(job.id, i, b)
+                        .map_err(|e| JournalError { path: self.path.clone(), source: e.into() })?,
+                ),
+                _ => None,
+            });
+        }
         let mut conn = self.lock();
         let write = |conn: &mut Connection| -> rusqlite::Result<()> {
             conn.execute_batch("PRAGMA synchronous = FULL")?;
@@ -304,20 +415,26 @@ impl Journal for SqliteJournal {
                     params![id, job.circuit, now_ms() as i64, key, digest],
                 )?;
                 let mut insert = tx.prepare(
-                    "INSERT INTO partitions (job_id, idx, witness_json, witness_bin, state) VALUES (?1, ?2, ?3, ?4, 'queued')",
+                    "INSERT INTO partitions (job_id, idx, witness_json, witness_bin, witness_file, state) VALUES (?1, ?2, ?3, ?4, ?5, 'queued')",
                 )?;
-                for (i, w) in job.witnesses.iter().enumerate() {
-                    let (json, bin) = match w {
-                        StoredWitness::Json(v) => (Some(v.to_string()), None),
-                        StoredWitness::Binary(b) => (None, Some(b.as_slice())),
+                for (i, (w, file)) in job.witnesses.iter().zip(&files).enumerate() {
+                    let (json, bin) = match (w, file) {
+                        (StoredWitness::Json(v), _) => (Some(v.to_string()), None),
+                        (StoredWitness::Binary(_), Some(_)) => (None, None),
+                        (StoredWitness::Binary(b), None) => (None, Some(b.as_slice())),
                     };
-                    insert.execute(params![id, i as i64, json, bin])?;
+                    insert.execute(params![id, i as i64, json, bin, file])?;
                 }
             }
             tx.commit()?;
             conn.execute_batch("PRAGMA synchronous = NORMAL")
         };
-        write(&mut conn).map_err(|source| JournalError { path: self.path.clone(), source })
+        let written = write(&mut conn);
+        drop(conn);
+        if written.is_err() {
+            self.unspool(files.into_iter().flatten().collect());
+        }
+        written.map_err(|e| JournalError { path: self.path.clone(), source: e.into() })
     }
 
     fn partition_ended(&self, id: JobId, index: usize, ended: &EndedPartition) {
@@ -339,31 +456,47 @@ impl Journal for SqliteJournal {
 
     fn job_ended(&self, id: JobId, outcome: Outcome, error: Option<&str>) {
         let mut conn = self.lock();
-        let r = (|| -> rusqlite::Result<()> {
+        let r = (|| -> rusqlite::Result<Vec<String>> {
             let tx = conn.transaction()?;
+            let files = spooled_files(&tx, "job_id = ?1", params![id.to_string()])?;
             tx.execute(
                 "UPDATE jobs SET state = ?2, error = ?3, ended_ms = ?4 WHERE id = ?1",
                 params![id.to_string(), outcome.name(), error, now_ms() as i64],
             )?;
             // An ended job is never run again: its witnesses are not needed.
             tx.execute(
-                "UPDATE partitions SET witness_json = NULL, witness_bin = NULL WHERE job_id = ?1",
+                "UPDATE partitions SET witness_json = NULL, witness_bin = NULL, witness_file = NULL WHERE job_id = ?1",
                 params![id.to_string()],
             )?;
-            tx.commit()
+            tx.commit()?;
+            Ok(files)
         })();
-        if let Err(e) = r {
-            self.log_failure("a job's end", e);
+        drop(conn);
+        match r {
+            Ok(files) => self.unspool(files),
+            Err(e) => self.log_failure("a job's end", e),
         }
     }
 
     fn forget_ended(&self, age_ms: u64) {
         let cutoff = now_ms().saturating_sub(age_ms) as i64;
-        let r = self
-            .lock()
-            .execute("DELETE FROM jobs WHERE ended_ms IS NOT NULL AND ended_ms < ?1", params![cutoff]);
-        if let Err(e) = r {
-            self.log_failure("the expiry of ended jobs", e);
+        let mut conn = self.lock();
+        let r = (|| -> rusqlite::Result<Vec<String>> {
+            let tx = conn.transaction()?;
+            // (job_ended clears them; a job failed by a crash before that may not have)
+            let files = spooled_files(
+                &tx,
+                "job_id IN (SELECT id FROM jobs WHERE ended_ms IS NOT NULL AND ended_ms < ?1)",
+                params![cutoff],
+            )?;
+            tx.execute("DELETE FROM jobs WHERE ended_ms IS NOT NULL AND ended_ms < ?1", params![cutoff])?;
+            tx.commit()?;
+            Ok(files)
+        })();
+        drop(conn);
+        match r {
+            Ok(files) => self.unspool(files),
+            Err(e) => self.log_failure("the expiry of ended jobs", e),
         }
     }
 }
@@ -466,5 +599,53 @@ mod tests {
             // as a restart does: the job recorded again, to run its other partitions
             journal.accepted(&unfinished.job).unwrap();
         }
+    }
+
+    /// Binary witnesses over the threshold live in files beside the
+    /// database: recovered from them after a restart, deleted when their job
+    /// ends; a file gone missing fails the job with the reason instead of
+    /// running it on an empty witness. Small ones stay BLOBs.
+    #[test]
+    fn large_binary_witnesses_are_spooled_to_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jobs.sqlite3");
+        let spool = dir.path().join("jobs.witnesses");
+        let open = || {
+            let (j, r) = SqliteJournal::open(&path).unwrap();
+            (j.spooling_over(100), r)
+        };
+        let (journal, _) = open();
+        let (big, small) = (vec![7u8; 1000], vec![1u8; 10]);
+        let (a, b) = (JobId::new(), JobId::new());
+        for (id, bytes) in [(a, &big), (b, &small)] {
+            let witnesses = vec![StoredWitness::Binary(bytes.clone())];
+            journal.accepted(&AcceptedJob { id, circuit: "c".into(), witnesses, idempotency: None }).unwrap();
+        }
+        let files: Vec<_> = std::fs::read_dir(&spool).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(files, [std::ffi::OsString::from(format!("{a}-0.bin"))], "only the large one is a file");
+        drop(journal);
+
+        let (journal, recovered) = open();
+        let witness_of = |id| {
+            let u = recovered.unfinished.iter().find(|u| u.job.id == id).unwrap();
+            (u.job.witnesses.clone(), u.lost.clone())
+        };
+        assert_eq!(witness_of(a), (vec![StoredWitness::Binary(big)], None));
+        assert_eq!(witness_of(b), (vec![StoredWitness::Binary(small)], None));
+        // run again after the restart: recorded again, its file kept as it is
+        let again = recovered.unfinished.iter().find(|u| u.job.id == a).unwrap();
+        journal.accepted(&again.job).unwrap();
+        assert_eq!(std::fs::read(spool.join(format!("{a}-0.bin"))).unwrap(), vec![7u8; 1000]);
+        journal.job_ended(a, Outcome::Succeeded, None);
+        assert_eq!(std::fs::read_dir(&spool).unwrap().count(), 0, "an ended job's file is deleted");
+
+        let c = JobId::new();
+        let witnesses = vec![StoredWitness::Binary(vec![3u8; 500])];
+        journal.accepted(&AcceptedJob { id: c, circuit: "c".into(), witnesses, idempotency: None }).unwrap();
+        drop(journal);
+        std::fs::remove_file(spool.join(format!("{c}-0.bin"))).unwrap();
+        let (_, recovered) = open();
+        let lost = recovered.unfinished.iter().find(|u| u.job.id == c).unwrap().lost.clone();
+        assert!(lost.is_some_and(|l| l.contains("could not be read")), "the reason is kept");
     }
 }
