@@ -342,7 +342,8 @@ fn pick(
 }
 
 /// Times each step of a proof: the device's part between two CUDA events on
-/// the stream (its copies and kernels), the wall time on the host around it.
+/// the compute stream (its kernels, and the copies they wait for), the wall
+/// time on the host around it.
 struct StepClock<'a> {
     timer: &'a Timer,
     steps: Vec<StepTime>,

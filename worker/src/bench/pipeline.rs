@@ -42,29 +42,24 @@ struct Sample {
 }
 
 impl Sample {
-    fn take(t0: Instant, metrics: &Metrics, gpus: &[Arc<provd_kernels::Gpu>]) -> Self {
-        let families = metrics.registry.gather();
-        // Every series of a family summed (each gauge vector's labels).
-        let total = |name: &str| -> f64 {
-            families
-                .iter()
-                .filter(|f| f.name() == name)
-                .flat_map(|f| f.get_metric())
-                .map(|m| m.get_gauge().get_value() + m.get_counter().get_value())
-                .sum()
-        };
+    fn take(t0: Instant, engine: &Engine, gpus: &[Arc<provd_kernels::Gpu>]) -> Self {
+        let m = engine.metrics();
+        let ledger = engine.ledger();
         Sample {
             seconds: t0.elapsed().as_secs_f64(),
-            proofs: total("provd_partitions_total") as u64,
+            proofs: [Outcome::Succeeded, Outcome::Failed, Outcome::Cancelled]
+                .iter()
+                .map(|o| m.partitions.with_label_values(&[o.name()]).get())
+                .sum(),
             rss_bytes: crate::telemetry::memory::rss_bytes(),
             device_used_bytes: gpus
                 .iter()
                 .filter_map(|g| g.memory().ok())
                 .map(|(free, all)| all.saturating_sub(free) as u64)
                 .sum(),
-            reserved_bytes: metrics.memory_reserved_bytes.get(),
-            buffers_in_flight: total("provd_buffers_in_flight") as i64,
-            buffer_bytes: total("provd_buffer_bytes") as i64,
+            reserved_bytes: m.memory_reserved_bytes.get(),
+            buffers_in_flight: ledger.counts().total(),
+            buffer_bytes: ledger.bytes().total(),
         }
     }
 }
@@ -127,7 +122,7 @@ impl PipelineBench {
         loop {
             if let Some(every) = self.sample_every {
                 if Instant::now() >= next_sample {
-                    samples.push(Sample::take(start, &metrics, &self.gpus));
+                    samples.push(Sample::take(start, &engine, &self.gpus));
                     next_sample += every;
                 }
             }
@@ -146,7 +141,7 @@ impl PipelineBench {
         }
         let wall = start.elapsed().as_secs_f64();
         if self.sample_every.is_some() {
-            samples.push(Sample::take(start, &metrics, &self.gpus));
+            samples.push(Sample::take(start, &engine, &self.gpus));
         }
         let mut synth = 0.0;
         let mut finish = 0.0;

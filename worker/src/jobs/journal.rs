@@ -207,6 +207,7 @@ impl SqliteJournal {
         let journal = Self { conn: Mutex::new(conn), path: shown, spool, spool_over: SPOOL_OVER };
         let recovered =
             journal.recover().map_err(|e| JournalError { path: journal.path.clone(), source: e.into() })?;
+        journal.sweep_spool();
         Ok((journal, recovered))
     }
 
@@ -236,7 +237,29 @@ impl SqliteJournal {
         Ok(name)
     }
 
-    /// Deletes the witness files `names` (of jobs that ended or are forgotten).
+    /// Deletes spooled files no row names: those of a crash between a
+    /// file's write and its row's commit, or between a job's end and the
+    /// file's deletion (and temporary files of a write cut short).
+    fn sweep_spool(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.spool) else { return };
+        let named: std::collections::HashSet<String> = {
+            let conn = self.lock();
+            let names = conn
+                .prepare("SELECT witness_file FROM partitions WHERE witness_file IS NOT NULL")
+                .and_then(|mut q| q.query_map([], |r| r.get::<_, String>(0))?.collect());
+            match names {
+                Ok(names) => names,
+                Err(e) => return self.log_failure("a sweep of the witness files", e),
+            }
+        };
+        let orphans = entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|name| !named.contains(name))
+            .collect();
+        self.unspool(orphans);
+    }
+
+    /// Deletes the witness files `names` (of a job that ended, or orphans).
     fn unspool(&self, names: Vec<String>) {
         for name in names {
             if let Err(e) = std::fs::remove_file(self.spool.join(&name)) {
@@ -340,16 +363,11 @@ impl SqliteJournal {
     }
 }
 
-/// The spooled witness files of the partitions `filter` selects.
-fn spooled_files(
-    conn: &Connection,
-    filter: &str,
-    args: impl rusqlite::Params,
-) -> rusqlite::Result<Vec<String>> {
-    let mut q = conn.prepare(&format!(
-        "SELECT witness_file FROM partitions WHERE witness_file IS NOT NULL AND {filter}"
-    ))?;
-    let names = q.query_map(args, |r| r.get::<_, String>(0))?.collect();
+/// The spooled witness files of one job's partitions.
+fn spooled_files(conn: &Connection, id: JobId) -> rusqlite::Result<Vec<String>> {
+    let mut q =
+        conn.prepare("SELECT witness_file FROM partitions WHERE witness_file IS NOT NULL AND job_id = ?1")?;
+    let names = q.query_map(params![id.to_string()], |r| r.get::<_, String>(0))?.collect();
     names
 }
 
@@ -458,7 +476,7 @@ impl Journal for SqliteJournal {
         let mut conn = self.lock();
         let r = (|| -> rusqlite::Result<Vec<String>> {
             let tx = conn.transaction()?;
-            let files = spooled_files(&tx, "job_id = ?1", params![id.to_string()])?;
+            let files = spooled_files(&tx, id)?;
             tx.execute(
                 "UPDATE jobs SET state = ?2, error = ?3, ended_ms = ?4 WHERE id = ?1",
                 params![id.to_string(), outcome.name(), error, now_ms() as i64],
@@ -480,23 +498,12 @@ impl Journal for SqliteJournal {
 
     fn forget_ended(&self, age_ms: u64) {
         let cutoff = now_ms().saturating_sub(age_ms) as i64;
-        let mut conn = self.lock();
-        let r = (|| -> rusqlite::Result<Vec<String>> {
-            let tx = conn.transaction()?;
-            // (job_ended clears them; a job failed by a crash before that may not have)
-            let files = spooled_files(
-                &tx,
-                "job_id IN (SELECT id FROM jobs WHERE ended_ms IS NOT NULL AND ended_ms < ?1)",
-                params![cutoff],
-            )?;
-            tx.execute("DELETE FROM jobs WHERE ended_ms IS NOT NULL AND ended_ms < ?1", params![cutoff])?;
-            tx.commit()?;
-            Ok(files)
-        })();
-        drop(conn);
-        match r {
-            Ok(files) => self.unspool(files),
-            Err(e) => self.log_failure("the expiry of ended jobs", e),
+        // (An ended job's witness files went with its end: job_ended.)
+        let r = self
+            .lock()
+            .execute("DELETE FROM jobs WHERE ended_ms IS NOT NULL AND ended_ms < ?1", params![cutoff]);
+        if let Err(e) = r {
+            self.log_failure("the expiry of ended jobs", e);
         }
     }
 }
@@ -644,7 +651,10 @@ mod tests {
         journal.accepted(&AcceptedJob { id: c, circuit: "c".into(), witnesses, idempotency: None }).unwrap();
         drop(journal);
         std::fs::remove_file(spool.join(format!("{c}-0.bin"))).unwrap();
+        // a file no row names (a crash between its write and its row) goes at open
+        std::fs::write(spool.join("orphan.bin.tmp"), b"x").unwrap();
         let (_, recovered) = open();
+        assert!(!spool.join("orphan.bin.tmp").exists(), "an orphaned witness file is swept at open");
         let lost = recovered.unfinished.iter().find(|u| u.job.id == c).unwrap().lost.clone();
         assert!(lost.is_some_and(|l| l.contains("could not be read")), "the reason is kept");
     }

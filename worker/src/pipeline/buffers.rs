@@ -36,6 +36,11 @@ impl ClassCounts {
     pub fn get(&self, class: BufferClass) -> i64 {
         [self.synth, self.abc, self.aux, self.density, self.pending][class.index()]
     }
+
+    /// Over every class.
+    pub fn total(&self) -> i64 {
+        self.synth + self.abc + self.aux + self.density + self.pending
+    }
 }
 
 impl Ledger {
