@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, over .device-bundle/:
-#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [circom] [porep] [soak] ...
+#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [circom] [porep] [soak] [in-flight] ...
 # TEST_BINS (e.g. "gpu-test msm-test") limits `tests` to those binaries.
 # B_G2=gpu|cpu places B's G2 MSM for bench-prove and bench-pipeline (default: the binary's);
 # PROVE_VS=none skips bellperson in bench-prove; PIPE_DEVICES=all spreads bench-pipeline over every GPU.
@@ -20,6 +20,9 @@
 # soak: SOAK_PROOFS (default 1000) proofs of SOAK_CIRCUIT (default bench-20) in one process (`provd bench pipeline
 # --sample-every SOAK_EVERY`, default 5 s): RSS, device memory and the buffer gauges over time, with nvidia-smi's
 # memory.used and utilization.gpu sampled beside them (soak-smi.csv).
+# in-flight: for each of INFLIGHT_CIRCUITS (default "bench-20"), `provd bench pipeline` with 1 and with 2 partitions in
+# flight per GPU, alternated INFLIGHT_ROUNDS times (default 2) in one process lifetime each, INFLIGHT_JOBS jobs × 4
+# partitions (default 60), nvidia-smi's utilisation sampled beside each run (inflight-CIRCUIT-N-ROUND.csv).
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 bundle=.device-bundle
@@ -62,6 +65,22 @@ for step in "${@:-tests}"; do
         awk -F', ' '{ v[NR] = $2 } $2 > 0 { if (!a) a = NR; b = NR } END { for (i = a; i <= b; i++) s += v[i]; if (b) printf "nvidia-smi utilization.gpu over the run: mean %.1f%% (%d samples, 0.5 s apart)\n", s / (b - a + 1), b - a + 1 }' \
           "$OUT/pipeline-smi.csv" | tee -a "$OUT/bench-pipeline.log"
         mv "$OUT/pipeline-smi.csv" "$OUT/smi-$tag.csv"
+      done ;;
+    in-flight)
+      for circuit in ${INFLIGHT_CIRCUITS:-bench-20}; do
+        for round in $(seq "${INFLIGHT_ROUNDS:-2}"); do
+          for n in 1 2; do
+            tag="$circuit-$n-$round"
+            nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 500 > "$OUT/inflight-$tag.csv" &
+            smi=$!
+            echo "== $circuit, $n in flight, round $round" | tee -a "$OUT/in-flight.log"
+            "$bundle/provd" bench pipeline --circuit "$circuit" --jobs "${INFLIGHT_JOBS:-60}" --partitions 4 --backend cuda \
+              --in-flight "$n" --json "$OUT/inflight-$tag.json" 2>&1 | grep -v ' INFO ' | tee -a "$OUT/in-flight.log" || status=1
+            kill $smi
+            awk -F', ' '{ v[NR] = $2 } $2 > 0 { if (!a) a = NR; b = NR } END { for (i = a; i <= b; i++) s += v[i]; if (b) printf "nvidia-smi utilization.gpu over the run: mean %.1f%% (%d samples, 0.5 s apart)\n", s / (b - a + 1), b - a + 1 }' \
+              "$OUT/inflight-$tag.csv" | tee -a "$OUT/in-flight.log"
+          done
+        done
       done ;;
     soak)
       circuit=${SOAK_CIRCUIT:-bench-20}

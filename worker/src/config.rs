@@ -145,6 +145,10 @@ pub struct GpuConfig {
     /// per device.
     #[serde(deserialize_with = "device_set")]
     pub devices: crate::backend::DeviceSet,
+    /// Partitions in prove_start on each GPU at once, 1 or 2: with 2, one
+    /// partition's copies to the device overlap the other's kernels, at the
+    /// cost of a second partition's working buffers in device memory.
+    pub partitions_in_flight: crate::backend::InFlight,
 }
 
 fn device_set<'de, D: serde::Deserializer<'de>>(d: D) -> Result<crate::backend::DeviceSet, D::Error> {
@@ -177,6 +181,7 @@ impl GpuConfig {
             key_memory_limit,
             b_g2_msm: self.b_g2_msm,
             devices: self.devices.clone(),
+            partitions_in_flight: self.partitions_in_flight,
         })
     }
 }
@@ -359,6 +364,12 @@ mod tests {
         std::fs::write(&p, "[gpu]\nkey_memory_limit = \"50%\"\n").unwrap();
         let e = Config::load(&p).unwrap_err().to_string();
         assert!(e.contains("not a percentage"), "{e}");
+        let in_flight = |v: &str| toml::from_str::<GpuConfig>(&format!("partitions_in_flight = {v}"));
+        assert_eq!(in_flight("2").unwrap().partitions_in_flight, crate::backend::InFlight::Two);
+        for bad in ["0", "3", "\"2\""] {
+            assert!(in_flight(bad).is_err(), "partitions_in_flight = {bad}");
+        }
+        assert!(in_flight("3").unwrap_err().to_string().contains("1 or 2"));
         assert!(Config::load(&dir.path().join("missing.toml"))
             .unwrap_err()
             .to_string()

@@ -220,6 +220,9 @@ enum BenchCommand {
         /// CUDA devices to spread the partitions over: "all" or ordinals ("0,1").
         #[arg(long, default_value = "0")]
         devices: String,
+        /// Partitions in prove_start on each GPU at once, 1 or 2 (as gpu.partitions_in_flight).
+        #[arg(long, default_value = "1")]
+        in_flight: provd::backend::InFlight,
         /// A soak: sample RSS, device memory and the buffer gauges every
         /// this many seconds, print them and how far they moved after warm-up.
         #[arg(long)]
@@ -552,6 +555,7 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             permits,
             queue,
             devices,
+            in_flight,
             sample_every,
             json,
             common,
@@ -567,7 +571,7 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
                         .context("--devices")?,
                 ),
             };
-            let options = CudaOptions { devices, ..common.cuda_options() };
+            let options = CudaOptions { devices, partitions_in_flight: in_flight, ..common.cuda_options() };
             let selected = provd::backend::select(common.backend, &common.data_dir, &options)?;
             let mut config = provd::pipeline::PipelineConfig::default();
             config.partition_permits = permits.unwrap_or(config.partition_permits);

@@ -17,7 +17,7 @@ use provd_kernels::{
     Timer,
 };
 
-use super::{Backend, CudaOptions, G2Placement};
+use super::{Backend, CudaOptions, G2Placement, InFlight};
 use crate::groth16::msm::filter;
 use crate::groth16::prover::{split, Blinding, Finished, G1Parts, PendingProof, StepTime};
 use crate::groth16::synthesis::Density;
@@ -198,7 +198,9 @@ impl CudaBackend {
             return Ok(state.keys.len() - 1);
         }
         let need = DeviceKey::bytes_needed(key, self.options.b_g2_msm);
-        let working = key.domain_size() as u64 * WORKING_BYTES_PER_ELEMENT + WORKING_BYTES_FIXED;
+        // room for each partition in flight to hold its working buffers
+        let working = (key.domain_size() as u64 * WORKING_BYTES_PER_ELEMENT + WORKING_BYTES_FIXED)
+            * self.options.partitions_in_flight.count() as u64;
         if let Some(limit) = self.options.key_memory_limit {
             if need > limit {
                 return Err(ProveError::Backend {
@@ -236,16 +238,17 @@ impl CudaBackend {
     }
 
     /// H's scalars left on the device, in the order of the key's H bases on
-    /// it, and `then` (the aux assignment) copied while the chain runs. Each
-    /// of a, b, c is copied (on the copy stream) while the one before it
-    /// transforms, and each host vector is freed once copied.
+    /// it, and the aux assignment on the device. Vectors still on the host
+    /// are copied (on the copy stream) while the one before them transforms,
+    /// and each host vector is freed once copied; the aux assignment is
+    /// copied while the chain runs.
     fn quotient_on_device(
         &self,
         ntts: &mut HashMap<TwoAdicRoot, Ntt>,
         reduction: Reduction,
         log_n: u32,
-        abc: [Vec<Scalar>; 3],
-        then: &[Scalar],
+        vectors: Vectors,
+        aux: &[Scalar],
     ) -> Result<(FrBuffer, Option<CudaSlice<FrRaw>>), GpuError> {
         let root = reduction.root();
         let ntt = ntts.entry(root).or_insert_with(|| Ntt::with_root(self.gpu.clone(), root));
@@ -253,18 +256,40 @@ impl CudaBackend {
             Reduction::Bellperson => HChain::Quotient,
             Reduction::Snarkjs => HChain::OddCoset,
         };
+        let (abc, copied_aux) = match vectors {
+            Vectors::OnHost(abc) => (abc.map(Vector::Host), None),
+            Vectors::OnDevice { abc, aux } => (abc.map(Vector::Device), Some(aux)),
+        };
         let mut on_coset = Vec::with_capacity(3);
         for v in abc {
-            let mut d = FrBuffer::upload_padded_async(&self.gpu, &v, log_n)?;
-            drop(v);
+            let mut d = v.on_device(&self.gpu, log_n)?;
             ntt.to_coset(chain, &mut d)?;
             on_coset.push(d);
         }
-        let then = if then.is_empty() { None } else { Some(self.gpu.upload_async(then)?) };
+        let aux = match copied_aux {
+            Some(copied) => copied,
+            None => upload_aux(&self.gpu, aux)?,
+        };
         let [mut a, b, c]: [FrBuffer; 3] = on_coset.try_into().ok().expect("three vectors");
         let order = ntt.h_from_coset(chain, &mut a, b, c)?;
         debug_assert_eq!(order, h_order(reduction));
-        Ok((a, then))
+        Ok((a, aux))
+    }
+
+    /// A proof's vectors as `prove_start` finds them when it locks the
+    /// device: still on the host with one partition in flight (each copied
+    /// while the one before it transforms), or, with two, already copied
+    /// (here, before the lock, while the other partition's kernels run).
+    fn copy_ahead(&self, log_n: u32, abc: [Vec<Scalar>; 3], aux: &[Scalar]) -> Result<Vectors, GpuError> {
+        if self.options.partitions_in_flight == InFlight::One {
+            return Ok(Vectors::OnHost(abc));
+        }
+        let mut copied = Vec::with_capacity(3);
+        for v in abc {
+            copied.push(Vector::Host(v).on_device(&self.gpu, log_n)?);
+        }
+        let abc: [FrBuffer; 3] = copied.try_into().ok().expect("three vectors");
+        Ok(Vectors::OnDevice { abc, aux: upload_aux(&self.gpu, aux)? })
     }
 
     /// All five MSMs and H on the device (B's G2 MSM too, unless
@@ -277,11 +302,16 @@ impl CudaBackend {
         // The inputs' subset in B is a handful of scalars: filtered here.
         let b_in = filter(&asg.input, &asg.b_input_density);
         let wall = Instant::now();
+        let vectors = self.copy_ahead(log_n, abc, &asg.aux).map_err(backend_error)?;
+        let copied = matches!(vectors, Vectors::OnDevice { .. })
+            .then(|| StepTime::on_host_since("copies (before the device lock)", wall));
+        let wall = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let locked = StepTime::on_host_since("wait for device", wall);
         let slot = self.make_resident(&mut state, key, asg.b_input_density.ones())?;
         let State { ntts, keys, timer, .. } = &mut *state;
         let mut clock = StepClock::new(timer);
+        clock.steps.extend(copied);
         clock.steps.push(locked);
         let dk = &keys[slot];
         let (msm, gpu) = (&self.msm, &*self.gpu);
@@ -289,7 +319,7 @@ impl CudaBackend {
         let (g1, b_g2) = (|| -> Result<(G1Parts, Option<G2Projective>), GpuError> {
             // a/b/c's host copies are freed as they reach the device
             let (h_scalars, aux) = clock.time("copies + quotient", || {
-                self.quotient_on_device(ntts, key.reduction, log_n, abc, &asg.aux)
+                self.quotient_on_device(ntts, key.reduction, log_n, vectors, &asg.aux)
             })?;
             let h = clock.time("msm h", || msm.run_device(&dk.h, h_scalars.raw(), h_scalars.len()))?;
             drop(h_scalars);
@@ -327,6 +357,38 @@ impl CudaBackend {
         .map_err(backend_error)?;
         let (device_seconds, steps) = clock.into_parts();
         Ok(PendingProof { g1, b_g2, assignment: asg, device_seconds, steps })
+    }
+}
+
+/// A proof's a/b/c and aux assignment, on the host or on the device.
+enum Vectors {
+    OnHost([Vec<Scalar>; 3]),
+    OnDevice { abc: [FrBuffer; 3], aux: Option<CudaSlice<FrRaw>> },
+}
+
+/// One of a, b, c: on the host, or copied (zero-padded to the domain).
+enum Vector {
+    Host(Vec<Scalar>),
+    Device(FrBuffer),
+}
+
+impl Vector {
+    /// On the device; a host vector is copied and then freed.
+    fn on_device(self, gpu: &Gpu, log_n: u32) -> Result<FrBuffer, GpuError> {
+        match self {
+            Vector::Host(v) => FrBuffer::upload_padded_async(gpu, &v, log_n),
+            Vector::Device(d) => Ok(d),
+        }
+    }
+}
+
+/// The aux assignment on the device (on the copy stream); `None` without
+/// aux variables.
+fn upload_aux(gpu: &Gpu, aux: &[Scalar]) -> Result<Option<CudaSlice<FrRaw>>, GpuError> {
+    if aux.is_empty() {
+        Ok(None)
+    } else {
+        gpu.upload_async(aux).map(Some)
     }
 }
 
@@ -406,6 +468,10 @@ impl Backend for CudaBackend {
         Ok(finished)
     }
 
+    fn partitions_in_flight(&self) -> InFlight {
+        self.options.partitions_in_flight
+    }
+
     fn resident_keys(&self) -> KeyResidency {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let keys = state
@@ -440,7 +506,7 @@ mod tests {
         c: &[Scalar],
     ) -> Vec<Scalar> {
         let mut state = gpu.state.lock().unwrap();
-        let abc = [a, b, c].map(<[Scalar]>::to_vec);
+        let abc = Vectors::OnHost([a, b, c].map(<[Scalar]>::to_vec));
         let (mut h, _) = gpu.quotient_on_device(&mut state.ntts, r, log_n, abc, &[]).unwrap();
         if h_order(r) == Order::BitReversed {
             state.ntts[&r.root()].bit_reverse(&mut h).unwrap();
@@ -507,6 +573,39 @@ mod tests {
         assert_eq!(res.keys.len(), 4);
         assert!(res.keys.iter().all(|k| k.uploads == 1 && k.device_bytes > 0), "{res:?}");
         assert_eq!(res.evictions, 0);
+    }
+
+    /// Two partitions in flight: two threads prove at once on one backend,
+    /// each copying its vectors before it locks the device (while the
+    /// other's kernels run); every proof equals the CPU's for its blinding.
+    #[test]
+    fn gpu_two_partitions_in_flight_prove_what_the_cpu_proves() {
+        let options = CudaOptions { partitions_in_flight: InFlight::Two, ..CudaOptions::default() };
+        let Some(gpu) = backend(options) else { return };
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let dense = Builtin { shape: Shape::Dense, log_size: 14 };
+        let key = keygen::generate_test_key(dense.circuit(None), &mut rng).unwrap();
+        std::thread::scope(|scope| {
+            for thread in 0..2u64 {
+                let (gpu, key) = (&gpu, &key);
+                scope.spawn(move || {
+                    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(thread);
+                    for round in 0..4 {
+                        let w = synthesize(dense.circuit(Some(10 * thread + round))).unwrap();
+                        let ours = gpu.prove_start(key, w.clone()).unwrap();
+                        assert!(ours.steps.iter().any(|s| s.step.starts_with("copies (before")));
+                        let cpu = CpuBackend.prove_start(key, w).unwrap();
+                        assert_eq!(ours.g1, cpu.g1, "thread {thread} round {round}");
+                        let public = ours.assignment.public_inputs().to_vec();
+                        let blind = Blinding::random(&mut rng);
+                        let on_cpu = crate::groth16::prover::finish_on_cpu(key, cpu, blind);
+                        let finished = gpu.prove_finish(key, ours, blind).unwrap();
+                        assert_eq!(finished.proof, on_cpu, "thread {thread} round {round}");
+                        assert!(finished.proof.verify(&key.vk, &public));
+                    }
+                });
+            }
+        });
     }
 
     /// With `G2Placement::Cpu` prove_start leaves B in G2 to prove_finish,

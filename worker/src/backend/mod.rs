@@ -40,6 +40,54 @@ pub trait Backend: Send + Sync {
     fn resident_keys(&self) -> KeyResidency {
         KeyResidency::default()
     }
+
+    /// How many partitions the engine should hand this backend at once (one
+    /// GPU worker each): a second one's copies to the device overlap the
+    /// first one's kernels.
+    fn partitions_in_flight(&self) -> InFlight {
+        InFlight::One
+    }
+}
+
+/// Partitions in `prove_start` on one device at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InFlight {
+    /// One: its copies to the device wait for the previous partition's
+    /// kernels to end, and the next one's for its own.
+    #[default]
+    One,
+    /// Two: while one partition's kernels run, the next one's vectors are
+    /// copied to the device, at the cost of a second partition's working
+    /// buffers in device memory. More would only queue behind the one the
+    /// device is computing.
+    Two,
+}
+
+impl InFlight {
+    pub fn count(self) -> usize {
+        match self {
+            InFlight::One => 1,
+            InFlight::Two => 2,
+        }
+    }
+}
+
+impl std::str::FromStr for InFlight {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "1" => Ok(InFlight::One),
+            "2" => Ok(InFlight::Two),
+            _ => Err(format!("partitions in flight per GPU are 1 or 2, not '{s}'")),
+        }
+    }
+}
+
+#[cfg(feature = "service")]
+impl<'de> serde::Deserialize<'de> for InFlight {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        u64::deserialize(d)?.to_string().parse().map_err(serde::de::Error::custom)
+    }
 }
 
 /// Which backend to prove on.
@@ -75,6 +123,8 @@ pub struct CudaOptions {
     pub b_g2_msm: G2Placement,
     /// Which devices to open, one backend each.
     pub devices: DeviceSet,
+    /// Partitions in `prove_start` on each device at once.
+    pub partitions_in_flight: InFlight,
 }
 
 /// The CUDA devices a worker proves on.

@@ -1,7 +1,8 @@
 //! The devices the engine proves on, and whether each is in service.
 //!
-//! Each backend (a GPU, or the CPU) has a worker that takes partitions from
-//! the one GPU queue. A device fault (a backend error, a panic, a proof that
+//! Each backend (a GPU, or the CPU) has a worker per partition it takes at
+//! once ([`Backend::partitions_in_flight`]), each taking partitions from the
+//! one GPU queue. A device fault (a backend error, a panic, a proof that
 //! fails verification) counts against its device; after
 //! `pipeline.device_fault_limit` faults in a row the device is taken out of
 //! service with the reason, and its worker stops taking work, while the

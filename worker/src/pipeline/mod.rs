@@ -319,9 +319,12 @@ impl Engine {
         }
         for device in shared.devices.clone() {
             shared.metrics.proofs_invalid.with_label_values(&[device.name()]);
-            let rx = gpu_rx.clone();
-            let name = format!("gpu-{}", device.name());
-            threads.push(spawn(name, Box::new(move |s| gpu_worker(s, device, rx)))?);
+            // One worker per partition the backend takes at once.
+            for slot in 0..device.backend.partitions_in_flight().count() {
+                let (device, rx) = (device.clone(), gpu_rx.clone());
+                let name = format!("gpu-{}-{slot}", device.name());
+                threads.push(spawn(name, Box::new(move |s| gpu_worker(s, device, rx)))?);
+            }
         }
         Ok(Self { shared, threads })
     }

@@ -167,6 +167,52 @@ fn permits_bound_the_partitions_holding_abc() {
     assert_all_released(&e);
 }
 
+/// A slow GPU that takes two partitions at once, counting how many are in
+/// its prove_start together.
+struct TwoInFlight {
+    inside: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl Backend for TwoInFlight {
+    fn name(&self) -> &str {
+        "two"
+    }
+    fn partitions_in_flight(&self) -> crate::backend::InFlight {
+        crate::backend::InFlight::Two
+    }
+    fn prove_start(&self, key: &ProvingKey, w: Synthesized) -> Result<PendingProof, ProveError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.inside.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        std::thread::sleep(Duration::from_millis(60));
+        self.inside.fetch_sub(1, SeqCst);
+        CpuBackend.prove_start(key, w)
+    }
+}
+
+#[test]
+fn a_device_with_two_partitions_in_flight_gets_two_workers_within_the_abc_bound() {
+    // As above, with a device that takes two partitions at once: two workers
+    // take from the queue, so a/b/c exist for at most P + Q + 2 partitions.
+    let (p, q) = (2, 1);
+    let config = PipelineConfig {
+        partition_permits: p,
+        gpu_queue_capacity: q,
+        synthesis_threads: 6,
+        ..Default::default()
+    };
+    let gpu = Arc::new(TwoInFlight { inside: Default::default(), most: Default::default() });
+    let e = Engine::start(config, vec![gpu.clone()], Arc::new(Metrics::new())).unwrap();
+    let id = e.submit(job((0..14).map(partition).collect())).unwrap();
+    let st = e.wait(id, None).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Succeeded));
+    assert_eq!(gpu.most.load(std::sync::atomic::Ordering::SeqCst), 2, "both workers proved at once");
+    let peak = e.ledger().peaks().abc as usize;
+    assert!(peak <= p + q + 2, "a/b/c held by {peak} partitions at once; bound is {}", p + q + 2);
+    assert_all_released(&e);
+}
+
 #[test]
 fn reservations_never_exceed_the_budget_under_a_burst() {
     let fp = Footprint::of(&key()).total();
