@@ -19,7 +19,7 @@
 # with provd's cuda backend and with filecoin-proofs' own seal_commit_phase2 (CPU); the ratio lands in porep.log.
 # soak: SOAK_PROOFS (default 1000) proofs of SOAK_CIRCUIT (default bench-20) in one process (`provd bench pipeline
 # --sample-every SOAK_EVERY`, default 5 s): RSS, device memory and the buffer gauges over time, with nvidia-smi's
-# memory.used and utilization.gpu sampled beside them (soak-smi.csv).
+# memory.used and utilization.gpu sampled beside them (soak-smi.csv); SOAK_IN_FLIGHT sets --in-flight.
 # in-flight: for each of INFLIGHT_CIRCUITS (default "bench-20"), `provd bench pipeline` with 1 and with 2 partitions in
 # flight per GPU, alternated INFLIGHT_ROUNDS times (default 2) in one process lifetime each, INFLIGHT_JOBS jobs × 4
 # partitions (default 60), nvidia-smi's utilisation sampled beside each run (inflight-CIRCUIT-N-ROUND.csv).
@@ -87,7 +87,7 @@ for step in "${@:-tests}"; do
       nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 1000 > "$OUT/soak-smi.csv" &
       smi=$!
       "$bundle/provd" bench pipeline --circuit "$circuit" --jobs $(( ${SOAK_PROOFS:-1000} / 4 )) --partitions 4 --backend cuda \
-        --sample-every "${SOAK_EVERY:-5}" --json "$OUT/soak-$circuit.json" 2>&1 | grep -v ' INFO ' | tee -a "$OUT/soak.log" || status=1
+        --sample-every "${SOAK_EVERY:-5}" ${SOAK_IN_FLIGHT:+--in-flight "$SOAK_IN_FLIGHT"} --json "$OUT/soak-$circuit.json" 2>&1 | grep -v ' INFO ' | tee -a "$OUT/soak.log" || status=1
       kill $smi ;;
     bench-prove)
       for backend in ${PROVE_BACKENDS:-cuda cpu}; do

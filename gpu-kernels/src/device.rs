@@ -32,9 +32,9 @@ pub struct DeviceInfo {
 pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    /// Host-to-device copies that overlap the kernels on `stream`
-    /// ([`Gpu::upload_async`]), through `staging`.
-    copy: Arc<CudaStream>,
+    /// Streams for host-to-device copies that overlap the kernels on
+    /// `stream` ([`CopyLane`]), through `staging`; free ones, made as needed.
+    lanes: Mutex<Vec<Arc<CudaStream>>>,
     staging: Mutex<Staging>,
     module: Arc<CudaModule>,
     info: DeviceInfo,
@@ -97,10 +97,10 @@ impl Gpu {
             kernels_cached,
         };
         let stream = ctx.new_stream().during("creating a stream")?;
-        let copy = ctx.new_stream().during("creating a stream")?;
+        let lanes = Mutex::new(vec![ctx.new_stream().during("creating a stream")?]);
         let staging = Mutex::new(Staging::new(&ctx)?);
         tracing::info!(device = %info.name, arch = %info.arch, sms = info.multiprocessors, cached = kernels_cached, "CUDA device ready");
-        Ok(Self { ctx, stream, copy, staging, module, info })
+        Ok(Self { ctx, stream, lanes, staging, module, info })
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -147,37 +147,20 @@ impl Gpu {
         self.stream.clone_htod(as_raw(v)).during("copying to the device")
     }
 
-    /// Copies field elements to a new device buffer on the copy stream, so
-    /// that the copy overlaps kernels already queued on the compute stream,
-    /// through page-locked staging (at the link's rate rather than the
-    /// driver's pageable path). Returns once the host data is staged (the
-    /// host slice may then be freed); kernels launched afterwards that read
-    /// the buffer wait for the copy (cudarc orders the two streams by the
-    /// buffer's events). `v` must not be empty.
+    /// A copy stream of this device, held until the guard drops; see
+    /// [`CopyLane`].
+    pub fn copy_lane(&self) -> Result<CopyLane<'_>, GpuError> {
+        let free = self.lanes.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let stream = match free {
+            Some(s) => s,
+            None => self.ctx.new_stream().during("creating a stream")?,
+        };
+        Ok(CopyLane { gpu: self, stream: Some(stream) })
+    }
+
+    /// [`CopyLane::upload`] on a lane held for this one copy.
     pub fn upload_async<F: DeviceField>(&self, v: &[F]) -> Result<CudaSlice<F::Raw>, GpuError> {
-        if v.is_empty() {
-            return Err(GpuError::Invalid("an upload of no elements".into()));
-        }
-        // SAFETY: every element is written by the copy below before any read.
-        let mut d = unsafe { self.copy.alloc::<F::Raw>(v.len()) }.during("allocating device memory")?;
-        self.upload_into(v, &mut d.slice_mut(..))?;
-        Ok(d)
-    }
-
-    /// As [`Gpu::upload_async`], into `dst` (of `v`'s length), which the
-    /// copy stream must be allowed to write.
-    pub(crate) fn upload_into<F: DeviceField>(
-        &self,
-        v: &[F],
-        dst: &mut CudaViewMut<F::Raw>,
-    ) -> Result<(), GpuError> {
-        let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-        staging.copy(&self.copy, as_raw(v), dst)
-    }
-
-    /// The stream of [`Gpu::upload_async`].
-    pub(crate) fn copy_stream(&self) -> &Arc<CudaStream> {
-        &self.copy
+        self.copy_lane()?.upload(v)
     }
 
     /// Copies a device buffer back.
@@ -208,6 +191,62 @@ impl Gpu {
             end: self.ctx.new_event(flag).during("creating an event")?,
             stream: self.stream.clone(),
         })
+    }
+}
+
+/// A stream for host-to-device copies that overlap the kernels on the
+/// compute stream, held by one user (a proof) at a time and given back to
+/// the device when dropped.
+///
+/// Why a proof holds its own: cudarc frees a buffer on the stream that
+/// allocated it, after making that stream wait for the kernels that read
+/// the buffer. On a copy stream shared by two proofs in flight, the first
+/// one's frees would make the second one's copies, queued after them, wait
+/// for the first one's kernels.
+pub struct CopyLane<'a> {
+    gpu: &'a Gpu,
+    /// Always `Some` until dropped.
+    stream: Option<Arc<CudaStream>>,
+}
+
+impl CopyLane<'_> {
+    /// Copies field elements to a new device buffer on this lane, through
+    /// page-locked staging (at the link's rate rather than the driver's
+    /// pageable path). Returns once the host data is staged (the host slice
+    /// may then be freed); kernels launched afterwards that read the buffer
+    /// wait for the copy (cudarc orders the two streams by the buffer's
+    /// events). `v` must not be empty.
+    pub fn upload<F: DeviceField>(&self, v: &[F]) -> Result<CudaSlice<F::Raw>, GpuError> {
+        if v.is_empty() {
+            return Err(GpuError::Invalid("an upload of no elements".into()));
+        }
+        // SAFETY: every element is written by the copy below before any read.
+        let mut d = unsafe { self.stream().alloc::<F::Raw>(v.len()) }.during("allocating device memory")?;
+        self.upload_into(v, &mut d.slice_mut(..))?;
+        Ok(d)
+    }
+
+    /// As [`CopyLane::upload`], into `dst` (of `v`'s length), which this
+    /// lane's stream must be allowed to write.
+    pub(crate) fn upload_into<F: DeviceField>(
+        &self,
+        v: &[F],
+        dst: &mut CudaViewMut<F::Raw>,
+    ) -> Result<(), GpuError> {
+        let mut staging = self.gpu.staging.lock().unwrap_or_else(|e| e.into_inner());
+        staging.copy(self.stream(), as_raw(v), dst)
+    }
+
+    pub(crate) fn stream(&self) -> &Arc<CudaStream> {
+        self.stream.as_ref().expect("a lane holds its stream until dropped")
+    }
+}
+
+impl Drop for CopyLane<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.stream.take() {
+            self.gpu.lanes.lock().unwrap_or_else(|e| e.into_inner()).push(s);
+        }
     }
 }
 

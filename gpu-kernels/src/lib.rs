@@ -20,7 +20,7 @@ mod staging;
 pub use compile::{compile_cubin, kernel_source, CompileCache};
 /// The device buffer type this crate's functions take and return.
 pub use cudarc::driver::CudaSlice;
-pub use device::{DeviceInfo, Gpu, Timer};
+pub use device::{CopyLane, DeviceInfo, Gpu, Timer};
 pub use error::GpuError;
 pub use field::{FpRaw, FrRaw};
 pub use msm::{Bases, G1Bases, G2Bases, Msm, MsmCurve, PinnedBases, G1, G2};

@@ -15,7 +15,7 @@ use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use ff::{Field, PrimeField};
 
-use crate::device::Gpu;
+use crate::device::{CopyLane, Gpu};
 use crate::error::{During, GpuError};
 use crate::field::{DeviceField, FrRaw};
 
@@ -70,17 +70,16 @@ impl FrBuffer {
         Ok(Self { data, log_n })
     }
 
-    /// As [`FrBuffer::upload_padded`], on the copy stream ([`Gpu::upload_async`]):
+    /// As [`FrBuffer::upload_padded`], on a copy stream ([`CopyLane::upload`]):
     /// the copy overlaps kernels already queued, and the transforms launched
     /// on the buffer afterwards wait for it.
-    pub fn upload_padded_async(gpu: &Gpu, v: &[Scalar], log_n: u32) -> Result<Self, GpuError> {
+    pub fn upload_padded_async(lane: &CopyLane, v: &[Scalar], log_n: u32) -> Result<Self, GpuError> {
         if v.len() > 1 << log_n || log_n > MAX_LOG_N {
             return Err(GpuError::Invalid(format!("{} elements do not fit 2^{log_n}", v.len())));
         }
-        let copy = gpu.copy_stream();
-        let mut data = copy.alloc_zeros::<FrRaw>(1 << log_n).during("allocating device memory")?;
+        let mut data = lane.stream().alloc_zeros::<FrRaw>(1 << log_n).during("allocating device memory")?;
         if !v.is_empty() {
-            gpu.upload_into(v, &mut data.slice_mut(..v.len()))?;
+            lane.upload_into(v, &mut data.slice_mut(..v.len()))?;
         }
         Ok(Self { data, log_n })
     }

@@ -269,8 +269,9 @@ fn interleaved_uploads_match_the_one_call_quotient() {
     let up = |v: &[Scalar]| FrBuffer::upload_padded(&gpu, v, log_n).unwrap();
     ntt.quotient(&mut whole, up(&b), up(&c)).unwrap();
     let mut parts = Vec::new();
+    let lane = gpu.copy_lane().unwrap();
     for v in [&a, &b, &c] {
-        let mut d = FrBuffer::upload_padded_async(&gpu, v, log_n).unwrap();
+        let mut d = FrBuffer::upload_padded_async(&lane, v, log_n).unwrap();
         ntt.to_coset(HChain::Quotient, &mut d).unwrap();
         parts.push(d);
     }
@@ -320,4 +321,25 @@ fn staged_uploads_round_trip() {
     assert!(gpu.download::<Scalar>(&dv).unwrap() == v);
     assert!(gpu.download::<Scalar>(&dw).unwrap() == w);
     assert!(gpu.upload_async::<Scalar>(&[]).is_err(), "an empty upload is refused");
+}
+
+/// Two proofs in flight each hold a copy lane: two threads upload on their
+/// own lanes at once (through the one staging pair) and every vector
+/// arrives whole.
+#[test]
+fn uploads_on_two_lanes_at_once_round_trip() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    std::thread::scope(|scope| {
+        for t in 0..2u64 {
+            let gpu = &gpu;
+            scope.spawn(move || {
+                let lane = gpu.copy_lane().unwrap();
+                for round in 0..3 {
+                    let v = random_scalars((1 << 19) + 5 * round, 40 + 10 * t + round as u64);
+                    let d = lane.upload(&v).unwrap();
+                    assert!(gpu.download::<Scalar>(&d).unwrap() == v, "thread {t} round {round}");
+                }
+            });
+        }
+    });
 }

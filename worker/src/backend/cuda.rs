@@ -13,8 +13,8 @@ use blstrs::{G1Affine, G1Projective, G2Projective, Scalar};
 use group::Group;
 use provd_kernels::ntt::TwoAdicRoot;
 use provd_kernels::{
-    select_by_density, CudaSlice, FrBuffer, FrRaw, G1Bases, G2Bases, Gpu, GpuError, HChain, Msm, Ntt, Order,
-    Timer,
+    select_by_density, CopyLane, CudaSlice, FrBuffer, FrRaw, G1Bases, G2Bases, Gpu, GpuError, HChain, Msm,
+    Ntt, Order, Timer,
 };
 
 use super::{Backend, CudaOptions, G2Placement, InFlight};
@@ -244,6 +244,7 @@ impl CudaBackend {
     /// copied while the chain runs.
     fn quotient_on_device(
         &self,
+        lane: &CopyLane,
         ntts: &mut HashMap<TwoAdicRoot, Ntt>,
         reduction: Reduction,
         log_n: u32,
@@ -262,13 +263,13 @@ impl CudaBackend {
         };
         let mut on_coset = Vec::with_capacity(3);
         for v in abc {
-            let mut d = v.on_device(&self.gpu, log_n)?;
+            let mut d = v.on_device(lane, log_n)?;
             ntt.to_coset(chain, &mut d)?;
             on_coset.push(d);
         }
         let aux = match copied_aux {
             Some(copied) => copied,
-            None => upload_aux(&self.gpu, aux)?,
+            None => upload_aux(lane, aux)?,
         };
         let [mut a, b, c]: [FrBuffer; 3] = on_coset.try_into().ok().expect("three vectors");
         let order = ntt.h_from_coset(chain, &mut a, b, c)?;
@@ -280,16 +281,22 @@ impl CudaBackend {
     /// device: still on the host with one partition in flight (each copied
     /// while the one before it transforms), or, with two, already copied
     /// (here, before the lock, while the other partition's kernels run).
-    fn copy_ahead(&self, log_n: u32, abc: [Vec<Scalar>; 3], aux: &[Scalar]) -> Result<Vectors, GpuError> {
+    fn copy_ahead(
+        &self,
+        lane: &CopyLane,
+        log_n: u32,
+        abc: [Vec<Scalar>; 3],
+        aux: &[Scalar],
+    ) -> Result<Vectors, GpuError> {
         if self.options.partitions_in_flight == InFlight::One {
             return Ok(Vectors::OnHost(abc));
         }
         let mut copied = Vec::with_capacity(3);
         for v in abc {
-            copied.push(Vector::Host(v).on_device(&self.gpu, log_n)?);
+            copied.push(Vector::Host(v).on_device(lane, log_n)?);
         }
         let abc: [FrBuffer; 3] = copied.try_into().ok().expect("three vectors");
-        Ok(Vectors::OnDevice { abc, aux: upload_aux(&self.gpu, aux)? })
+        Ok(Vectors::OnDevice { abc, aux: upload_aux(lane, aux)? })
     }
 
     /// All five MSMs and H on the device (B's G2 MSM too, unless
@@ -302,7 +309,10 @@ impl CudaBackend {
         // The inputs' subset in B is a handful of scalars: filtered here.
         let b_in = filter(&asg.input, &asg.b_input_density);
         let wall = Instant::now();
-        let vectors = self.copy_ahead(log_n, abc, &asg.aux).map_err(backend_error)?;
+        // Declared first, so dropped last: every device buffer of this proof
+        // is allocated on the lane and freed on it, never on another proof's.
+        let lane = self.gpu.copy_lane().map_err(backend_error)?;
+        let vectors = self.copy_ahead(&lane, log_n, abc, &asg.aux).map_err(backend_error)?;
         let copied = matches!(vectors, Vectors::OnDevice { .. })
             .then(|| StepTime::on_host_since("copies (before the device lock)", wall));
         let wall = Instant::now();
@@ -319,7 +329,7 @@ impl CudaBackend {
         let (g1, b_g2) = (|| -> Result<(G1Parts, Option<G2Projective>), GpuError> {
             // a/b/c's host copies are freed as they reach the device
             let (h_scalars, aux) = clock.time("copies + quotient", || {
-                self.quotient_on_device(ntts, key.reduction, log_n, vectors, &asg.aux)
+                self.quotient_on_device(&lane, ntts, key.reduction, log_n, vectors, &asg.aux)
             })?;
             let h = clock.time("msm h", || msm.run_device(&dk.h, h_scalars.raw(), h_scalars.len()))?;
             drop(h_scalars);
@@ -373,22 +383,22 @@ enum Vector {
 }
 
 impl Vector {
-    /// On the device; a host vector is copied and then freed.
-    fn on_device(self, gpu: &Gpu, log_n: u32) -> Result<FrBuffer, GpuError> {
+    /// On the device; a host vector is copied (on `lane`) and then freed.
+    fn on_device(self, lane: &CopyLane, log_n: u32) -> Result<FrBuffer, GpuError> {
         match self {
-            Vector::Host(v) => FrBuffer::upload_padded_async(gpu, &v, log_n),
+            Vector::Host(v) => FrBuffer::upload_padded_async(lane, &v, log_n),
             Vector::Device(d) => Ok(d),
         }
     }
 }
 
-/// The aux assignment on the device (on the copy stream); `None` without
-/// aux variables.
-fn upload_aux(gpu: &Gpu, aux: &[Scalar]) -> Result<Option<CudaSlice<FrRaw>>, GpuError> {
+/// The aux assignment on the device (copied on `lane`); `None` without aux
+/// variables.
+fn upload_aux(lane: &CopyLane, aux: &[Scalar]) -> Result<Option<CudaSlice<FrRaw>>, GpuError> {
     if aux.is_empty() {
         Ok(None)
     } else {
-        gpu.upload_async(aux).map(Some)
+        lane.upload(aux).map(Some)
     }
 }
 
@@ -507,7 +517,8 @@ mod tests {
     ) -> Vec<Scalar> {
         let mut state = gpu.state.lock().unwrap();
         let abc = Vectors::OnHost([a, b, c].map(<[Scalar]>::to_vec));
-        let (mut h, _) = gpu.quotient_on_device(&mut state.ntts, r, log_n, abc, &[]).unwrap();
+        let lane = gpu.gpu.copy_lane().unwrap();
+        let (mut h, _) = gpu.quotient_on_device(&lane, &mut state.ntts, r, log_n, abc, &[]).unwrap();
         if h_order(r) == Order::BitReversed {
             state.ntts[&r.root()].bit_reverse(&mut h).unwrap();
         }
