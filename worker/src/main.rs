@@ -31,11 +31,13 @@ struct Common {
 }
 
 impl Common {
-    /// One device (the first): the commands other than `serve` prove on one.
+    /// One device (the first), one proof at a time: the commands other than
+    /// `serve` and `bench pipeline` prove one after another on one.
     fn cuda_options(&self) -> CudaOptions {
         CudaOptions {
             b_g2_msm: self.b_g2.unwrap_or_default(),
             devices: provd::backend::DeviceSet::List(vec![0]),
+            partitions_in_flight: provd::backend::InFlight::One,
             ..CudaOptions::default()
         }
     }
@@ -221,7 +223,7 @@ enum BenchCommand {
         #[arg(long, default_value = "0")]
         devices: String,
         /// Partitions in prove_start on each GPU at once, 1 or 2 (as gpu.partitions_in_flight).
-        #[arg(long, default_value = "1")]
+        #[arg(long, default_value_t = provd::backend::InFlight::default())]
         in_flight: provd::backend::InFlight,
         /// A soak: sample RSS, device memory and the buffer gauges every
         /// this many seconds, print them and how far they moved after warm-up.

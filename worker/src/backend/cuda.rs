@@ -622,9 +622,15 @@ mod tests {
     /// With `G2Placement::Cpu` prove_start leaves B in G2 to prove_finish,
     /// which computes it on the host; dense witnesses (every aux in A, half
     /// in B: the device picks real subsets) prove the same as on the CPU.
+    /// One partition in flight: each vector is copied under the device lock,
+    /// while the one before it transforms.
     #[test]
     fn gpu_g2_on_the_host_and_dense_witnesses() {
-        let options = CudaOptions { b_g2_msm: G2Placement::Cpu, ..CudaOptions::default() };
+        let options = CudaOptions {
+            b_g2_msm: G2Placement::Cpu,
+            partitions_in_flight: InFlight::One,
+            ..CudaOptions::default()
+        };
         let Some(gpu) = backend(options) else { return };
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);
         for k in [6u32, 12] {

@@ -54,12 +54,13 @@ pub trait Backend: Send + Sync {
 pub enum InFlight {
     /// One: its copies to the device wait for the previous partition's
     /// kernels to end, and the next one's for its own.
-    #[default]
     One,
-    /// Two: while one partition's kernels run, the next one's vectors are
-    /// copied to the device, at the cost of a second partition's working
-    /// buffers in device memory. More would only queue behind the one the
-    /// device is computing.
+    /// Two (the default: 1.17–1.31× the proofs per second of one on the
+    /// H200, BENCHMARKS.md): while one partition's kernels run, the next
+    /// one's vectors are copied to the device, at the cost of a second
+    /// partition's working buffers in device memory. More would only queue
+    /// behind the one the device is computing.
+    #[default]
     Two,
 }
 
@@ -69,6 +70,12 @@ impl InFlight {
             InFlight::One => 1,
             InFlight::Two => 2,
         }
+    }
+}
+
+impl std::fmt::Display for InFlight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.count())
     }
 }
 

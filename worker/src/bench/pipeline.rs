@@ -65,9 +65,11 @@ impl Sample {
 }
 
 /// How far RSS and device memory moved over the samples after warm-up (the
-/// first tenth of the proofs): (min, max) of each.
+/// first tenth of the proofs) while proofs were still running (the final
+/// sample, once every buffer is freed, is reported apart): (min, max) of each.
 fn drift(samples: &[Sample], proofs: usize) -> Option<((u64, u64), (u64, u64))> {
-    let warm: Vec<&Sample> = samples.iter().filter(|s| s.proofs as usize >= proofs / 10).collect();
+    let running = |s: &&Sample| (proofs / 10..proofs).contains(&(s.proofs as usize));
+    let warm: Vec<&Sample> = samples.iter().filter(running).collect();
     let range = |f: &dyn Fn(&Sample) -> u64| {
         Some((warm.iter().map(|s| f(s)).min()?, warm.iter().map(|s| f(s)).max()?))
     };
@@ -225,8 +227,9 @@ impl PipelineBench {
             let flat = drift(&samples, proofs);
             if let Some(((r0, r1), (d0, d1))) = flat {
                 println!(
-                    "after warm-up (from {} proofs): RSS {}–{} MiB (spread {}), device {}–{} MiB (spread {}); at the end: {} buffers, {} buffer bytes, {} bytes reserved",
+                    "after warm-up (from {} proofs), while proving: RSS {}–{} MiB (spread {}), device {}–{} MiB (spread {}); at the end: RSS {} MiB, device {} MiB, {} buffers, {} buffer bytes, {} bytes reserved",
                     proofs / 10, mib(r0), mib(r1), mib(r1 - r0), mib(d0), mib(d1), mib(d1 - d0),
+                    mib(last.rss_bytes), mib(last.device_used_bytes),
                     last.buffers_in_flight, last.buffer_bytes, last.reserved_bytes
                 );
             }
@@ -249,5 +252,33 @@ impl PipelineBench {
             },
         });
         write_json(&self.json, &report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(proofs: u64, rss_mib: u64) -> Sample {
+        Sample {
+            seconds: proofs as f64,
+            proofs,
+            rss_bytes: rss_mib << 20,
+            device_used_bytes: 1 << 30,
+            reserved_bytes: 0,
+            buffers_in_flight: 0,
+            buffer_bytes: 0,
+        }
+    }
+
+    /// The spread covers the samples after warm-up taken while proving: not
+    /// the warm-up's, nor the final one after every buffer is freed.
+    #[test]
+    fn drift_spans_the_steady_samples_only() {
+        let samples = [sample(5, 400), sample(20, 1500), sample(60, 1600), sample(100, 800)];
+        let ((r0, r1), (d0, d1)) = drift(&samples, 100).unwrap();
+        assert_eq!((r0 >> 20, r1 >> 20), (1500, 1600));
+        assert_eq!((d0, d1), (1 << 30, 1 << 30));
+        assert!(drift(&samples[..1], 100).is_none(), "no sample after warm-up");
     }
 }
