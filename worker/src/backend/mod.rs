@@ -55,7 +55,7 @@ pub enum InFlight {
     /// One: its copies to the device wait for the previous partition's
     /// kernels to end, and the next one's for its own.
     One,
-    /// Two (the default: 1.17–1.31× the proofs per second of one on the
+    /// Two (the default: 1.10–1.35× the proofs per second of one on the
     /// H200, BENCHMARKS.md): while one partition's kernels run, the next
     /// one's vectors are copied to the device, at the cost of a second
     /// partition's working buffers in device memory. More would only queue
