@@ -259,6 +259,11 @@ fn circom_server(f: &Fixture) -> Server {
 }
 
 fn circom_server_with(f: &Fixture, extra: &str) -> Server {
+    Server::start(&circom_config(f, extra), &[])
+}
+
+/// `extra`, then a `[[circuits]]` table for each fixture circuit.
+fn circom_config(f: &Fixture, extra: &str) -> String {
     let mut config = extra.to_string();
     for c in CIRCUITS {
         config +=
@@ -268,7 +273,7 @@ fn circom_server_with(f: &Fixture, extra: &str) -> Server {
             config += &format!("r1cs = \"{}\"\n", f.path("multiplier.r1cs").display());
         }
     }
-    Server::start(&config, &[])
+    config
 }
 
 #[test]
@@ -404,6 +409,57 @@ fn binary_witness_bodies_prove_and_are_held_in_the_budget() {
     let (_, status) = server.call("GET", "/v1/status", None);
     assert_eq!(status["snapshot"]["witness_bytes"], 0, "{status}");
     assert_eq!(status["snapshot"]["reserved_bytes"], status["snapshot"]["key_bytes"], "{status}");
+}
+
+/// Binary-witness jobs killed before they ran (queued behind bench jobs,
+/// one partition admitted at a time) run again after the restart from the
+/// witnesses the journal kept, read only once the budget holds them: every
+/// one succeeds, snarkjs accepts the proof, and no witness stays held.
+#[test]
+fn binary_witness_jobs_run_again_after_a_kill_9() {
+    let Some(f) = fixture() else { return };
+    let config = circom_config(
+        f,
+        "[server]\nmax_queued_partitions = 256\n[pipeline]\npartition_permits = 1\n\
+         [[circuits]]\nkind = \"bench\"\nname = \"bench-12\"\n",
+    );
+    let server = Server::start(&config, &[]);
+    for i in 0..16 {
+        let body =
+            format!(r#"{{"circuit": "bench-12", "partitions": [{{"seed": {i}}}, {{"seed": {}}}]}}"#, i + 100);
+        assert_eq!(server.call("POST", "/v1/prove", Some(&body)).0, 202);
+    }
+    let octet = [("Content-Type", "application/octet-stream")];
+    let wtns = std::fs::read(f.wtns("merkle")).unwrap();
+    let ids: Vec<String> = (0..3)
+        .map(|_| {
+            let r = provd_e2e::request_bytes(
+                server.addr,
+                "POST",
+                "/v1/prove?circuit=merkle",
+                Some(&wtns),
+                &octet,
+            );
+            assert_eq!(r.status, 202);
+            serde_json::from_slice::<Value>(&r.body).unwrap()["job_id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let (_, last) = server.call("GET", &format!("/v1/jobs/{}", ids[2]), None);
+    assert_eq!(last["state"], "queued", "the job ran before the kill: nothing was tested");
+    let data_dir = server.kill_9();
+
+    let server =
+        Server::try_start_in(&config, &[], "cpu", data_dir).unwrap_or_else(|e| panic!("restart: {e}"));
+    let ended = server.wait_all(&ids, std::time::Duration::from_secs(240));
+    for (id, job) in &ended {
+        assert_eq!(job["state"], "succeeded", "job {id}: {job}");
+    }
+    let p = &ended[&ids[2]]["partitions"][0];
+    let (proof, public) = (f.path("merkle.restarted.json"), f.path("merkle.restarted.public.json"));
+    write_json(&proof, &p["proof"]);
+    write_json(&public, &p["public"]);
+    assert!(snarkjs_verifies(&f.vk("merkle"), &public, &proof));
+    assert_eq!(server.metric("provd_witness_bytes"), 0.0);
 }
 
 #[test]

@@ -14,7 +14,9 @@ use crate::circuits::{CircuitKind, VkEncoding};
 use crate::config::Config;
 use crate::fleet::{Fleet, QueueError, RunError};
 use crate::groth16::Verifier;
-use crate::jobs::journal::{AcceptedJob, Journal, Recovered, SqliteJournal, StoredWitness, UnfinishedJob};
+use crate::jobs::journal::{
+    AcceptedJob, Journal, Recovered, RecoveredWitness, SqliteJournal, StoredWitness, UnfinishedJob,
+};
 use crate::pipeline::buffers::ClassCounts;
 use crate::pipeline::memory::{HeldWitness, Reservation};
 use crate::pipeline::{
@@ -384,8 +386,8 @@ impl Service {
             }
         }
         for unfinished in recovered.unfinished {
-            let job = &unfinished.job;
-            let (id, circuit, count) = (job.id, job.circuit.clone(), job.witnesses.len());
+            let (id, circuit, count) =
+                (unfinished.id, unfinished.circuit.clone(), unfinished.witnesses.len());
             let proved = unfinished.proved.len();
             match self.rerun(unfinished) {
                 Ok(()) => tracing::info!(job = %id, circuit = %circuit, partitions = count, proved,
@@ -419,29 +421,31 @@ impl Service {
     }
 
     /// Submits a journaled job again, or says why it cannot run.
-    fn rerun(&self, UnfinishedJob { job, proved, lost }: UnfinishedJob) -> Result<(), String> {
+    fn rerun(&self, job: UnfinishedJob) -> Result<(), String> {
+        let UnfinishedJob { id, circuit, witnesses, idempotency, proved } = job;
         if self.config.jobs.on_restart == crate::config::OnRestart::Fail {
             return Err("provd restarted before the job ended (jobs.on_restart = \"fail\")".into());
         }
-        if let Some(reason) = lost {
-            return Err(reason);
-        }
         let served = self
             .circuits
-            .get(&job.circuit)
-            .ok_or_else(|| format!("its circuit '{}' is no longer served", job.circuit))?;
-        let mut stored = job.witnesses;
-        let witnesses = match stored.as_mut_slice() {
-            [StoredWitness::Binary(bytes)] => {
-                let (_, held) = self.hold_binary_witness(&job.circuit).map_err(|e| e.to_string())?;
-                Witnesses::Binary { bytes: std::mem::take(bytes), held }
+            .get(&circuit)
+            .ok_or_else(|| format!("its circuit '{circuit}' is no longer served"))?;
+        let witnesses = match witnesses.as_slice() {
+            // The memory is held before the bytes are read.
+            [RecoveredWitness::Binary(at)] => {
+                let (_, held) = self.hold_binary_witness(&circuit).map_err(|e| e.to_string())?;
+                let journal = self.engine.journal().ok_or("no journal holds its witness")?;
+                let bytes = journal
+                    .read_witness(at)
+                    .map_err(|e| format!("its witness could not be read after the restart: {e}"))?;
+                Witnesses::Binary { bytes, held }
             }
             _ => Witnesses::Json(
-                stored
+                witnesses
                     .into_iter()
                     .map(|w| match w {
-                        StoredWitness::Json(v) => Ok(v),
-                        StoredWitness::Binary(_) => Err("a binary witness among several".to_string()),
+                        RecoveredWitness::Json(v) => Ok(v),
+                        RecoveredWitness::Binary(_) => Err("a binary witness among several".to_string()),
                     })
                     .collect::<Result<_, _>>()?,
             ),
@@ -450,15 +454,15 @@ impl Service {
         let Decoded { work, stored, _decoding } =
             self.decode(kind.as_ref(), witnesses, true).map_err(|e| e.to_string())?;
         let spec = JobSpec {
-            circuit: job.circuit.clone(),
+            circuit,
             key: kind.key().clone(),
             verifier: self.config.pipeline.verify_proofs.then(|| served.verifier.clone()),
             witness_check: kind.witness_check(),
             partitions: work,
             witnesses: stored,
-            id: Some(job.id),
+            id: Some(id),
         };
-        let idempotency = job.idempotency.map(|(key, digest)| Idempotency { key, digest });
+        let idempotency = idempotency.map(|(key, digest)| Idempotency { key, digest });
         self.engine.resubmit(spec, idempotency, proved).map(drop).map_err(|e| e.to_string())
     }
 

@@ -76,12 +76,33 @@ pub struct ProvedPartition {
 /// A job accepted and not ended before a restart.
 #[derive(Clone, Debug)]
 pub struct UnfinishedJob {
-    pub job: AcceptedJob,
+    pub id: JobId,
+    pub circuit: String,
+    /// One per partition.
+    pub witnesses: Vec<RecoveredWitness>,
+    pub idempotency: Option<(String, [u8; 32])>,
     /// Its partitions that had ended with a proof.
     pub proved: Vec<ProvedPartition>,
-    /// Why it cannot run again, if a witness it was recorded with is gone
-    /// (a spooled witness file deleted or unreadable).
-    pub lost: Option<String>,
+}
+
+/// A partition's witness as a restart finds it. JSON ones are read at open
+/// (a request body's worth at most); binary ones, which can be gigabytes,
+/// stay where they are until [`Journal::read_witness`], called once their
+/// job holds the memory for them, so that opening a journal of many
+/// unfinished jobs reads none of their bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RecoveredWitness {
+    Json(serde_json::Value),
+    Binary(OnDisk),
+}
+
+/// Where the journal keeps a binary witness.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OnDisk {
+    /// A BLOB in the partition's row.
+    Row { job: JobId, index: usize },
+    /// A file in the spool beside the database.
+    File(std::path::PathBuf),
 }
 
 /// Binary witnesses larger than this are written to files, not BLOBs.
@@ -109,8 +130,10 @@ pub struct JournalError {
 pub enum JournalFault {
     #[error(transparent)]
     Database(#[from] rusqlite::Error),
-    #[error("writing a witness file: {0}")]
+    #[error("a witness file: {0}")]
     WitnessFile(#[from] std::io::Error),
+    #[error("job {job} has no binary witness for partition {index}")]
+    NoWitness { job: JobId, index: usize },
 }
 
 /// Durable record of jobs. Writes of ends are best effort (logged when they
@@ -124,6 +147,8 @@ pub trait Journal: Send + Sync {
     fn job_ended(&self, id: JobId, outcome: Outcome, error: Option<&str>);
     /// Drops jobs that ended more than `age_ms` ago.
     fn forget_ended(&self, age_ms: u64);
+    /// The bytes of a binary witness that [`SqliteJournal::open`] left on disk.
+    fn read_witness(&self, at: &OnDisk) -> Result<Vec<u8>, JournalError>;
 }
 
 /// Public inputs as the stores keep them: a JSON list of "0x…" strings.
@@ -288,35 +313,28 @@ impl SqliteJournal {
             ))
         })?;
         let mut out = Recovered::default();
+        // A BLOB's presence, not its bytes: those are read when the job runs.
         let mut parts = conn.prepare(
-            "SELECT witness_json, witness_bin, state, error, proof, public_inputs, witness_file FROM partitions WHERE job_id = ?1 ORDER BY idx",
+            "SELECT witness_json, witness_bin IS NOT NULL, state, error, proof, public_inputs, witness_file, idx FROM partitions WHERE job_id = ?1 ORDER BY idx",
         )?;
         for row in rows {
             let (id, circuit, state, error, created_ms, ended_ms, key, digest) = row?;
             let Ok(job_id) = id.parse::<JobId>() else { continue };
             let idempotency = key.zip(digest.and_then(|d| <[u8; 32]>::try_from(d).ok()));
-            let mut lost = None;
-            let partitions: Vec<(StoredWitness, EndedPartition)> = parts
+            let partitions: Vec<(RecoveredWitness, EndedPartition)> = parts
                 .query_map(params![id], |r| {
                     let file = r.get::<_, Option<String>>(6)?;
-                    let witness =
-                        match (r.get::<_, Option<String>>(0)?, r.get::<_, Option<Vec<u8>>>(1)?, file) {
-                            (Some(json), _, _) => {
-                                StoredWitness::Json(serde_json::from_str(&json).unwrap_or_default())
-                            }
-                            (None, Some(bin), _) => StoredWitness::Binary(bin),
-                            (None, None, Some(name)) => match std::fs::read(self.spool.join(&name)) {
-                                Ok(bin) => StoredWitness::Binary(bin),
-                                Err(e) => {
-                                    lost = Some(format!(
-                                        "its witness file {} could not be read after the restart: {e}",
-                                        self.spool.join(&name).display()
-                                    ));
-                                    StoredWitness::Binary(Vec::new())
-                                }
-                            },
-                            (None, None, None) => StoredWitness::Json(serde_json::Value::Null),
-                        };
+                    let index = r.get::<_, i64>(7)? as usize;
+                    let witness = match (r.get::<_, Option<String>>(0)?, r.get::<_, bool>(1)?, file) {
+                        (Some(json), _, _) => {
+                            RecoveredWitness::Json(serde_json::from_str(&json).unwrap_or_default())
+                        }
+                        (None, true, _) => RecoveredWitness::Binary(OnDisk::Row { job: job_id, index }),
+                        (None, false, Some(name)) => {
+                            RecoveredWitness::Binary(OnDisk::File(self.spool.join(name)))
+                        }
+                        (None, false, None) => RecoveredWitness::Json(serde_json::Value::Null),
+                    };
                     let stage = stage_from(&r.get::<_, String>(2)?);
                     let proof = r.get::<_, Option<Vec<u8>>>(4)?.and_then(|b| Proof::from_bytes(&b).ok());
                     let public_inputs =
@@ -347,11 +365,7 @@ impl SqliteJournal {
                         })
                         .collect();
                     let witnesses = partitions.into_iter().map(|(w, _)| w).collect();
-                    out.unfinished.push(UnfinishedJob {
-                        job: AcceptedJob { id: job_id, circuit, witnesses, idempotency },
-                        proved,
-                        lost,
-                    })
+                    out.unfinished.push(UnfinishedJob { id: job_id, circuit, witnesses, idempotency, proved })
                 }
             }
         }
@@ -506,6 +520,26 @@ impl Journal for SqliteJournal {
             self.log_failure("the expiry of ended jobs", e);
         }
     }
+
+    fn read_witness(&self, at: &OnDisk) -> Result<Vec<u8>, JournalError> {
+        let fail = |source: JournalFault| JournalError { path: self.path.clone(), source };
+        match at {
+            OnDisk::File(path) => std::fs::read(path).map_err(|e| {
+                fail(std::io::Error::new(e.kind(), format!("reading {}: {e}", path.display())).into())
+            }),
+            OnDisk::Row { job, index } => self
+                .lock()
+                .query_row(
+                    "SELECT witness_bin FROM partitions WHERE job_id = ?1 AND idx = ?2",
+                    params![job.to_string(), *index as i64],
+                    |r| r.get::<_, Option<Vec<u8>>>(0),
+                )
+                .optional()
+                .map_err(|e| fail(e.into()))?
+                .flatten()
+                .ok_or_else(|| fail(JournalFault::NoWitness { job: *job, index: *index })),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -544,7 +578,16 @@ mod tests {
         let (journal, recovered) = SqliteJournal::open(&path).unwrap();
         assert_eq!(recovered.unfinished.len(), 1);
         let unfinished = &recovered.unfinished[0];
-        assert_eq!((unfinished.job.id, &unfinished.job.witnesses), (a, &witnesses));
+        // the binary witness is left in its row until the job runs
+        let binary = OnDisk::Row { job: a, index: 1 };
+        let expected = [
+            RecoveredWitness::Json(serde_json::json!({"seed": 1})),
+            RecoveredWitness::Binary(binary.clone()),
+        ];
+        assert_eq!((unfinished.id, &unfinished.witnesses[..]), (a, &expected[..]));
+        assert_eq!(journal.read_witness(&binary).unwrap(), [1, 2, 3]);
+        let none = journal.read_witness(&OnDisk::Row { job: a, index: 0 }).unwrap_err();
+        assert!(matches!(none.source, JournalFault::NoWitness { index: 0, .. }), "{none}");
         assert!(unfinished.proved.is_empty());
         let ended = &recovered.ended[0];
         assert_eq!(
@@ -575,6 +618,17 @@ mod tests {
         assert!(recovered.ended.is_empty(), "expired jobs are deleted");
     }
 
+    /// The job as a restart records it again (known to the journal, which
+    /// keeps its witnesses as they are).
+    fn again(u: &UnfinishedJob) -> AcceptedJob {
+        AcceptedJob {
+            id: u.id,
+            circuit: u.circuit.clone(),
+            witnesses: vec![],
+            idempotency: u.idempotency.clone(),
+        }
+    }
+
     /// A partition that ended with a proof before the restart keeps it, its
     /// job is unfinished with that partition proved, and running the job
     /// again resets only the others.
@@ -602,16 +656,16 @@ mod tests {
             let (journal, recovered) = SqliteJournal::open(&path).unwrap();
             let [unfinished] = &recovered.unfinished[..] else { panic!("{recovered:?}") };
             assert_eq!(unfinished.proved, expected);
-            assert_eq!(unfinished.job.witnesses.len(), 3);
+            assert_eq!(unfinished.witnesses.len(), 3);
             // as a restart does: the job recorded again, to run its other partitions
-            journal.accepted(&unfinished.job).unwrap();
+            journal.accepted(&again(unfinished)).unwrap();
         }
     }
 
     /// Binary witnesses over the threshold live in files beside the
-    /// database: recovered from them after a restart, deleted when their job
-    /// ends; a file gone missing fails the job with the reason instead of
-    /// running it on an empty witness. Small ones stay BLOBs.
+    /// database: named after a restart and read only when asked, deleted
+    /// when their job ends; a file gone missing is an error naming it, never
+    /// an empty witness. Small ones stay BLOBs.
     #[test]
     fn large_binary_witnesses_are_spooled_to_files() {
         let dir = tempfile::tempdir().unwrap();
@@ -634,14 +688,16 @@ mod tests {
 
         let (journal, recovered) = open();
         let witness_of = |id| {
-            let u = recovered.unfinished.iter().find(|u| u.job.id == id).unwrap();
-            (u.job.witnesses.clone(), u.lost.clone())
+            let u = recovered.unfinished.iter().find(|u| u.id == id).unwrap();
+            let [RecoveredWitness::Binary(at)] = &u.witnesses[..] else { panic!("{u:?}") };
+            at.clone()
         };
-        assert_eq!(witness_of(a), (vec![StoredWitness::Binary(big)], None));
-        assert_eq!(witness_of(b), (vec![StoredWitness::Binary(small)], None));
+        assert_eq!(witness_of(a), OnDisk::File(spool.join(format!("{a}-0.bin"))));
+        assert_eq!(journal.read_witness(&witness_of(a)).unwrap(), big);
+        assert_eq!(witness_of(b), OnDisk::Row { job: b, index: 0 });
+        assert_eq!(journal.read_witness(&witness_of(b)).unwrap(), small);
         // run again after the restart: recorded again, its file kept as it is
-        let again = recovered.unfinished.iter().find(|u| u.job.id == a).unwrap();
-        journal.accepted(&again.job).unwrap();
+        journal.accepted(&again(recovered.unfinished.iter().find(|u| u.id == a).unwrap())).unwrap();
         assert_eq!(std::fs::read(spool.join(format!("{a}-0.bin"))).unwrap(), vec![7u8; 1000]);
         journal.job_ended(a, Outcome::Succeeded, None);
         assert_eq!(std::fs::read_dir(&spool).unwrap().count(), 0, "an ended job's file is deleted");
@@ -653,9 +709,12 @@ mod tests {
         std::fs::remove_file(spool.join(format!("{c}-0.bin"))).unwrap();
         // a file no row names (a crash between its write and its row) goes at open
         std::fs::write(spool.join("orphan.bin.tmp"), b"x").unwrap();
-        let (_, recovered) = open();
+        let (journal, recovered) = open();
         assert!(!spool.join("orphan.bin.tmp").exists(), "an orphaned witness file is swept at open");
-        let lost = recovered.unfinished.iter().find(|u| u.job.id == c).unwrap().lost.clone();
-        assert!(lost.is_some_and(|l| l.contains("could not be read")), "the reason is kept");
+        let gone = recovered.unfinished.iter().find(|u| u.id == c).unwrap();
+        let [RecoveredWitness::Binary(at)] = &gone.witnesses[..] else { panic!("{gone:?}") };
+        let e = journal.read_witness(at).unwrap_err();
+        assert!(matches!(e.source, JournalFault::WitnessFile(_)), "{e}");
+        assert!(e.to_string().contains(&format!("{c}-0.bin")), "the error names the file: {e}");
     }
 }

@@ -458,6 +458,11 @@ impl Engine {
         })
     }
 
+    /// The journal the engine records jobs in, if any.
+    pub fn journal(&self) -> Option<&Arc<dyn Journal>> {
+        self.shared.journal.as_ref()
+    }
+
     /// Jobs not yet ended.
     pub fn unfinished_jobs(&self) -> Vec<JobId> {
         self.shared.jobs.unfinished().iter().map(|j| j.id).collect()
