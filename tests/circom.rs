@@ -344,6 +344,15 @@ fn http_proofs_verify_with_snarkjs() {
     assert!(err["error"].as_str().unwrap().contains("this circuit's zkey needs 4"), "{err}");
 }
 
+/// Submits a binary witness for `circuit`; the job's id (202 expected).
+fn submit_binary(server: &Server, circuit: &str, wtns: &[u8]) -> String {
+    let octet = [("Content-Type", "application/octet-stream")];
+    let path = format!("/v1/prove?circuit={circuit}");
+    let r = provd_e2e::request_bytes(server.addr, "POST", &path, Some(wtns), &octet);
+    assert_eq!(r.status, 202);
+    serde_json::from_slice::<Value>(&r.body).unwrap()["job_id"].as_str().unwrap().to_string()
+}
+
 #[test]
 fn binary_witness_bodies_prove_and_are_held_in_the_budget() {
     let Some(f) = fixture() else { return };
@@ -381,19 +390,7 @@ fn binary_witness_bodies_prove_and_are_held_in_the_budget() {
     assert_eq!(r.status, 400, "{err}");
 
     // Jobs in flight hold their witnesses; afterwards nothing is held.
-    let ids: Vec<String> = (0..6)
-        .map(|_| {
-            let r = provd_e2e::request_bytes(
-                server.addr,
-                "POST",
-                "/v1/prove?circuit=merkle",
-                Some(&wtns),
-                &octet,
-            );
-            assert_eq!(r.status, 202);
-            serde_json::from_slice::<Value>(&r.body).unwrap()["job_id"].as_str().unwrap().to_string()
-        })
-        .collect();
+    let ids: Vec<String> = (0..6).map(|_| submit_binary(&server, "merkle", &wtns)).collect();
     for id in &ids {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
@@ -429,21 +426,8 @@ fn binary_witness_jobs_run_again_after_a_kill_9() {
             format!(r#"{{"circuit": "bench-12", "partitions": [{{"seed": {i}}}, {{"seed": {}}}]}}"#, i + 100);
         assert_eq!(server.call("POST", "/v1/prove", Some(&body)).0, 202);
     }
-    let octet = [("Content-Type", "application/octet-stream")];
     let wtns = std::fs::read(f.wtns("merkle")).unwrap();
-    let ids: Vec<String> = (0..3)
-        .map(|_| {
-            let r = provd_e2e::request_bytes(
-                server.addr,
-                "POST",
-                "/v1/prove?circuit=merkle",
-                Some(&wtns),
-                &octet,
-            );
-            assert_eq!(r.status, 202);
-            serde_json::from_slice::<Value>(&r.body).unwrap()["job_id"].as_str().unwrap().to_string()
-        })
-        .collect();
+    let ids: Vec<String> = (0..3).map(|_| submit_binary(&server, "merkle", &wtns)).collect();
     let (_, last) = server.call("GET", &format!("/v1/jobs/{}", ids[2]), None);
     assert_eq!(last["state"], "queued", "the job ran before the kill: nothing was tested");
     let data_dir = server.kill_9();

@@ -239,7 +239,7 @@ impl CudaBackend {
 
     /// H's scalars left on the device, in the order of the key's H bases on
     /// it, and the aux assignment on the device. Vectors still on the host
-    /// are copied (on the copy stream) while the one before them transforms,
+    /// are copied (on `lane`) while the one before them transforms,
     /// and each host vector is freed once copied; the aux assignment is
     /// copied while the chain runs.
     fn quotient_on_device(

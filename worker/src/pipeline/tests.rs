@@ -137,6 +137,12 @@ fn gauges_return_to_zero_after_success_failure_and_cancellation() {
     assert!(!e.cancel(JobId::new()), "unknown job");
 }
 
+/// `p` permits, a GPU queue of `q` and six synthesis threads: with a slow
+/// GPU, partitions pile up in front of it.
+fn piling_up(p: usize, q: usize) -> PipelineConfig {
+    PipelineConfig { partition_permits: p, gpu_queue_capacity: q, synthesis_threads: 6, ..Default::default() }
+}
+
 #[test]
 fn permits_bound_the_partitions_holding_abc() {
     // P permits, queue capacity Q, one GPU worker, and a GPU much slower than
@@ -147,13 +153,7 @@ fn permits_bound_the_partitions_holding_abc() {
     // stack its buffers behind the full queue: with 6 threads the count
     // reaches Q + 1 + 6 and this assertion fails.
     let (p, q) = (2, 1);
-    let config = PipelineConfig {
-        partition_permits: p,
-        gpu_queue_capacity: q,
-        synthesis_threads: 6,
-        ..Default::default()
-    };
-    let e = engine(config, Duration::from_millis(60));
+    let e = engine(piling_up(p, q), Duration::from_millis(60));
     let id = e.submit(job((0..14).map(partition).collect())).unwrap();
     let st = e.wait(id, None).unwrap();
     assert_eq!(st.outcome, Some(Outcome::Succeeded));
@@ -196,14 +196,8 @@ fn a_device_with_two_partitions_in_flight_gets_two_workers_within_the_abc_bound(
     // As above, with a device that takes two partitions at once: two workers
     // take from the queue, so a/b/c exist for at most P + Q + 2 partitions.
     let (p, q) = (2, 1);
-    let config = PipelineConfig {
-        partition_permits: p,
-        gpu_queue_capacity: q,
-        synthesis_threads: 6,
-        ..Default::default()
-    };
     let gpu = Arc::new(TwoInFlight { inside: Default::default(), most: Default::default() });
-    let e = Engine::start(config, vec![gpu.clone()], Arc::new(Metrics::new())).unwrap();
+    let e = Engine::start(piling_up(p, q), vec![gpu.clone()], Arc::new(Metrics::new())).unwrap();
     let id = e.submit(job((0..14).map(partition).collect())).unwrap();
     let st = e.wait(id, None).unwrap();
     assert_eq!(st.outcome, Some(Outcome::Succeeded));
