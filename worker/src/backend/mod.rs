@@ -93,7 +93,11 @@ impl std::str::FromStr for InFlight {
 #[cfg(feature = "service")]
 impl<'de> serde::Deserialize<'de> for InFlight {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        u64::deserialize(d)?.to_string().parse().map_err(serde::de::Error::custom)
+        match u64::deserialize(d)? {
+            1 => Ok(InFlight::One),
+            2 => Ok(InFlight::Two),
+            n => Err(serde::de::Error::custom(format!("partitions in flight per GPU are 1 or 2, not {n}"))),
+        }
     }
 }
 
