@@ -3,8 +3,8 @@
 # (git-ignored; name it in the device tool's `carry`): the provd binary and
 # every test binary, stripped to fit the transfer limit. The GPU machine has no
 # cargo; these binaries run there as built here. SUPRASEAL=1 adds
-# provd-supraseal-bench (bench/supraseal: bellperson + supraseal-c2, built with
-# nvcc from PyPI) for gpu-run.sh's `supraseal` step.
+# provd-supraseal-bench (bench/supraseal: bellperson + supraseal-c2, built by
+# its build.sh with the toolkit SUPRA_CUDA names) for gpu-run.sh's `supraseal` step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bundle=.device-bundle
@@ -23,6 +23,7 @@ for line in sys.stdin:
 ' | while read -r name exe; do cp "$exe" "$bundle/tests/$name"; done
 if [ "${SUPRASEAL:-0}" = 1 ]; then
   cp "$(bench/supraseal/build.sh)" "$bundle/provd-supraseal-bench"
+  echo "${SUPRA_CUDA:-debian-11.8}" > "$bundle/provd-supraseal-bench.toolkit"
 fi
 strip "$bundle/provd" "$bundle/sha256_preimage" "$bundle"/tests/*
 git rev-parse --short=12 HEAD > "$bundle/COMMIT"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, over .device-bundle/:
-#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [circom] [porep] [soak] [in-flight] ...
+#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [supraseal-probe] [circom] [porep] [soak] [in-flight] ...
 # TEST_BINS (e.g. "gpu-test msm-test") limits `tests` to those binaries.
 # B_G2=gpu|cpu places B's G2 MSM for bench-prove and bench-pipeline (default: the binary's);
 # PROVE_VS=none skips bellperson in bench-prove; PIPE_DEVICES=all spreads bench-pipeline over every GPU.
@@ -9,10 +9,13 @@
 # verifying key kept for snarkjs to check back home) and benched (CIRCOM_BENCH_BACKENDS, default cuda);
 # SNARKJS names a snarkjs to bench beside provd.
 # supraseal: for each of SUPRA_CIRCUITS (default "bench-20 dense-20"), the TEST-ONLY key is made, then
-# `provd bench prove --backend cuda` and provd-supraseal-bench (bundled with SUPRASEAL=1) prove with that one
-# key file, PROVE_RUNS times each after a warm-up; the ratio lands in supraseal.log and the JSON.
-# Known: supraseal-c2 0.1.2 built with CUDA 13.0 never finishes its first proof on the H200 (BENCHMARKS.md);
-# run it under `timeout`.
+# `provd bench prove --backend cuda` and provd-supraseal-bench (bundled with SUPRASEAL=1; SUPRA_BINS names several
+# builds of it in the bundle, each with a NAME.toolkit file) prove with that one key file, PROVE_RUNS times each
+# after a warm-up; the ratio lands in supraseal.log and the JSON.
+# supraseal-c2 0.1.2 built with nvcc 13.0 never finished its first proof on the H200, built with CUDA 11.8 it
+# proves (BENCHMARKS.md); it runs under `timeout` (SUPRA_TIMEOUT, s). RUST_LOG=bellperson=info (the harness's
+# default) prints bellperson's synthesis / prover split per proof.
+# supraseal-probe: ncu's device time per kernel of PROBE_CIRCUIT (default bench-14) proved by the harness.
 # PIPE_CIRCUITS runs bench-pipeline once per circuit named (default: PIPE_CIRCUIT).
 # porep: for each of POREP_PROOFS (default "StackedDrg2KiBV1_1 StackedDrg512MiBV1_1"), `provd bench porep` seals a
 # sector and makes TEST-ONLY parameters in POREP_WORK (kept while the machine is), then proves it POREP_RUNS times
@@ -101,10 +104,44 @@ for step in "${@:-tests}"; do
         "$bundle/provd" params gen --circuit "$circuit" 2>&1 | tee -a "$OUT/supraseal.log" || status=1
         "$bundle/provd" bench prove --circuit "$circuit" --runs "${PROVE_RUNS:-5}" --backend cuda ${B_G2:+--b-g2 "$B_G2"} \
           --json "$OUT/prove-cuda-$circuit.json" 2>&1 | grep -v ' INFO ' | tee -a "$OUT/supraseal.log" || status=1
-        timeout "${SUPRA_TIMEOUT:-300}" "$bundle/provd-supraseal-bench" --circuit "$circuit" --params "$PROVD_DATA_DIR/params/$circuit.v1.test-only.params" \
-          --runs "${PROVE_RUNS:-5}" --against "$OUT/prove-cuda-$circuit.json" --json "$OUT/supraseal-$circuit.json" 2>&1 |
-          tee -a "$OUT/supraseal.log" || status=1
+        for bin in ${SUPRA_BINS:-provd-supraseal-bench}; do
+          tag="$circuit${bin#provd-supraseal-bench}"
+          echo "== $bin ($(cat "$bundle/$bin.toolkit" 2>/dev/null || echo "toolkit not recorded")), $circuit" | tee -a "$OUT/supraseal.log"
+          nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits -lms 500 > "$OUT/supraseal-smi-$tag.csv" &
+          smi=$!
+          timeout "${SUPRA_TIMEOUT:-300}" "$bundle/$bin" --circuit "$circuit" --params "$PROVD_DATA_DIR/params/$circuit.v1.test-only.params" \
+            --runs "${PROVE_RUNS:-5}" --against "$OUT/prove-cuda-$circuit.json" --json "$OUT/supraseal-$tag.json" 2>&1 |
+            tee -a "$OUT/supraseal.log" || status=1
+          kill $smi
+          awk -F', ' '{ s += $2; n++ } END { if (n) printf "nvidia-smi utilization.gpu while supraseal-c2 ran: mean %.1f%% (%d samples, 0.5 s apart)\n", s / n, n }' \
+            "$OUT/supraseal-smi-$tag.csv" | tee -a "$OUT/supraseal.log"
+        done
       done ;;
+    supraseal-probe)
+      # Where supraseal-c2's time goes on a small circuit: every kernel's device time (ncu, clocks
+      # left alone) against the proof's wall time, and bellperson's own synthesis / prover split.
+      circuit=${PROBE_CIRCUIT:-bench-14}
+      params="$PROVD_DATA_DIR/params/$circuit.v1.test-only.params"
+      [ -e "$params" ] || "$bundle/provd" params gen --circuit "$circuit" 2>&1 | tail -1 | tee -a "$OUT/supraseal-probe.log"
+      timeout "${SUPRA_TIMEOUT:-300}" ncu --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu-$circuit.csv" \
+        "$bundle/provd-supraseal-bench" --circuit "$circuit" --params "$params" --runs 1 2>&1 | tee -a "$OUT/supraseal-probe.log" || status=1
+      python3 - "$OUT/ncu-$circuit.csv" <<'PY' | tee -a "$OUT/supraseal-probe.log"
+import csv, collections, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head, rows = rows[0], rows[1:]
+name, value, unit = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Unit")
+scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
+per = collections.defaultdict(lambda: [0, 0.0])
+for r in rows:
+    k = r[name].split("(")[0].split("<")[0]
+    per[k][0] += 1
+    per[k][1] += float(r[value].replace(",", "")) * scale[r[unit]]
+total = sum(v[1] for v in per.values())
+print(f"ncu: {sum(v[0] for v in per.values())} kernels, {total:.1f} ms of device time (two proofs: warm-up and timed)")
+for k, (n, ms) in sorted(per.items(), key=lambda kv: -kv[1][1])[:12]:
+    print(f"  {ms:10.2f} ms  {n:5d}x  {k}")
+PY
+      ;;
     porep)
       for proof in ${POREP_PROOFS:-StackedDrg2KiBV1_1 StackedDrg512MiBV1_1}; do
         "$bundle/provd" bench porep --proof "$proof" --runs "${POREP_RUNS:-2}" --backend cuda --vs filecoin-proofs \

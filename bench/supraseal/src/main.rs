@@ -12,9 +12,9 @@
 //! `--against` reads the JSON `provd bench prove` wrote for the same circuit
 //! in the same device session and prints the ratio of the two medians.
 //!
-//! Known: built with nvcc 13.0 (`build.sh`), supraseal-c2 0.1.2 never
-//! finishes its first proof on an H200 (GPU at 100%, with sppark 0.1.14 and
-//! 0.1.16, with and without native sm_90 code); BENCHMARKS.md has the runs.
+//! Built with CUDA 11.8 (`build.sh`'s default) it proves on the H200; built
+//! with nvcc 13.0 from PyPI, supraseal-c2 0.1.2 never finished its first
+//! proof there (BENCHMARKS.md has both).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -68,6 +68,9 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 fn main() -> anyhow::Result<()> {
+    // bellperson says how a proof's time splits ("synthesis time", then
+    // "prover time": supraseal-c2's part) at info; RUST_LOG overrides.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("bellperson=info")).init();
     let args = args()?;
     // provd's reading of the key gives the verifying key every proof is
     // checked against; supraseal reads the same file its own way.
