@@ -149,6 +149,10 @@ pub struct GpuConfig {
     /// partition's copies to the device overlap the other's kernels, at the
     /// cost of a second partition's working buffers in device memory.
     pub partitions_in_flight: crate::backend::InFlight,
+    /// How a key's large G1 queries sit on the device: "shifted" (with
+    /// precomputed shifted copies, 11 to 13 times the bytes, when they fit
+    /// beside the resident keys; plain otherwise) or "plain".
+    pub bases: crate::backend::BasesLayout,
 }
 
 fn device_set<'de, D: serde::Deserializer<'de>>(d: D) -> Result<crate::backend::DeviceSet, D::Error> {
@@ -182,6 +186,7 @@ impl GpuConfig {
             b_g2_msm: self.b_g2_msm,
             devices: self.devices.clone(),
             partitions_in_flight: self.partitions_in_flight,
+            bases: self.bases,
         })
     }
 }
@@ -370,6 +375,13 @@ mod tests {
             assert!(in_flight(bad).is_err(), "partitions_in_flight = {bad}");
         }
         assert!(in_flight("3").unwrap_err().to_string().contains("1 or 2"));
+        let bases = |v: &str| toml::from_str::<GpuConfig>(&format!("bases = {v}"));
+        assert_eq!(GpuConfig::default().bases, crate::backend::BasesLayout::Shifted);
+        assert_eq!(
+            bases("\"plain\"").unwrap().cuda_options().unwrap().bases,
+            crate::backend::BasesLayout::Plain
+        );
+        assert!(bases("\"fast\"").unwrap_err().to_string().contains("shifted"), "names the choices");
         assert!(Config::load(&dir.path().join("missing.toml"))
             .unwrap_err()
             .to_string()

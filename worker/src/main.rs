@@ -28,6 +28,9 @@ struct Common {
     /// On a CUDA backend, where B's G2 MSM runs (`serve` takes gpu.b_g2_msm from its config).
     #[arg(long, value_enum)]
     b_g2: Option<provd::backend::G2Placement>,
+    /// On a CUDA backend, how a key's G1 bases sit on the device (`serve` takes gpu.bases from its config).
+    #[arg(long, value_enum)]
+    bases: Option<provd::backend::BasesLayout>,
 }
 
 impl Common {
@@ -36,6 +39,7 @@ impl Common {
     fn cuda_options(&self) -> CudaOptions {
         CudaOptions {
             b_g2_msm: self.b_g2.unwrap_or_default(),
+            bases: self.bases.unwrap_or_default(),
             devices: provd::backend::DeviceSet::List(vec![0]),
             partitions_in_flight: provd::backend::InFlight::One,
             ..CudaOptions::default()
@@ -396,6 +400,9 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
             }
             if let Some(b_g2) = common.b_g2 {
                 config.gpu.b_g2_msm = b_g2;
+            }
+            if let Some(bases) = common.bases {
+                config.gpu.bases = bases;
             }
             serve(config, common, None)?;
         }

@@ -67,12 +67,12 @@ impl Bases<G1> {
             return Self::upload(gpu, points);
         }
         let c = shifted_window_bits(len);
-        let copies = 256u32.div_ceil(c);
-        if len as u64 * copies as u64 >= 1 << 31 {
+        let Some(copies) = shifted_copies(len) else {
             return Err(GpuError::Invalid(format!(
-                "{len} bases with {copies} shifted copies exceed 2^31 points"
+                "{len} bases with {} shifted copies exceed 2^31 points",
+                256u32.div_ceil(c)
             )));
-        }
+        };
         let stream = gpu.stream();
         // The bases go straight into copy 0, from which the kernel computes the others.
         let mut table = unsafe { stream.alloc::<G1AffineRaw>(len * copies as usize) }
@@ -89,6 +89,14 @@ impl Bases<G1> {
         gpu.synchronize()?;
         Ok(Self { points: table, len, shift_bits: Some(c), curve: PhantomData })
     }
+}
+
+/// How many copies (the bases included) [`G1Bases::upload_shifted`] makes
+/// of `len` bases; `None` where they would exceed the 2^31 points the MSM
+/// kernels index.
+pub fn shifted_copies(len: usize) -> Option<u32> {
+    let copies = 256u32.div_ceil(shifted_window_bits(len));
+    ((len as u64) * (copies as u64) < 1 << 31).then_some(copies)
 }
 
 /// Window width for shifted bases of `len` points: one set of 2^(c−1)

@@ -5,7 +5,7 @@
 mod bases;
 mod curve;
 
-pub use bases::{shifted_window_bits, Bases, G1Bases, G2Bases, PinnedBases};
+pub use bases::{shifted_copies, shifted_window_bits, Bases, G1Bases, G2Bases, PinnedBases};
 pub use curve::{
     AffineRaw, Fp2Raw, G1AffineRaw, G1XyzzRaw, G2AffineRaw, G2XyzzRaw, MsmCurve, XyzzRaw, G1, G2,
 };
@@ -435,6 +435,10 @@ mod tests {
     fn shifted_tables_fit_the_kernels_limits() {
         assert_eq!(shifted_window_bits(1 << 24), 22);
         assert_eq!(shifted_window_bits(1 << 26), 24);
+        assert_eq!(shifted_copies(1 << 24), Some(12));
+        assert_eq!(shifted_copies(1 << 26), Some(11));
+        // past the kernels' 2^31 indices the backend keeps such bases plain
+        assert_eq!(shifted_copies(1 << 28), None);
         for log in 0..=27 {
             let len = 1usize << log;
             let c = shifted_window_bits(len);

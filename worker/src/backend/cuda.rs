@@ -11,13 +11,14 @@ use std::time::Instant;
 
 use blstrs::{G1Affine, G1Projective, G2Projective, Scalar};
 use group::Group;
+use provd_kernels::msm::shifted_copies;
 use provd_kernels::ntt::TwoAdicRoot;
 use provd_kernels::{
     select_by_density, CopyLane, CudaSlice, FrBuffer, FrRaw, G1Bases, G2Bases, Gpu, GpuError, HChain, Msm,
     Ntt, Order, Timer,
 };
 
-use super::{Backend, CudaOptions, G2Placement, InFlight};
+use super::{Backend, BasesLayout, CudaOptions, G2Placement, InFlight};
 use crate::groth16::msm::filter;
 use crate::groth16::prover::{split, Blinding, Finished, G1Parts, PendingProof, StepTime};
 use crate::groth16::synthesis::Density;
@@ -85,6 +86,8 @@ fn h_order(reduction: Reduction) -> Order {
 /// order of [`h_order`].
 struct DeviceKey {
     fingerprint: [u8; 32],
+    /// The layout its large G1 queries got.
+    layout: BasesLayout,
     h: G1Bases,
     l: G1Bases,
     a_inputs: G1Bases,
@@ -96,14 +99,40 @@ struct DeviceKey {
 }
 
 impl DeviceKey {
-    /// Device bytes the key's bases take, before uploading them.
-    fn bytes_needed(key: &ProvingKey, g2: G2Placement) -> u64 {
-        let g1 = (key.domain_size() + key.l.len() + key.a.len() + key.b_g1.len()) as u64 * G1_BASE_BYTES;
+    /// Device bytes the key's bases take laid out as `layout`, before
+    /// uploading them; `None` where that layout cannot hold them.
+    fn bytes_needed(key: &ProvingKey, b_inputs: usize, g2: G2Placement, layout: BasesLayout) -> Option<u64> {
+        let inputs = key.vk.ic.len();
+        let large = [
+            key.domain_size(),
+            key.l.len(),
+            key.a.len().saturating_sub(inputs),
+            key.b_g1.len().saturating_sub(b_inputs),
+        ];
+        let mut g1 = (inputs + b_inputs) as u64 * G1_BASE_BYTES;
+        for len in large {
+            let copies = match layout {
+                BasesLayout::Plain => 1,
+                BasesLayout::Shifted if len == 0 => 1,
+                BasesLayout::Shifted => shifted_copies(len)?,
+            };
+            g1 += len as u64 * copies as u64 * G1_BASE_BYTES;
+        }
         let g2 = if g2 == G2Placement::Gpu { key.b_g2.len() as u64 * G2_BASE_BYTES } else { 0 };
-        g1 + g2
+        Some(g1 + g2)
     }
 
-    fn upload(gpu: &Gpu, key: &ProvingKey, b_inputs: usize, g2: G2Placement) -> Result<Self, GpuError> {
+    fn upload(
+        gpu: &Gpu,
+        key: &ProvingKey,
+        b_inputs: usize,
+        g2: G2Placement,
+        layout: BasesLayout,
+    ) -> Result<Self, GpuError> {
+        let large = |points: &[G1Affine]| match layout {
+            BasesLayout::Shifted => G1Bases::upload_shifted(gpu, points),
+            BasesLayout::Plain => G1Bases::upload(gpu, points),
+        };
         let n = key.domain_size();
         let log_n = n.trailing_zeros();
         // position p holds the base of scalar i (bitrev(p) when bit-reversed);
@@ -122,12 +151,13 @@ impl DeviceKey {
         let inputs = key.vk.ic.len();
         Ok(Self {
             fingerprint: key.fingerprint(),
-            h: G1Bases::upload(gpu, &h)?,
-            l: G1Bases::upload(gpu, &key.l)?,
+            layout,
+            h: large(&h)?,
+            l: large(&key.l)?,
             a_inputs: G1Bases::upload(gpu, &key.a[..inputs])?,
-            a_aux: G1Bases::upload(gpu, &key.a[inputs..])?,
+            a_aux: large(&key.a[inputs..])?,
             b_inputs: G1Bases::upload(gpu, &key.b_g1[..b_inputs])?,
-            b_aux: G1Bases::upload(gpu, &key.b_g1[b_inputs..])?,
+            b_aux: large(&key.b_g1[b_inputs..])?,
             b_g2: match g2 {
                 G2Placement::Gpu => Some((
                     G2Bases::upload(gpu, &key.b_g2[..b_inputs])?,
@@ -197,10 +227,15 @@ impl CudaBackend {
             state.keys.push(k);
             return Ok(state.keys.len() - 1);
         }
-        let need = DeviceKey::bytes_needed(key, self.options.b_g2_msm);
+        let g2 = self.options.b_g2_msm;
+        let need = DeviceKey::bytes_needed(key, b_inputs, g2, BasesLayout::Plain)
+            .expect("plain bases always have a layout");
         // room for each partition in flight to hold its working buffers
         let working = (key.domain_size() as u64 * WORKING_BYTES_PER_ELEMENT + WORKING_BYTES_FIXED)
             * self.options.partitions_in_flight.count() as u64;
+        if let Some(dk) = self.upload_shifted_if_room(state, key, b_inputs, working)? {
+            return Ok(self.now_resident(state, dk));
+        }
         if let Some(limit) = self.options.key_memory_limit {
             if need > limit {
                 return Err(ProveError::Backend {
@@ -222,7 +257,7 @@ impl CudaBackend {
             state.evict_oldest(&self.name, "device memory short");
         }
         let dk = loop {
-            match DeviceKey::upload(&self.gpu, key, b_inputs, self.options.b_g2_msm) {
+            match DeviceKey::upload(&self.gpu, key, b_inputs, g2, BasesLayout::Plain) {
                 Ok(dk) => break dk,
                 Err(e) if e.is_out_of_memory() && !state.keys.is_empty() => {
                     state.evict_oldest(&self.name, "out of device memory while uploading");
@@ -230,11 +265,48 @@ impl CudaBackend {
                 Err(e) => return Err(backend_error(e)),
             }
         };
-        *state.uploads.entry(fingerprint).or_default() += 1;
-        tracing::info!(device = %self.name, mib = dk.bytes() >> 20, resident = state.keys.len() + 1,
-            "proving key bases resident on the device");
+        Ok(self.now_resident(state, dk))
+    }
+
+    /// The key with shifted G1 bases, if `gpu.bases` asks for them and they
+    /// fit beside the keys already resident (and within the key memory
+    /// limit) with `working` bytes to spare; no key is evicted for them.
+    fn upload_shifted_if_room(
+        &self,
+        state: &State,
+        key: &ProvingKey,
+        b_inputs: usize,
+        working: u64,
+    ) -> Result<Option<DeviceKey>, ProveError> {
+        let g2 = self.options.b_g2_msm;
+        if self.options.bases != BasesLayout::Shifted {
+            return Ok(None);
+        }
+        let Some(need) = DeviceKey::bytes_needed(key, b_inputs, g2, BasesLayout::Shifted) else {
+            return Ok(None);
+        };
+        if self.options.key_memory_limit.is_some_and(|limit| state.resident_bytes() + need > limit) {
+            return Ok(None);
+        }
+        let free = self.gpu.memory().map(|(free, _)| free as u64).map_err(backend_error)?;
+        if free < need + working {
+            return Ok(None);
+        }
+        match DeviceKey::upload(&self.gpu, key, b_inputs, g2, BasesLayout::Shifted) {
+            Ok(dk) => Ok(Some(dk)),
+            // free memory that another process took meanwhile: plain bases then
+            Err(e) if e.is_out_of_memory() => Ok(None),
+            Err(e) => Err(backend_error(e)),
+        }
+    }
+
+    /// Counts `dk`'s upload and makes it the most recently used key; its index.
+    fn now_resident(&self, state: &mut State, dk: DeviceKey) -> usize {
+        *state.uploads.entry(dk.fingerprint).or_default() += 1;
+        tracing::info!(device = %self.name, mib = dk.bytes() >> 20, layout = ?dk.layout,
+            resident = state.keys.len() + 1, "proving key bases resident on the device");
         state.keys.push(dk);
-        Ok(state.keys.len() - 1)
+        state.keys.len() - 1
     }
 
     /// H's scalars left on the device, in the order of the key's H bases on
@@ -650,6 +722,34 @@ mod tests {
         }
     }
 
+    /// Shifted bases (the default, where they fit) give the sums plain bases
+    /// give and take their copies' bytes; a key memory limit too small for
+    /// the copies keeps the bases plain instead of refusing the key.
+    #[test]
+    fn gpu_shifted_bases_prove_what_plain_bases_prove() {
+        let Some(shifted) = backend(CudaOptions::default()) else { return };
+        let plain = backend(CudaOptions { bases: BasesLayout::Plain, ..CudaOptions::default() }).unwrap();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
+        // every query has enough terms (2^13 or more) for the shifted layout at 2^14
+        let dense = Builtin { shape: Shape::Dense, log_size: 14 };
+        let key = keygen::generate_test_key(dense.circuit(None), &mut rng).unwrap();
+        let w = synthesize(dense.circuit(Some(1))).unwrap();
+        let cpu = CpuBackend.prove_start(&key, w.clone()).unwrap();
+        let on_host = crate::groth16::msm::b_g2(&key, &cpu.assignment);
+        let bytes = |gpu: &CudaBackend| gpu.resident_keys().keys[0].device_bytes;
+        for (name, gpu) in [("shifted", &shifted), ("plain", &plain)] {
+            let ours = gpu.prove_start(&key, w.clone()).unwrap();
+            assert_eq!(ours.g1, cpu.g1, "{name}: G1 parts");
+            assert_eq!(ours.b_g2, Some(on_host), "{name}: B in G2");
+        }
+        assert!(bytes(&shifted) > 8 * bytes(&plain), "{} against {}", bytes(&shifted), bytes(&plain));
+        let limited = CudaOptions { key_memory_limit: Some(2 * bytes(&plain)), ..CudaOptions::default() };
+        let limited = backend(limited).unwrap();
+        let ours = limited.prove_start(&key, w).unwrap();
+        assert_eq!(ours.g1, cpu.g1, "under a limit: G1 parts");
+        assert_eq!(bytes(&limited), bytes(&plain), "under a limit the bases stay plain");
+    }
+
     /// Two keys alternating: both stay resident while they fit (one upload
     /// each); under a limit that holds one, each switch evicts the other and
     /// re-uploads it, and proofs stay right in both cases.
@@ -671,7 +771,8 @@ mod tests {
         assert!(res.keys.iter().all(|k| k.uploads == 1 && k.device_bytes > 0), "{res:?}");
         assert_eq!(res.evictions, 0);
 
-        let larger = DeviceKey::bytes_needed(&keys[1], G2Placement::Gpu);
+        // plain bases: how B's bases split between inputs and aux does not change the total
+        let larger = DeviceKey::bytes_needed(&keys[1], 0, G2Placement::Gpu, BasesLayout::Plain).unwrap();
         let limited = CudaOptions { key_memory_limit: Some(larger + larger / 4), ..CudaOptions::default() };
         let Some(short) = backend(limited) else { return };
         alternate(&short, 6);

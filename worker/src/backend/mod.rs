@@ -136,6 +136,8 @@ pub struct CudaOptions {
     pub devices: DeviceSet,
     /// Partitions in `prove_start` on each device at once.
     pub partitions_in_flight: InFlight,
+    /// How a key's G1 bases are laid out on the device.
+    pub bases: BasesLayout,
 }
 
 /// The CUDA devices a worker proves on.
@@ -182,6 +184,23 @@ pub enum G2Placement {
     /// On the host's cores (blst), in `prove_finish`, overlapped with the next
     /// partition's GPU work.
     Cpu,
+}
+
+/// How a CUDA backend lays out a key's large G1 queries (H, L, A's and B's
+/// aux bases) on the device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "service", derive(clap::ValueEnum, serde::Deserialize))]
+#[cfg_attr(feature = "service", serde(rename_all = "lowercase"))]
+pub enum BasesLayout {
+    /// With precomputed shifted copies (one per MSM window: 11 to 13 times
+    /// the plain bytes), so that one bucket set serves every window, when
+    /// they fit in the device's free memory beside the keys already resident
+    /// and the partitions' working buffers; plain otherwise. Never evicts a
+    /// key to make room for the copies.
+    #[default]
+    Shifted,
+    /// The bases alone: the least device memory, the most keys resident.
+    Plain,
 }
 
 /// The backends as chosen (one per device), with what the caller should
