@@ -100,22 +100,28 @@ for step in "${@:-tests}"; do
           tee -a "$OUT/bench-prove.log" || status=1
       done ;;
     supraseal)
+      # The device tool brings back a handful of files: the JSON and samples are packed into one
+      # archive (supraseal.tgz), refreshed after each circuit so that a run cut short keeps what ended.
+      work=/tmp/provd-supraseal && mkdir -p "$work"
       for circuit in ${SUPRA_CIRCUITS:-bench-20 dense-20}; do
-        "$bundle/provd" params gen --circuit "$circuit" 2>&1 | tee -a "$OUT/supraseal.log" || status=1
+        "$bundle/provd" params gen --circuit "$circuit" 2>&1 | tail -1 | tee -a "$OUT/supraseal.log" || status=1
         "$bundle/provd" bench prove --circuit "$circuit" --runs "${PROVE_RUNS:-5}" --backend cuda ${B_G2:+--b-g2 "$B_G2"} \
-          --json "$OUT/prove-cuda-$circuit.json" 2>&1 | grep -v ' INFO ' | tee -a "$OUT/supraseal.log" || status=1
+          --json "$work/prove-cuda-$circuit.json" 2>&1 | grep -v ' INFO ' | tee -a "$OUT/supraseal.log" || status=1
         for bin in ${SUPRA_BINS:-provd-supraseal-bench}; do
           tag="$circuit${bin#provd-supraseal-bench}"
           echo "== $bin ($(cat "$bundle/$bin.toolkit" 2>/dev/null || echo "toolkit not recorded")), $circuit" | tee -a "$OUT/supraseal.log"
-          nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits -lms 500 > "$OUT/supraseal-smi-$tag.csv" &
+          nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits -lms 500 > "$work/supraseal-smi-$tag.csv" &
           smi=$!
           timeout "${SUPRA_TIMEOUT:-300}" "$bundle/$bin" --circuit "$circuit" --params "$PROVD_DATA_DIR/params/$circuit.v1.test-only.params" \
-            --runs "${PROVE_RUNS:-5}" --against "$OUT/prove-cuda-$circuit.json" --json "$OUT/supraseal-$tag.json" 2>&1 |
+            --runs "${PROVE_RUNS:-5}" --against "$work/prove-cuda-$circuit.json" --json "$work/supraseal-$tag.json" 2>&1 |
             tee -a "$OUT/supraseal.log" || status=1
           kill $smi
           awk -F', ' '{ s += $2; n++ } END { if (n) printf "nvidia-smi utilization.gpu while supraseal-c2 ran: mean %.1f%% (%d samples, 0.5 s apart)\n", s / n, n }' \
-            "$OUT/supraseal-smi-$tag.csv" | tee -a "$OUT/supraseal.log"
+            "$work/supraseal-smi-$tag.csv" | tee -a "$OUT/supraseal.log"
         done
+        tar -C "$work" -czf "$OUT/supraseal.tgz" .
+        # each key is GBs at 2^24; the disk holds a few
+        rm -f "$PROVD_DATA_DIR/params/$circuit.v1.test-only.params"
       done ;;
     supraseal-probe)
       # Where supraseal-c2's time goes on a small circuit: every kernel's device time (ncu, clocks

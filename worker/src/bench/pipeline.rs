@@ -90,6 +90,7 @@ impl PipelineBench {
         let gpu_busy = || sum(&metrics.gpu_busy_seconds);
         let thread_busy = || sum(&metrics.prove_start_thread_seconds);
         let start = Instant::now();
+        let cpu_start = metrics.process_cpu_seconds();
         // Every proof is checked before it leaves, as `provd serve` does by default.
         let verifier = Arc::new(crate::groth16::Verifier::new(&key.vk));
         // Synthesis as the service does it: sparse products over matrices recorded once.
@@ -142,6 +143,10 @@ impl PipelineBench {
             last = queued.then_some(now);
         }
         let wall = start.elapsed().as_secs_f64();
+        // The whole process's CPU time over the run: synthesis, copies,
+        // verification and the rest, on every core.
+        let host_cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let host_busy = cpu_start.zip(metrics.process_cpu_seconds()).map(|(a, b)| (b - a) / wall);
         if self.sample_every.is_some() {
             samples.push(Sample::take(start, &engine, &self.gpus));
         }
@@ -185,6 +190,12 @@ impl PipelineBench {
             names.join(", "),
             proofs as f64 / wall
         );
+        if let Some(cores) = host_busy {
+            println!(
+                "host: {cores:.1} of {host_cores} cores busy on average ({:.1}%)",
+                cores / host_cores as f64 * 100.0
+            );
+        }
         if per_device.len() > 1 {
             for (n, b) in &per_device {
                 println!("  {n}: device busy {:.1}%", b * 100.0);
@@ -245,6 +256,7 @@ impl PipelineBench {
             "bench": "pipeline", "env": environment(), "circuit": self.circuit.to_string(), "backend": names.join(","), "devices": per_device.iter().map(|(n, b)| json!({"name": n, "busy": b})).collect::<Vec<_>>(),
             "jobs": self.jobs, "partitions": self.partitions, "wall_seconds": wall, "proofs_per_second": proofs as f64 / wall,
             "busy": busy.iter().map(|(s, b)| (s.to_string(), json!(b))).collect::<serde_json::Map<_, _>>(),
+            "host_cores": host_cores, "host_cores_busy": host_busy,
             "peak_buffers": peaks, "peak_reserved_bytes": engine.budget().peak(), "budget_bytes": engine.budget().total(),
             "config": {
                 "partition_permits": self.config.partition_permits, "gpu_queue_capacity": self.config.gpu_queue_capacity,
