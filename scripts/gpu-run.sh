@@ -11,7 +11,8 @@
 # supraseal: for each of SUPRA_CIRCUITS (default "bench-20 dense-20"), the TEST-ONLY key is made, then
 # `provd bench prove --backend cuda` and provd-supraseal-bench (bundled with SUPRASEAL=1; SUPRA_BINS names several
 # builds of it in the bundle, each with a NAME.toolkit file) prove with that one key file, PROVE_RUNS times each
-# after a warm-up; the ratio lands in supraseal.log and the JSON.
+# after a warm-up; the ratio lands in supraseal.log and the JSON. BASELINE=none skips the recorder's timing in
+# `bench prove` (seconds a proof at 2^24).
 # supraseal-c2 0.1.2 built with nvcc 13.0 never finished its first proof on the H200, built with CUDA 11.8 it
 # proves (BENCHMARKS.md); it runs under `timeout` (SUPRA_TIMEOUT, s). RUST_LOG=bellperson=info (the harness's
 # default) prints bellperson's synthesis / prover split per proof.
@@ -106,7 +107,7 @@ for step in "${@:-tests}"; do
       for circuit in ${SUPRA_CIRCUITS:-bench-20 dense-20}; do
         "$bundle/provd" params gen --circuit "$circuit" 2>&1 | tail -1 | tee -a "$OUT/supraseal.log" || status=1
         "$bundle/provd" bench prove --circuit "$circuit" --runs "${PROVE_RUNS:-5}" --backend cuda ${B_G2:+--b-g2 "$B_G2"} \
-          --json "$work/prove-cuda-$circuit.json" 2>&1 | grep -v ' INFO ' | tee -a "$OUT/supraseal.log" || status=1
+          ${BASELINE:+--baseline "$BASELINE"} --json "$work/prove-cuda-$circuit.json" 2>&1 | grep -v ' INFO ' | tee -a "$OUT/supraseal.log" || status=1
         for bin in ${SUPRA_BINS:-provd-supraseal-bench}; do
           tag="$circuit${bin#provd-supraseal-bench}"
           echo "== $bin ($(cat "$bundle/$bin.toolkit" 2>/dev/null || echo "toolkit not recorded")), $circuit" | tee -a "$OUT/supraseal.log"

@@ -95,3 +95,23 @@ fn unsafe_serving_is_refused_at_start_up() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("PROVD_AUTH_TOKEN is set but blank"), "{err}");
 }
+
+/// `bench prove` writes its medians to JSON, with the recorder's synthesis
+/// as the baseline, or none with `--baseline none` (a GPU session short of
+/// time skips seconds a proof at 2^24).
+#[test]
+fn bench_prove_writes_its_json_with_or_without_the_recorder_baseline() {
+    let dir = tempfile::tempdir().unwrap();
+    for (baseline, timed) in [("recorder", true), ("none", false)] {
+        let json = dir.path().join(format!("{baseline}.json"));
+        let args =
+            ["bench", "prove", "--circuit", "bench-8", "--runs", "1", "--backend", "cpu", "--baseline"];
+        let o = provd(dir.path(), &[&args[..], &[baseline, "--json", json.to_str().unwrap()]].concat());
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}{err}");
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert!(v["provd"]["median_ms"]["total"].is_string(), "{v}");
+        assert_eq!(!v["provd"]["recorder_synthesis_ms"].is_null(), timed, "--baseline {baseline}: {v}");
+        assert_eq!(out.contains("against the recorder's"), timed, "{out}");
+    }
+}

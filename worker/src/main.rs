@@ -188,6 +188,9 @@ enum BenchCommand {
         /// Prove with bellperson too, same circuit and key, interleaved.
         #[arg(long, value_parser = ["bellperson"])]
         vs: Option<String>,
+        /// What synthesis by recorded matrices is timed against.
+        #[arg(long, value_enum, default_value_t = bench::prove::SynthesisBaseline::Recorder)]
+        baseline: bench::prove::SynthesisBaseline,
         #[arg(long, default_value = "bench-results/prove.json")]
         json: PathBuf,
         #[command(flatten)]
@@ -542,12 +545,12 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             .gpu())
     };
     match command {
-        BenchCommand::Prove { circuit, runs, vs, json, common } => {
+        BenchCommand::Prove { circuit, runs, vs, baseline, json, common } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");
             let key = params::load_or_generate(&common.data_dir, circuit)?;
             let backend =
                 provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?.first();
-            bench::prove::ProveBench { circuit, runs, vs_bellperson: vs.is_some(), json }
+            bench::prove::ProveBench { circuit, runs, vs_bellperson: vs.is_some(), baseline, json }
                 .run(backend.as_ref(), &key)
         }
         BenchCommand::Circom { zkey, wtns, runs, snarkjs, json, common } => {
