@@ -150,8 +150,9 @@ pub struct GpuConfig {
     /// cost of a second partition's working buffers in device memory.
     pub partitions_in_flight: crate::backend::InFlight,
     /// How a key's large G1 queries sit on the device: "shifted" (with
-    /// precomputed shifted copies, 11 to 13 times the bytes, when they fit
-    /// beside the resident keys; plain otherwise) or "plain".
+    /// precomputed shifted copies, 11 to 15 times the bytes from 2^20 points
+    /// up, when they fit beside the resident keys; plain otherwise) or
+    /// "plain".
     pub bases: crate::backend::BasesLayout,
 }
 

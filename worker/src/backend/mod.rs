@@ -192,11 +192,11 @@ pub enum G2Placement {
 #[cfg_attr(feature = "service", derive(clap::ValueEnum, serde::Deserialize))]
 #[cfg_attr(feature = "service", serde(rename_all = "lowercase"))]
 pub enum BasesLayout {
-    /// With precomputed shifted copies (one per MSM window: 11 to 13 times
-    /// the plain bytes), so that one bucket set serves every window, when
-    /// they fit in the device's free memory beside the keys already resident
-    /// and the partitions' working buffers; plain otherwise. Never evicts a
-    /// key to make room for the copies.
+    /// With precomputed shifted copies (one per MSM window: 11 to 15 times
+    /// the plain bytes from 2^20 points up, more below), so that one bucket
+    /// set serves every window, when they fit in the device's free memory
+    /// beside the keys already resident and the partitions' working buffers;
+    /// plain otherwise. Never evicts a key to make room for the copies.
     #[default]
     Shifted,
     /// The bases alone: the least device memory, the most keys resident.
