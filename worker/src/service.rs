@@ -50,6 +50,9 @@ pub enum RequestError {
     /// A body the circuit's kind does not take.
     #[error("{0}")]
     UnsupportedBody(String),
+    /// A witness larger than the job store can ever hold.
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 /// A JSON job's witnesses, as a request gives them.
@@ -638,6 +641,7 @@ impl Service {
                 Ok((id, true)) => Ok(Submitted::New(id)),
                 Ok((id, false)) => Ok(Submitted::Existing(id)),
                 Err(QueueError::KeyReused { key, job }) => Err(SubmitError::KeyReused { key, job }.into()),
+                Err(e @ QueueError::WitnessTooLarge { .. }) => Err(RequestError::TooLarge(e.to_string())),
                 Err(e) => Err(SubmitError::Journal(e.to_string()).into()),
             };
         }

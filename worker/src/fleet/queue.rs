@@ -45,6 +45,24 @@ pub enum QueueError {
         "idempotency key '{key}' was used for another request (job {job}); use a new key for a new request"
     )]
     KeyReused { key: String, job: JobId },
+    /// A witness larger than one PostgreSQL value holds: no retry helps.
+    #[error(
+        "partition {index}'s witness is {bytes} bytes; the fleet's PostgreSQL queue holds at most {MAX_WITNESS_BYTES} bytes in one value: prove it on a worker with its own journal (jobs.store = \"sqlite\")"
+    )]
+    WitnessTooLarge { index: usize, bytes: usize },
+}
+
+/// The most bytes PostgreSQL holds in one field (`BYTEA` or `TEXT`): 1 GB.
+pub const MAX_WITNESS_BYTES: usize = (1 << 30) - 1;
+
+/// Refuses partition `index`'s witness of `bytes` bytes if one field
+/// cannot hold it (the database would refuse the row, and the client would
+/// be told to retry a request that can never succeed).
+fn within_a_value(index: usize, bytes: usize) -> Result<(), QueueError> {
+    if bytes > MAX_WITNESS_BYTES {
+        return Err(QueueError::WitnessTooLarge { index, bytes });
+    }
+    Ok(())
 }
 
 impl QueueError {
@@ -181,6 +199,17 @@ impl Queue {
     /// idempotency key already used by the same request, returns that
     /// job's id instead (`Ok((id, false))`).
     pub fn submit(&mut self, job: &AcceptedJob, worker: &str) -> Result<(JobId, bool), QueueError> {
+        let witnesses: Vec<(Option<String>, Option<&[u8]>)> = job
+            .witnesses
+            .iter()
+            .map(|w| match w {
+                StoredWitness::Json(v) => (Some(v.to_string()), None),
+                StoredWitness::Binary(b) => (None, Some(b.as_slice())),
+            })
+            .collect();
+        for (i, (json, bin)) in witnesses.iter().enumerate() {
+            within_a_value(i, json.as_ref().map_or(0, String::len) + bin.map_or(0, <[u8]>::len))?;
+        }
         let mut tx = self.client.transaction()?;
         if let Some((key, digest)) = &job.idempotency {
             // Serialises submissions of one key: the second waits for the first's commit.
@@ -212,12 +241,8 @@ impl Queue {
             "INSERT INTO partitions (job_id, idx, circuit, witness_json, witness_bin, state, queued_ms)
              VALUES ($1, $2, $3, $4, $5, 'queued', {NOW_MS})"
         ))?;
-        for (i, w) in job.witnesses.iter().enumerate() {
-            let (json, bin) = match w {
-                StoredWitness::Json(v) => (Some(v.to_string()), None),
-                StoredWitness::Binary(b) => (None, Some(b.as_slice())),
-            };
-            tx.execute(&insert, &[&id, &(i as i32), &job.circuit, &json, &bin])?;
+        for (i, (json, bin)) in witnesses.iter().enumerate() {
+            tx.execute(&insert, &[&id, &(i as i32), &job.circuit, json, bin])?;
         }
         tx.commit()?;
         Ok((job.id, true))
@@ -541,4 +566,20 @@ fn end_job(tx: &mut Transaction<'_>, job: &str, state: &str, why: &str) -> Resul
 /// Ids in the table are UUIDs (docs/operations.md tells SQL clients so).
 fn parse_id(s: String) -> Result<JobId, QueueError> {
     s.parse().map_err(|_| QueueError::Corrupt(format!("job id '{s}' is not a UUID")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A witness one PostgreSQL value cannot hold is refused before any
+    /// statement, as the client's error (never "retry later").
+    #[test]
+    fn a_witness_past_one_value_is_refused_for_good() {
+        assert!(within_a_value(0, MAX_WITNESS_BYTES).is_ok());
+        let e = within_a_value(3, MAX_WITNESS_BYTES + 1).unwrap_err();
+        assert!(!e.is_retryable(), "{e}");
+        let text = e.to_string();
+        assert!(text.contains("partition 3") && text.contains("jobs.store = \"sqlite\""), "{text}");
+    }
 }

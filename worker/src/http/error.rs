@@ -50,6 +50,7 @@ impl From<RequestError> for ApiError {
                 Self::new(StatusCode::TOO_MANY_REQUESTS, e.to_string()).retry_after(5)
             }
             RequestError::UnsupportedBody(_) => Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, e.to_string()),
+            RequestError::TooLarge(_) => Self::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
             RequestError::Submit(SubmitError::Journal(_)) => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).retry_after(10)
             }
