@@ -13,8 +13,8 @@
 # builds of it in the bundle, each with a NAME.toolkit file) prove with that one key file, PROVE_RUNS times each
 # after a warm-up; the ratio lands in supraseal.log and the JSON. BASELINE=none skips the recorder's timing in
 # `bench prove` (seconds a proof at 2^24).
-# supraseal-c2 0.1.2 built with nvcc 13.0 never finished its first proof on the H200, built with CUDA 11.8 it
-# proves (BENCHMARKS.md); it runs under `timeout` (SUPRA_TIMEOUT, s). RUST_LOG=bellperson=info (the harness's
+# The harness runs under `timeout` (SUPRA_TIMEOUT, s): built with nvcc's -G (debug info in its release profile,
+# since removed) it never finished a proof in earlier sessions (BENCHMARKS.md). RUST_LOG=bellperson=info (the harness's
 # default) prints bellperson's synthesis / prover split per proof.
 # supraseal-probe: ncu's device time per kernel of PROBE_CIRCUIT (default bench-14) proved by the harness.
 # PIPE_CIRCUITS runs bench-pipeline once per circuit named (default: PIPE_CIRCUIT).
@@ -39,6 +39,11 @@ echo "commit $(cat $bundle/COMMIT)" | tee "$OUT/machine.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee -a "$OUT/machine.txt"
 nproc | sed 's/^/cpus: /' | tee -a "$OUT/machine.txt"
 status=0
+# The mean of the nvidia-smi utilization.gpu samples in $1 (timestamp, value[, ...]; 0.5 s apart), from
+# the first to the last non-zero one: the run, not the start-up.
+smi_mean() {
+  awk -F', ' '{ v[NR] = $2 } $2 > 0 { if (!a) a = NR; b = NR } END { for (i = a; i <= b; i++) s += v[i]; if (b) printf "nvidia-smi utilization.gpu over the run: mean %.1f%% (%d samples, 0.5 s apart)\n", s / (b - a + 1), b - a + 1 }' "$1"
+}
 for step in "${@:-tests}"; do
   case "$step" in
     tests)
@@ -65,9 +70,7 @@ for step in "${@:-tests}"; do
         "$bundle/provd" bench pipeline --circuit "$circuit" --jobs "${PIPE_JOBS:-8}" --partitions "${PIPE_PARTS:-4}" \
           --backend cuda ${B_G2:+--b-g2 "$B_G2"} --devices "${PIPE_DEVICES:-0}" --json "$OUT/pipeline-$tag.json" 2>&1 | tee -a "$OUT/bench-pipeline.log" || status=1
         kill $smi
-        # mean from the first to the last non-zero sample (the run, not the start-up)
-        awk -F', ' '{ v[NR] = $2 } $2 > 0 { if (!a) a = NR; b = NR } END { for (i = a; i <= b; i++) s += v[i]; if (b) printf "nvidia-smi utilization.gpu over the run: mean %.1f%% (%d samples, 0.5 s apart)\n", s / (b - a + 1), b - a + 1 }' \
-          "$OUT/pipeline-smi.csv" | tee -a "$OUT/bench-pipeline.log"
+        smi_mean "$OUT/pipeline-smi.csv" | tee -a "$OUT/bench-pipeline.log"
         mv "$OUT/pipeline-smi.csv" "$OUT/smi-$tag.csv"
       done ;;
     in-flight)
@@ -81,8 +84,7 @@ for step in "${@:-tests}"; do
             "$bundle/provd" bench pipeline --circuit "$circuit" --jobs "${INFLIGHT_JOBS:-60}" --partitions 4 --backend cuda \
               --in-flight "$n" --json "$OUT/inflight-$tag.json" 2>&1 | grep -v ' INFO ' | tee -a "$OUT/in-flight.log" || status=1
             kill $smi
-            awk -F', ' '{ v[NR] = $2 } $2 > 0 { if (!a) a = NR; b = NR } END { for (i = a; i <= b; i++) s += v[i]; if (b) printf "nvidia-smi utilization.gpu over the run: mean %.1f%% (%d samples, 0.5 s apart)\n", s / (b - a + 1), b - a + 1 }' \
-              "$OUT/inflight-$tag.csv" | tee -a "$OUT/in-flight.log"
+            smi_mean "$OUT/inflight-$tag.csv" | tee -a "$OUT/in-flight.log"
           done
         done
       done ;;
@@ -117,8 +119,7 @@ for step in "${@:-tests}"; do
             --runs "${PROVE_RUNS:-5}" --against "$work/prove-cuda-$circuit.json" --json "$work/supraseal-$tag.json" 2>&1 |
             tee -a "$OUT/supraseal.log" || status=1
           kill $smi
-          awk -F', ' '{ s += $2; n++ } END { if (n) printf "nvidia-smi utilization.gpu while supraseal-c2 ran: mean %.1f%% (%d samples, 0.5 s apart)\n", s / n, n }' \
-            "$work/supraseal-smi-$tag.csv" | tee -a "$OUT/supraseal.log"
+          smi_mean "$work/supraseal-smi-$tag.csv" | tee -a "$OUT/supraseal.log"
         done
         tar -C "$work" -czf "$OUT/supraseal.tgz" .
         # each key is GBs at 2^24; the disk holds a few

@@ -7,8 +7,9 @@
 # SUPRA_CUDA picks the toolkit:
 #   debian-11.8 (default) Debian's nvidia-cuda-toolkit (non-free), with g++-11,
 #               the newest host compiler CUDA 11.8 accepts.
-#   pypi-13.0   nvcc 13.0 from PyPI. Known: supraseal-c2 0.1.2 built this way
-#               never finishes its first proof on the H200 (BENCHMARKS.md).
+#   pypi-13.0   nvcc 13.0 from PyPI. Earlier builds this way never finished a
+#               proof on the H200, but they had nvcc's -G (BENCHMARKS.md);
+#               without it this route has not been run there yet.
 set -euo pipefail
 cd "$(dirname "$0")"
 toolkit=${SUPRA_CUDA:-debian-11.8}

@@ -12,9 +12,9 @@
 //! `--against` reads the JSON `provd bench prove` wrote for the same circuit
 //! in the same device session and prints the ratio of the two medians.
 //!
-//! Built with CUDA 11.8 (`build.sh`'s default) it proves on the H200; built
-//! with nvcc 13.0 from PyPI, supraseal-c2 0.1.2 never finished its first
-//! proof there (BENCHMARKS.md has both).
+//! Its kernels must be built without nvcc's `-G`: the release profile has
+//! no debug info for that reason (Cargo.toml). Built with it, supraseal-c2
+//! looked hung on the H200 (BENCHMARKS.md).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -88,7 +88,8 @@ fn main() -> anyhow::Result<()> {
     drop(key);
     eprintln!("{}: provd read the key; supraseal-c2 loading it", args.circuit);
     let t = Instant::now();
-    let srs = SuprasealParameters::<Bls12>::new(args.params.clone()).context("supraseal-c2 loading the key")?;
+    let srs =
+        SuprasealParameters::<Bls12>::new(args.params.clone()).context("supraseal-c2 loading the key")?;
     let load = t.elapsed();
     eprintln!("{}: supraseal-c2 loaded the key in {} ms", args.circuit, ms(load));
 
@@ -97,10 +98,19 @@ fn main() -> anyhow::Result<()> {
         let seed = Some(1000 + i as u64);
         let public = synthesize(args.circuit.circuit(seed))?.public_inputs().to_vec();
         let t = Instant::now();
-        let p = bellperson::groth16::create_random_proof(args.circuit.circuit(seed), &srs, &mut rand::rngs::OsRng)
-            .context("bellperson + supraseal-c2")?;
+        let p = bellperson::groth16::create_random_proof(
+            args.circuit.circuit(seed),
+            &srs,
+            &mut rand::rngs::OsRng,
+        )
+        .context("bellperson + supraseal-c2")?;
         let elapsed = t.elapsed();
-        eprintln!("{}: proof {i} ({}) in {} ms", args.circuit, if i == 0 { "warm-up" } else { "timed" }, ms(elapsed));
+        eprintln!(
+            "{}: proof {i} ({}) in {} ms",
+            args.circuit,
+            if i == 0 { "warm-up" } else { "timed" },
+            ms(elapsed)
+        );
         verifier
             .verify(&Proof { a: p.a, b: p.b, c: p.c }, &public)
             .context("the supraseal-c2 proof did not verify")?;

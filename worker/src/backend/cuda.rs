@@ -278,10 +278,10 @@ impl CudaBackend {
         b_inputs: usize,
         working: u64,
     ) -> Result<Option<DeviceKey>, ProveError> {
-        let g2 = self.options.b_g2_msm;
         if self.options.bases != BasesLayout::Shifted {
             return Ok(None);
         }
+        let g2 = self.options.b_g2_msm;
         let Some(need) = DeviceKey::bytes_needed(key, b_inputs, g2, BasesLayout::Shifted) else {
             return Ok(None);
         };
