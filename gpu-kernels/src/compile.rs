@@ -18,6 +18,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("ntt.cu", include_str!("../cuda/ntt.cu")),
     ("msm.cu", include_str!("../cuda/msm.cu")),
     ("select.cu", include_str!("../cuda/select.cu")),
+    ("sparse.cu", include_str!("../cuda/sparse.cu")),
     ("field_tests.cu", include_str!("../cuda/field_tests.cu")),
 ];
 

@@ -1,5 +1,6 @@
-//! provd's CUDA kernels: BLS12-381 field and curve arithmetic, the NTT over Fr
-//! and the multi-scalar multiplication over G1 and G2.
+//! provd's CUDA kernels: BLS12-381 field and curve arithmetic, the NTT over Fr,
+//! the multi-scalar multiplication over G1 and G2, and the sparse products
+//! that give a proof's a, b and c.
 //!
 //! Kernels are CUDA C++ sources under `cuda/`, compiled at first use by NVRTC
 //! for the device's own architecture and cached on disk. The CUDA driver and
@@ -15,6 +16,7 @@ mod loader;
 pub mod msm;
 pub mod ntt;
 pub mod select;
+pub mod sparse;
 mod staging;
 
 pub use compile::{compile_cubin, kernel_source, CompileCache};
@@ -26,6 +28,7 @@ pub use field::{FpRaw, FrRaw};
 pub use msm::{Bases, G1Bases, G2Bases, Msm, MsmCurve, PinnedBases, G1, G2};
 pub use ntt::{FrBuffer, HChain, Ntt, Order};
 pub use select::select_by_density;
+pub use sparse::{DeviceMatrix, Unsatisfied, AUX_COLUMN};
 
 /// Opens the first CUDA device for tests, or says why not. GPU tests call this
 /// and return early (printing the reason) on machines without a usable GPU.

@@ -84,6 +84,12 @@ impl FrBuffer {
         Ok(Self { data, log_n })
     }
 
+    /// A buffer already on the device, of 2^log_n elements.
+    pub(crate) fn from_device(data: CudaSlice<FrRaw>, log_n: u32) -> Self {
+        debug_assert_eq!(data.len(), 1 << log_n);
+        Self { data, log_n }
+    }
+
     pub fn download(&self, gpu: &Gpu) -> Result<Vec<Scalar>, GpuError> {
         gpu.download::<Scalar>(&self.data)
     }

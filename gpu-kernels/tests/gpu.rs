@@ -6,7 +6,9 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 use ff::{Field, PrimeField};
 use provd_kernels::field::DeviceField;
 use provd_kernels::ntt::root_of_unity;
-use provd_kernels::{gpu_for_tests, select_by_density, FrBuffer, Gpu, HChain, Ntt, Order};
+use provd_kernels::{
+    gpu_for_tests, select_by_density, DeviceMatrix, FrBuffer, Gpu, HChain, Ntt, Order, Unsatisfied, AUX_COLUMN,
+};
 use rand::{RngCore, SeedableRng};
 
 fn rng(seed: u64) -> rand_chacha::ChaCha8Rng {
@@ -306,6 +308,77 @@ fn density_selection_matches_a_host_filter() {
     let src = gpu.upload_async(&random_scalars(10, 1)).unwrap();
     assert!(select_by_density(&gpu, &src, 10, &[1 << 10]).is_err());
     assert!(select_by_density(&gpu, &src, 11, &[1]).is_err(), "more scalars than the buffer holds");
+}
+
+/// A matrix of `rows` rows with 0 to 7 terms each over `inputs` inputs and
+/// `aux` aux variables, about half its coefficients one (the cheap path),
+/// in compressed rows; and its product with (input, aux) on the host.
+fn random_matrix(
+    rows: usize,
+    inputs: usize,
+    aux: usize,
+    seed: u64,
+    input: &[Scalar],
+    aux_values: &[Scalar],
+) -> (Vec<u64>, Vec<u32>, Vec<Scalar>, Vec<Scalar>) {
+    let mut r = rng(seed);
+    let (mut row_start, mut cols, mut coeffs, mut product) = (vec![0u64], vec![], vec![], vec![]);
+    for _ in 0..rows {
+        let mut acc = Scalar::ZERO;
+        for _ in 0..r.next_u32() % 8 {
+            let (col, v) = if aux > 0 && r.next_u32() % 4 != 0 {
+                let i = r.next_u32() % aux as u32;
+                (AUX_COLUMN | i, aux_values[i as usize])
+            } else {
+                let i = r.next_u32() % inputs as u32;
+                (i, input[i as usize])
+            };
+            let c = if r.next_u32() % 2 == 0 { Scalar::ONE } else { Scalar::random(&mut r) };
+            acc += v * c;
+            cols.push(col);
+            coeffs.push(c);
+        }
+        row_start.push(cols.len() as u64);
+        product.push(acc);
+    }
+    (row_start, cols, coeffs, product)
+}
+
+/// The device's sparse products give the host's, zero-padded to the domain;
+/// the a·b = c check finds the first row that breaks it, and none in a
+/// satisfied system.
+#[test]
+fn sparse_products_match_the_host_and_the_check_finds_the_first_bad_row() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    for (rows, inputs, aux, log_n) in [(1usize, 1usize, 0usize, 0u32), (1000, 3, 700, 10), (100_003, 5, 80_000, 17)] {
+        let input = random_scalars(inputs, 1);
+        let aux_values = random_scalars(aux, 2);
+        let (row_start, cols, coeffs, want) = random_matrix(rows, inputs, aux, rows as u64, &input, &aux_values);
+        let m = DeviceMatrix::upload(&gpu, &row_start, &cols, &coeffs).unwrap();
+        assert_eq!(m.rows(), rows);
+        let input_d = gpu.upload(&input).unwrap();
+        let aux_d = (aux > 0).then(|| gpu.upload(&aux_values).unwrap());
+        let got = m.product(&gpu, &input_d, aux_d.as_ref(), log_n).unwrap().download(&gpu).unwrap();
+        assert_eq!(got.len(), 1 << log_n);
+        assert!(got[..rows] == want[..], "{rows} rows");
+        assert!(got[rows..].iter().all(|v| bool::from(v.is_zero())), "{rows} rows: padding");
+
+        // c = a·b except at two rows: the first of them is reported.
+        let a = random_scalars(rows, 3);
+        let b = random_scalars(rows, 4);
+        let mut c: Vec<Scalar> = a.iter().zip(&b).map(|(x, y)| x * y).collect();
+        let up = |v: &[Scalar]| FrBuffer::upload_padded(&gpu, v, log_n).unwrap();
+        let check = |c: &[Scalar]| Unsatisfied::check(&gpu, &up(&a), &up(&b), &up(c), rows).unwrap().first(&gpu);
+        assert_eq!(check(&c).unwrap(), None, "{rows} rows");
+        let bad = [rows / 2, rows - 1];
+        for &i in bad.iter().rev() {
+            c[i] += Scalar::ONE;
+        }
+        assert_eq!(check(&c).unwrap(), Some(bad[0]), "{rows} rows");
+    }
+    // a matrix whose rows end past its terms is refused before any copy
+    assert!(DeviceMatrix::upload(&gpu, &[0, 2], &[0], &[Scalar::ONE]).is_err());
+    assert!(DeviceMatrix::upload(&gpu, &[0, 2, 1], &[0], &[Scalar::ONE]).is_err(), "rows that end before they start");
 }
 
 /// Uploads through the two staging slots arrive whole and in order: a

@@ -1,0 +1,135 @@
+//! Sparse matrix–vector products over Fr on the device (`cuda/sparse.cu`):
+//! a Groth16 proof's a, b and c from a circuit's constraint matrices,
+//! uploaded once, and the assignment, copied once per proof for the MSMs.
+//!
+//! On the host the three products take most of a recorded circuit's
+//! synthesis, and their results are three domain-sized vectors to copy to
+//! the device; here they are a few kernels over data already there.
+
+use blstrs::Scalar;
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+use crate::device::Gpu;
+use crate::error::{During, GpuError};
+use crate::field::{as_raw, FrRaw};
+use crate::ntt::{FrBuffer, MAX_LOG_N};
+
+/// The top bit of a column: set, the column is an aux variable; clear, an
+/// input (the constant ONE is input 0).
+pub const AUX_COLUMN: u32 = 1 << 31;
+
+/// One constraint matrix in compressed rows, resident on the device.
+pub struct DeviceMatrix {
+    row_start: CudaSlice<u64>,
+    cols: CudaSlice<u32>,
+    coeffs: CudaSlice<FrRaw>,
+    rows: usize,
+}
+
+impl DeviceMatrix {
+    /// Uploads a matrix of `row_start.len() − 1` rows: row r's terms are
+    /// `cols[k]`, `coeffs[k]` for k in `row_start[r]..row_start[r + 1]`.
+    pub fn upload(gpu: &Gpu, row_start: &[u64], cols: &[u32], coeffs: &[Scalar]) -> Result<Self, GpuError> {
+        let rows = row_start.len().saturating_sub(1);
+        let terms = row_start.last().copied().unwrap_or(0);
+        if cols.len() != coeffs.len() || terms != cols.len() as u64 || rows > u32::MAX as usize {
+            return Err(GpuError::Invalid(format!(
+                "a matrix of {rows} rows ending at term {terms}, with {} columns and {} coefficients",
+                cols.len(),
+                coeffs.len()
+            )));
+        }
+        if row_start.windows(2).any(|w| w[0] > w[1]) {
+            return Err(GpuError::Invalid("row starts that decrease".into()));
+        }
+        let stream = gpu.stream();
+        // One element at least each, so that an empty matrix still has buffers.
+        let some = |n: usize| n.max(1);
+        let mut d = Self {
+            row_start: stream.clone_htod(row_start).during("copying a matrix")?,
+            cols: gpu.zeros(some(cols.len()))?,
+            coeffs: gpu.zeros(some(coeffs.len()))?,
+            rows,
+        };
+        if !cols.is_empty() {
+            stream.memcpy_htod(cols, &mut d.cols.slice_mut(..cols.len())).during("copying a matrix")?;
+            stream
+                .memcpy_htod(as_raw(coeffs), &mut d.coeffs.slice_mut(..coeffs.len()))
+                .during("copying a matrix")?;
+        }
+        Ok(d)
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Device bytes held.
+    pub fn bytes(&self) -> usize {
+        self.row_start.len() * 8 + self.cols.len() * 4 + self.coeffs.len() * 32
+    }
+
+    /// The matrix times the assignment (`input`, and `aux` where the
+    /// circuit has aux variables), zero-padded to 2^log_n elements, on the
+    /// compute stream (after any copy of `input` or `aux` still under way).
+    /// Every column must be within them, as the host's matrix checks.
+    pub fn product(
+        &self,
+        gpu: &Gpu,
+        input: &CudaSlice<FrRaw>,
+        aux: Option<&CudaSlice<FrRaw>>,
+        log_n: u32,
+    ) -> Result<FrBuffer, GpuError> {
+        if self.rows > 1 << log_n || log_n > MAX_LOG_N {
+            return Err(GpuError::Invalid(format!("{} rows do not fit 2^{log_n}", self.rows)));
+        }
+        let mut out = gpu.zeros::<FrRaw>(1 << log_n)?;
+        if self.rows > 0 {
+            // Without aux variables no column is tagged: `input` stands in.
+            let aux = aux.unwrap_or(input);
+            let rows = self.rows as u32;
+            let f = gpu.function("sparse_product")?;
+            let mut b = gpu.stream().launch_builder(&f);
+            b.arg(&self.row_start).arg(&self.cols).arg(&self.coeffs).arg(&rows).arg(input).arg(aux).arg(&mut out);
+            // SAFETY: argument types and order match the kernel's signature;
+            // row r < rows reads terms below row_start[rows] = cols.len(), and
+            // writes out[r], r < 2^log_n.
+            unsafe { b.launch(LaunchConfig::for_num_elems(rows)) }.map(drop).during("launching sparse_product")?;
+        }
+        Ok(FrBuffer::from_device(out, log_n))
+    }
+}
+
+/// A check of a·b = c queued on the device; [`Unsatisfied::first`] reads
+/// its answer, so that a caller can queue more work before waiting for it.
+pub struct Unsatisfied {
+    first: CudaSlice<u32>,
+}
+
+impl Unsatisfied {
+    /// Queues the check of the first `rows` elements of a, b and c (in
+    /// natural order, before any transform).
+    pub fn check(gpu: &Gpu, a: &FrBuffer, b: &FrBuffer, c: &FrBuffer, rows: usize) -> Result<Self, GpuError> {
+        if rows > a.len().min(b.len()).min(c.len()) {
+            return Err(GpuError::Invalid(format!("a check of {rows} rows over vectors of {}", a.len())));
+        }
+        let mut first = gpu.stream().clone_htod(&[u32::MAX]).during("copying a flag")?;
+        if rows > 0 {
+            let n = rows as u32;
+            let f = gpu.function("first_unsatisfied")?;
+            let mut l = gpu.stream().launch_builder(&f);
+            l.arg(a.raw()).arg(b.raw()).arg(c.raw()).arg(&n).arg(&mut first);
+            // SAFETY: argument types and order match the kernel's signature; r < rows ≤ each length.
+            unsafe { l.launch(LaunchConfig::for_num_elems(n)) }.map(drop).during("launching first_unsatisfied")?;
+        }
+        Ok(Self { first })
+    }
+
+    /// The first row whose a·b differs from its c, if any (waits for the check).
+    pub fn first(&self, gpu: &Gpu) -> Result<Option<usize>, GpuError> {
+        let mut v = [0u32];
+        gpu.stream().memcpy_dtoh(&self.first, &mut v).during("copying a flag back")?;
+        gpu.synchronize()?;
+        Ok((v[0] != u32::MAX).then_some(v[0] as usize))
+    }
+}
