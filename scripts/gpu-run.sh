@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, over .device-bundle/:
-#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [supraseal-probe] [circom] [porep] [soak] [in-flight] ...
+#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [supraseal-probe] [circom] [porep] [soak] [in-flight] [products] ...
 # TEST_BINS (e.g. "gpu-test msm-test") limits `tests` to those binaries.
 # B_G2=gpu|cpu places B's G2 MSM for bench-prove and bench-pipeline (default: the binary's);
 # PROVE_VS=none skips bellperson in bench-prove; PIPE_DEVICES=all spreads bench-pipeline over every GPU.
@@ -27,6 +27,10 @@
 # in-flight: for each of INFLIGHT_CIRCUITS (default "bench-20"), `provd bench pipeline` with 1 and with 2 partitions in
 # flight per GPU, alternated INFLIGHT_ROUNDS times (default 2) in one process lifetime each, INFLIGHT_JOBS jobs × 4
 # partitions (default 60), nvidia-smi's utilisation sampled beside each run (inflight-CIRCUIT-N-ROUND.csv).
+# products: for each of PRODUCTS_CIRCUITS (default "bench-20 bench-22 dense-22"), `bench prove` (PROVE_RUNS) and
+# `bench pipeline` (PRODUCTS_JOBS jobs × 4 partitions, default 30) with a, b, c computed on the host (--products cpu)
+# and on the device (--products gpu), alternated PRODUCTS_ROUNDS times (default 1); logs in products.log, JSON and
+# nvidia-smi samples in products.tgz.
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 bundle=.device-bundle
@@ -87,6 +91,31 @@ for step in "${@:-tests}"; do
             smi_mean "$OUT/inflight-$tag.csv" | tee -a "$OUT/in-flight.log"
           done
         done
+      done ;;
+    products)
+      # a, b and c on the host's cores or on the device, alternated in one session: one proof's steps
+      # (`bench prove`) and a steady stream (`bench pipeline`, 2 in flight, nvidia-smi beside it). The
+      # JSON and samples are packed into products.tgz after each circuit (the device tool brings back
+      # a handful of files).
+      work=/tmp/provd-products && mkdir -p "$work"
+      for circuit in ${PRODUCTS_CIRCUITS:-bench-20 bench-22 dense-22}; do
+        "$bundle/provd" params gen --circuit "$circuit" 2>&1 | tail -1 | tee -a "$OUT/products.log" || status=1
+        for round in $(seq "${PRODUCTS_ROUNDS:-1}"); do
+          for p in cpu gpu; do
+            tag="$circuit-$p-$round"
+            echo "== $circuit, products on the $p, round $round" | tee -a "$OUT/products.log"
+            "$bundle/provd" bench prove --circuit "$circuit" --runs "${PROVE_RUNS:-3}" --backend cuda --products "$p" \
+              --baseline none --json "$work/prove-$tag.json" 2>&1 | grep -v ' INFO ' | tee -a "$OUT/products.log" || status=1
+            nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 500 > "$work/smi-$tag.csv" &
+            smi=$!
+            "$bundle/provd" bench pipeline --circuit "$circuit" --jobs "${PRODUCTS_JOBS:-30}" --partitions 4 --backend cuda \
+              --products "$p" --json "$work/pipeline-$tag.json" 2>&1 | grep -v ' INFO ' | tee -a "$OUT/products.log" || status=1
+            kill $smi
+            smi_mean "$work/smi-$tag.csv" | tee -a "$OUT/products.log"
+          done
+        done
+        tar -C "$work" -czf "$OUT/products.tgz" .
+        rm -f "$PROVD_DATA_DIR/params/$circuit.v1.test-only.params"
       done ;;
     soak)
       circuit=${SOAK_CIRCUIT:-bench-20}

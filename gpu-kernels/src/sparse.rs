@@ -90,11 +90,19 @@ impl DeviceMatrix {
             let rows = self.rows as u32;
             let f = gpu.function("sparse_product")?;
             let mut b = gpu.stream().launch_builder(&f);
-            b.arg(&self.row_start).arg(&self.cols).arg(&self.coeffs).arg(&rows).arg(input).arg(aux).arg(&mut out);
+            b.arg(&self.row_start)
+                .arg(&self.cols)
+                .arg(&self.coeffs)
+                .arg(&rows)
+                .arg(input)
+                .arg(aux)
+                .arg(&mut out);
             // SAFETY: argument types and order match the kernel's signature;
             // row r < rows reads terms below row_start[rows] = cols.len(), and
             // writes out[r], r < 2^log_n.
-            unsafe { b.launch(LaunchConfig::for_num_elems(rows)) }.map(drop).during("launching sparse_product")?;
+            unsafe { b.launch(LaunchConfig::for_num_elems(rows)) }
+                .map(drop)
+                .during("launching sparse_product")?;
         }
         Ok(FrBuffer::from_device(out, log_n))
     }
@@ -120,7 +128,9 @@ impl Unsatisfied {
             let mut l = gpu.stream().launch_builder(&f);
             l.arg(a.raw()).arg(b.raw()).arg(c.raw()).arg(&n).arg(&mut first);
             // SAFETY: argument types and order match the kernel's signature; r < rows ≤ each length.
-            unsafe { l.launch(LaunchConfig::for_num_elems(n)) }.map(drop).during("launching first_unsatisfied")?;
+            unsafe { l.launch(LaunchConfig::for_num_elems(n)) }
+                .map(drop)
+                .during("launching first_unsatisfied")?;
         }
         Ok(Self { first })
     }

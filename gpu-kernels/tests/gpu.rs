@@ -7,7 +7,8 @@ use ff::{Field, PrimeField};
 use provd_kernels::field::DeviceField;
 use provd_kernels::ntt::root_of_unity;
 use provd_kernels::{
-    gpu_for_tests, select_by_density, DeviceMatrix, FrBuffer, Gpu, HChain, Ntt, Order, Unsatisfied, AUX_COLUMN,
+    gpu_for_tests, select_by_density, DeviceMatrix, FrBuffer, Gpu, HChain, Ntt, Order, Unsatisfied,
+    AUX_COLUMN,
 };
 use rand::{RngCore, SeedableRng};
 
@@ -326,14 +327,14 @@ fn random_matrix(
     for _ in 0..rows {
         let mut acc = Scalar::ZERO;
         for _ in 0..r.next_u32() % 8 {
-            let (col, v) = if aux > 0 && r.next_u32() % 4 != 0 {
+            let (col, v) = if aux > 0 && !r.next_u32().is_multiple_of(4) {
                 let i = r.next_u32() % aux as u32;
                 (AUX_COLUMN | i, aux_values[i as usize])
             } else {
                 let i = r.next_u32() % inputs as u32;
                 (i, input[i as usize])
             };
-            let c = if r.next_u32() % 2 == 0 { Scalar::ONE } else { Scalar::random(&mut r) };
+            let c = if r.next_u32().is_multiple_of(2) { Scalar::ONE } else { Scalar::random(&mut r) };
             acc += v * c;
             cols.push(col);
             coeffs.push(c);
@@ -350,10 +351,13 @@ fn random_matrix(
 #[test]
 fn sparse_products_match_the_host_and_the_check_finds_the_first_bad_row() {
     let Some(gpu) = gpu_for_tests() else { return };
-    for (rows, inputs, aux, log_n) in [(1usize, 1usize, 0usize, 0u32), (1000, 3, 700, 10), (100_003, 5, 80_000, 17)] {
+    for (rows, inputs, aux, log_n) in
+        [(1usize, 1usize, 0usize, 0u32), (1000, 3, 700, 10), (100_003, 5, 80_000, 17)]
+    {
         let input = random_scalars(inputs, 1);
         let aux_values = random_scalars(aux, 2);
-        let (row_start, cols, coeffs, want) = random_matrix(rows, inputs, aux, rows as u64, &input, &aux_values);
+        let (row_start, cols, coeffs, want) =
+            random_matrix(rows, inputs, aux, rows as u64, &input, &aux_values);
         let m = DeviceMatrix::upload(&gpu, &row_start, &cols, &coeffs).unwrap();
         assert_eq!(m.rows(), rows);
         let input_d = gpu.upload(&input).unwrap();
@@ -368,7 +372,8 @@ fn sparse_products_match_the_host_and_the_check_finds_the_first_bad_row() {
         let b = random_scalars(rows, 4);
         let mut c: Vec<Scalar> = a.iter().zip(&b).map(|(x, y)| x * y).collect();
         let up = |v: &[Scalar]| FrBuffer::upload_padded(&gpu, v, log_n).unwrap();
-        let check = |c: &[Scalar]| Unsatisfied::check(&gpu, &up(&a), &up(&b), &up(c), rows).unwrap().first(&gpu);
+        let check =
+            |c: &[Scalar]| Unsatisfied::check(&gpu, &up(&a), &up(&b), &up(c), rows).unwrap().first(&gpu);
         assert_eq!(check(&c).unwrap(), None, "{rows} rows");
         let bad = [rows / 2, rows - 1];
         for &i in bad.iter().rev() {
@@ -378,7 +383,10 @@ fn sparse_products_match_the_host_and_the_check_finds_the_first_bad_row() {
     }
     // a matrix whose rows end past its terms is refused before any copy
     assert!(DeviceMatrix::upload(&gpu, &[0, 2], &[0], &[Scalar::ONE]).is_err());
-    assert!(DeviceMatrix::upload(&gpu, &[0, 2, 1], &[0], &[Scalar::ONE]).is_err(), "rows that end before they start");
+    assert!(
+        DeviceMatrix::upload(&gpu, &[0, 2, 1], &[0], &[Scalar::ONE]).is_err(),
+        "rows that end before they start"
+    );
 }
 
 /// Uploads through the two staging slots arrive whole and in order: a

@@ -154,6 +154,10 @@ pub struct GpuConfig {
     /// up, when they fit beside the resident keys; plain otherwise) or
     /// "plain".
     pub bases: crate::backend::BasesLayout,
+    /// Where a, b and c of circuits with recorded matrices (bench, Filecoin)
+    /// are computed: "gpu" (from the matrices resident beside the key, when
+    /// they fit; the host then computes only the assignment) or "cpu".
+    pub products: crate::backend::ProductsPlacement,
 }
 
 fn device_set<'de, D: serde::Deserializer<'de>>(d: D) -> Result<crate::backend::DeviceSet, D::Error> {
@@ -188,6 +192,7 @@ impl GpuConfig {
             devices: self.devices.clone(),
             partitions_in_flight: self.partitions_in_flight,
             bases: self.bases,
+            products: self.products,
         })
     }
 }
@@ -383,6 +388,13 @@ mod tests {
             crate::backend::BasesLayout::Plain
         );
         assert!(bases("\"fast\"").unwrap_err().to_string().contains("shifted"), "names the choices");
+        let products = |v: &str| toml::from_str::<GpuConfig>(&format!("products = {v}"));
+        assert_eq!(GpuConfig::default().products, crate::backend::ProductsPlacement::Gpu);
+        assert_eq!(
+            products("\"cpu\"").unwrap().cuda_options().unwrap().products,
+            crate::backend::ProductsPlacement::Cpu
+        );
+        assert!(products("\"host\"").unwrap_err().to_string().contains("gpu"), "names the choices");
         assert!(Config::load(&dir.path().join("missing.toml"))
             .unwrap_err()
             .to_string()

@@ -31,6 +31,9 @@ struct Common {
     /// On a CUDA backend, how a key's G1 bases sit on the device (`serve` takes gpu.bases from its config).
     #[arg(long, value_enum)]
     bases: Option<provd::backend::BasesLayout>,
+    /// On a CUDA backend, where a, b and c of recorded circuits are computed (`serve` takes gpu.products from its config).
+    #[arg(long, value_enum)]
+    products: Option<provd::backend::ProductsPlacement>,
 }
 
 impl Common {
@@ -40,6 +43,7 @@ impl Common {
         CudaOptions {
             b_g2_msm: self.b_g2.unwrap_or_default(),
             bases: self.bases.unwrap_or_default(),
+            products: self.products.unwrap_or_default(),
             devices: provd::backend::DeviceSet::List(vec![0]),
             partitions_in_flight: provd::backend::InFlight::One,
             ..CudaOptions::default()
@@ -406,6 +410,9 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
             }
             if let Some(bases) = common.bases {
                 config.gpu.bases = bases;
+            }
+            if let Some(products) = common.products {
+                config.gpu.products = products;
             }
             serve(config, common, None)?;
         }

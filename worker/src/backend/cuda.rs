@@ -14,15 +14,18 @@ use group::Group;
 use provd_kernels::msm::shifted_copies;
 use provd_kernels::ntt::TwoAdicRoot;
 use provd_kernels::{
-    select_by_density, CopyLane, CudaSlice, FrBuffer, FrRaw, G1Bases, G2Bases, Gpu, GpuError, HChain, Msm,
-    Ntt, Order, Timer,
+    select_by_density, CopyLane, CudaSlice, DeviceMatrix, FrBuffer, FrRaw, G1Bases, G2Bases, Gpu, GpuError,
+    HChain, Msm, Ntt, Order, Timer, Unsatisfied,
 };
 
-use super::{Backend, BasesLayout, CudaOptions, G2Placement, InFlight};
+use super::{Backend, BasesLayout, CudaOptions, G2Placement, InFlight, ProductsPlacement};
 use crate::groth16::msm::filter;
 use crate::groth16::prover::{split, Blinding, Finished, G1Parts, PendingProof, StepTime};
-use crate::groth16::synthesis::Density;
-use crate::groth16::{ProveError, ProvingKey, Reduction, Synthesized};
+use crate::groth16::synthesis::{Density, Evaluations, Products};
+use crate::groth16::{Matrices, ProveError, ProvingKey, Reduction, Synthesized};
+
+// The device's sparse products read columns as the host's matrices encode them.
+const _: () = assert!(crate::groth16::sparse::AUX == provd_kernels::AUX_COLUMN);
 
 /// Device bytes kept free beside the resident keys for one proof's working
 /// buffers, per domain element: a/b/c and the aux assignment during the H
@@ -96,6 +99,52 @@ struct DeviceKey {
     b_aux: G1Bases,
     /// B's G2 bases (inputs, aux), when the G2 MSM runs on the device.
     b_g2: Option<(G2Bases, G2Bases)>,
+    /// The circuit's A, B and C, for a, b and c on the device.
+    products: DeviceProducts,
+}
+
+/// A key's circuit matrices on the device: uploaded with the first witness
+/// that leaves its a, b and c as products, and evicted with the key.
+enum DeviceProducts {
+    /// No such witness yet.
+    None,
+    /// A, B and C of `source`.
+    Resident { source: Arc<Matrices>, abc: Box<[DeviceMatrix; 3]> },
+    /// They did not fit beside the keys and working buffers: a, b and c of
+    /// this key's witnesses are computed on the host.
+    NoRoom,
+}
+
+impl DeviceProducts {
+    fn bytes(&self) -> u64 {
+        match self {
+            DeviceProducts::Resident { abc, .. } => abc.iter().map(|m| m.bytes() as u64).sum(),
+            DeviceProducts::None | DeviceProducts::NoRoom => 0,
+        }
+    }
+}
+
+/// Device bytes of `matrices` uploaded ([`DeviceMatrix::bytes`], before uploading).
+fn matrices_bytes(matrices: &Matrices) -> u64 {
+    let ([a, b, c], _, _) = matrices.parts();
+    [a, b, c]
+        .iter()
+        .map(|m| {
+            let (rows, cols, _) = m.compressed_rows();
+            rows.len() as u64 * 8 + cols.len().max(1) as u64 * (4 + 32)
+        })
+        .sum()
+}
+
+/// Uploads A, B and C.
+fn upload_matrices(gpu: &Gpu, matrices: &Matrices) -> Result<[DeviceMatrix; 3], GpuError> {
+    let ([a, b, c], _, _) = matrices.parts();
+    let one = |m: &crate::groth16::sparse::SparseMatrix| {
+        let (rows, cols, coeffs) = m.compressed_rows();
+        let rows: Vec<u64> = rows.iter().map(|&r| r as u64).collect();
+        DeviceMatrix::upload(gpu, &rows, cols, coeffs)
+    };
+    Ok([one(a)?, one(b)?, one(c)?])
 }
 
 impl DeviceKey {
@@ -165,6 +214,7 @@ impl DeviceKey {
                 )),
                 G2Placement::Cpu => None,
             },
+            products: DeviceProducts::None,
         })
     }
 
@@ -173,7 +223,7 @@ impl DeviceKey {
             .iter()
             .map(|b| b.bytes() as u64)
             .sum();
-        g1 + self.b_g2.as_ref().map_or(0, |(i, a)| (i.bytes() + a.bytes()) as u64)
+        g1 + self.b_g2.as_ref().map_or(0, |(i, a)| (i.bytes() + a.bytes()) as u64) + self.products.bytes()
     }
 }
 
@@ -230,9 +280,7 @@ impl CudaBackend {
         let g2 = self.options.b_g2_msm;
         let need = DeviceKey::bytes_needed(key, b_inputs, g2, BasesLayout::Plain)
             .expect("plain bases always have a layout");
-        // room for each partition in flight to hold its working buffers
-        let working = (key.domain_size() as u64 * WORKING_BYTES_PER_ELEMENT + WORKING_BYTES_FIXED)
-            * self.options.partitions_in_flight.count() as u64;
+        let working = self.working_bytes(key);
         if let Some(dk) = self.upload_shifted_if_room(state, key, b_inputs, working)? {
             return Ok(self.now_resident(state, dk));
         }
@@ -266,6 +314,63 @@ impl CudaBackend {
             }
         };
         Ok(self.now_resident(state, dk))
+    }
+
+    /// Device bytes for each partition in flight to hold its working buffers.
+    fn working_bytes(&self, key: &ProvingKey) -> u64 {
+        (key.domain_size() as u64 * WORKING_BYTES_PER_ELEMENT + WORKING_BYTES_FIXED)
+            * self.options.partitions_in_flight.count() as u64
+    }
+
+    /// Makes `products`' matrices resident beside the key in `slot`, if they
+    /// are not yet and fit beside the resident keys (within the key memory
+    /// limit) with the working buffers to spare; no key is evicted for them.
+    /// Whether they are resident now.
+    fn products_resident(
+        &self,
+        state: &mut State,
+        slot: usize,
+        key: &ProvingKey,
+        products: &Products,
+    ) -> Result<bool, ProveError> {
+        if let DeviceProducts::Resident { source, .. } = &state.keys[slot].products {
+            if Arc::ptr_eq(source, &products.matrices) {
+                return Ok(true);
+            }
+            // another circuit value for the same key: its matrices replace these
+            state.keys[slot].products = DeviceProducts::None;
+        }
+        if matches!(state.keys[slot].products, DeviceProducts::NoRoom) {
+            return Ok(false);
+        }
+        let need = matrices_bytes(&products.matrices);
+        let free = self.gpu.memory().map(|(free, _)| free as u64).map_err(backend_error)?;
+        let within_limit =
+            self.options.key_memory_limit.is_none_or(|limit| state.resident_bytes() + need <= limit);
+        let uploaded = if within_limit && free >= need + self.working_bytes(key) {
+            match upload_matrices(&self.gpu, &products.matrices) {
+                Ok(abc) => Some(abc),
+                // free memory that another process took meanwhile
+                Err(e) if e.is_out_of_memory() => None,
+                Err(e) => return Err(backend_error(e)),
+            }
+        } else {
+            None
+        };
+        let dk = &mut state.keys[slot];
+        dk.products = match uploaded {
+            Some(abc) => {
+                tracing::info!(device = %self.name, mib = need >> 20,
+                    "circuit matrices resident on the device: a, b, c computed there");
+                DeviceProducts::Resident { source: products.matrices.clone(), abc: Box::new(abc) }
+            }
+            None => {
+                tracing::warn!(device = %self.name, mib = need >> 20,
+                    "no room for the circuit's matrices on the device: a, b, c computed on the host");
+                DeviceProducts::NoRoom
+            }
+        };
+        Ok(matches!(dk.products, DeviceProducts::Resident { .. }))
     }
 
     /// The key with shifted G1 bases, if `gpu.bases` asks for them and they
@@ -332,6 +437,9 @@ impl CudaBackend {
         let (abc, copied_aux) = match vectors {
             Vectors::OnHost(abc) => (abc.map(Vector::Host), None),
             Vectors::OnDevice { abc, aux } => (abc.map(Vector::Device), Some(aux)),
+            Vectors::Products { .. } => {
+                return Err(GpuError::Invalid("a, b and c must be computed before the quotient".into()))
+            }
         };
         let mut on_coset = Vec::with_capacity(3);
         for v in abc {
@@ -353,13 +461,25 @@ impl CudaBackend {
     /// device: still on the host with one partition in flight (each copied
     /// while the one before it transforms), or, with two, already copied
     /// (here, before the lock, while the other partition's kernels run).
+    /// Products to compute are left so, with the assignment copied.
     fn copy_ahead(
         &self,
         lane: &CopyLane,
         log_n: u32,
-        abc: [Vec<Scalar>; 3],
+        abc: Evaluations,
+        input: &[Scalar],
         aux: &[Scalar],
     ) -> Result<Vectors, GpuError> {
+        let abc = match abc {
+            Evaluations::Products(products) => {
+                return Ok(Vectors::Products {
+                    products,
+                    input: lane.upload(input)?,
+                    aux: upload_aux(lane, aux)?,
+                })
+            }
+            Evaluations::Host { a, b, c } => [a, b, c],
+        };
         if self.options.partitions_in_flight == InFlight::One {
             return Ok(Vectors::OnHost(abc));
         }
@@ -373,8 +493,9 @@ impl CudaBackend {
 
     /// All five MSMs and H on the device (B's G2 MSM too, unless
     /// `G2Placement::Cpu` leaves it to `prove_finish`). The aux assignment
-    /// is copied once, during the H chain, and the A and B queries' subsets
-    /// are picked from it on the device.
+    /// is copied once, during the H chain (or before, with a, b and c to
+    /// compute from it), and the A and B queries' subsets are picked from it
+    /// on the device.
     fn start(&self, key: &ProvingKey, witness: Synthesized) -> Result<PendingProof, ProveError> {
         let log_n = key.domain_size().trailing_zeros();
         let (abc, asg, a_aux_density) = split(witness);
@@ -384,13 +505,16 @@ impl CudaBackend {
         // Declared first, so dropped last: every device buffer of this proof
         // is allocated on the lane and freed on it, never on another proof's.
         let lane = self.gpu.copy_lane().map_err(backend_error)?;
-        let vectors = self.copy_ahead(&lane, log_n, abc, &asg.aux).map_err(backend_error)?;
-        let copied = matches!(vectors, Vectors::OnDevice { .. })
+        let vectors = self.copy_ahead(&lane, log_n, abc, &asg.input, &asg.aux).map_err(backend_error)?;
+        let copied = (!matches!(vectors, Vectors::OnHost(_)))
             .then(|| StepTime::on_host_since("copies (before the device lock)", wall));
         let wall = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let locked = StepTime::on_host_since("wait for device", wall);
         let slot = self.make_resident(&mut state, key, asg.b_input_density.ones())?;
+        if let Vectors::Products { products, .. } = &vectors {
+            self.products_resident(&mut state, slot, key, products)?;
+        }
         let State { ntts, keys, timer, .. } = &mut *state;
         let mut clock = StepClock::new(timer);
         clock.steps.extend(copied);
@@ -398,6 +522,40 @@ impl CudaBackend {
         let dk = &keys[slot];
         let (msm, gpu) = (&self.msm, &*self.gpu);
         let naux = asg.aux.len();
+        // a, b and c still to compute: on the device where the circuit's
+        // matrices are, their a·b = c check queued behind them and read once
+        // the MSMs are queued too; else on the host.
+        let (vectors, check) = match vectors {
+            Vectors::Products { products, input, aux } => match &dk.products {
+                DeviceProducts::Resident { abc: m, .. } => {
+                    let rows = products.matrices.num_constraints();
+                    let (abc, check) = clock
+                        .time("products", || {
+                            let a = m[0].product(gpu, &input, aux.as_ref(), log_n)?;
+                            let b = m[1].product(gpu, &input, aux.as_ref(), log_n)?;
+                            let c = m[2].product(gpu, &input, aux.as_ref(), log_n)?;
+                            let check = Unsatisfied::check(gpu, &a, &b, &c, rows)?;
+                            Ok(([a, b, c], check))
+                        })
+                        .map_err(backend_error)?;
+                    (Vectors::OnDevice { abc, aux }, Some((check, products)))
+                }
+                DeviceProducts::None | DeviceProducts::NoRoom => {
+                    let wall = Instant::now();
+                    let abc = Evaluations::Products(products).on_host(&asg.input, &asg.aux)?;
+                    let mut copied = Vec::with_capacity(3);
+                    for v in abc {
+                        copied.push(FrBuffer::upload_padded_async(&lane, &v, log_n).map_err(backend_error)?);
+                    }
+                    let abc: [FrBuffer; 3] = copied.try_into().ok().expect("three vectors");
+                    clock
+                        .steps
+                        .push(StepTime::on_host_since("products on the host (no room on the device)", wall));
+                    (Vectors::OnDevice { abc, aux }, None)
+                }
+            },
+            v => (v, None),
+        };
         let (g1, b_g2) = (|| -> Result<(G1Parts, Option<G2Projective>), GpuError> {
             // a/b/c's host copies are freed as they reach the device
             let (h_scalars, aux) = clock.time("copies + quotient", || {
@@ -437,15 +595,22 @@ impl CudaBackend {
             Ok((G1Parts { h, l, a, b_g1 }, b_g2))
         })()
         .map_err(backend_error)?;
+        if let Some((check, products)) = check {
+            if check.first(gpu).map_err(backend_error)?.is_some() {
+                return Err(products.unsatisfied());
+            }
+        }
         let (device_seconds, steps) = clock.into_parts();
         Ok(PendingProof { g1, b_g2, assignment: asg, device_seconds, steps })
     }
 }
 
-/// A proof's a/b/c and aux assignment, on the host or on the device.
+/// A proof's a/b/c and aux assignment, on the host or on the device, or
+/// a, b and c still to compute from the assignment on the device.
 enum Vectors {
     OnHost([Vec<Scalar>; 3]),
     OnDevice { abc: [FrBuffer; 3], aux: Option<CudaSlice<FrRaw>> },
+    Products { products: Products, input: CudaSlice<FrRaw>, aux: Option<CudaSlice<FrRaw>> },
 }
 
 /// One of a, b, c: on the host, or copied (zero-padded to the domain).
@@ -552,6 +717,10 @@ impl Backend for CudaBackend {
 
     fn partitions_in_flight(&self) -> InFlight {
         self.options.partitions_in_flight
+    }
+
+    fn products(&self) -> ProductsPlacement {
+        self.options.products
     }
 
     fn resident_keys(&self) -> KeyResidency {
@@ -689,6 +858,89 @@ mod tests {
                 });
             }
         });
+    }
+
+    /// a, b and c computed on the device from the circuit's matrices
+    /// (uploaded once, beside the key) prove what the CPU proves from the
+    /// same witness, with one and two partitions in flight, bit-heavy and
+    /// dense; a witness that breaks a constraint is refused with the
+    /// recorder's name for it; where the matrices do not fit (a key memory
+    /// limit that holds the key alone), a, b and c are computed on the host
+    /// and the proofs are the same.
+    #[test]
+    fn gpu_products_on_the_device_prove_what_the_cpu_proves() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let prove_both =
+            |gpu: &CudaBackend, key: &ProvingKey, w: Synthesized, rng: &mut rand_chacha::ChaCha8Rng| {
+                let ours = gpu.prove_start(key, w.clone()).unwrap();
+                let cpu = CpuBackend.prove_start(key, w).unwrap();
+                assert_eq!(ours.g1, cpu.g1, "G1 parts");
+                let steps: Vec<&str> = ours.steps.iter().map(|s| s.step).collect();
+                let public = ours.assignment.public_inputs().to_vec();
+                let blind = Blinding::random(rng);
+                let on_cpu = crate::groth16::prover::finish_on_cpu(key, cpu, blind);
+                let finished = gpu.prove_finish(key, ours, blind).unwrap();
+                assert_eq!(finished.proof, on_cpu, "the CPU's proof for the same blinding");
+                assert!(finished.proof.verify(&key.vk, &public));
+                steps
+            };
+        let circuits =
+            [Builtin { shape: Shape::Bits, log_size: 10 }, Builtin { shape: Shape::Dense, log_size: 12 }];
+        let setup: Vec<_> = circuits
+            .iter()
+            .map(|b| {
+                let matrices = Arc::new(Matrices::record(b.circuit(None)).unwrap());
+                (*b, keygen::generate_test_key_for(&matrices, &mut rng).unwrap(), matrices)
+            })
+            .collect();
+        for in_flight in [InFlight::One, InFlight::Two] {
+            let Some(gpu) =
+                backend(CudaOptions { partitions_in_flight: in_flight, ..CudaOptions::default() })
+            else {
+                return;
+            };
+            for (b, key, matrices) in &setup {
+                for seed in [1u64, 2] {
+                    let w = matrices.assign(b.circuit(Some(seed))).unwrap();
+                    assert!(matches!(w.abc, Evaluations::Products(_)));
+                    let steps = prove_both(&gpu, key, w, &mut rng);
+                    assert!(steps.contains(&"products"), "{b:?} {in_flight:?}: {steps:?}");
+                }
+            }
+            // each key's bytes count its matrices: more than its bases alone
+            let res = gpu.resident_keys();
+            for (_, key, matrices) in &setup {
+                let got = res.keys.iter().find(|k| k.fingerprint == key.fingerprint()).unwrap();
+                assert!(got.device_bytes > matrices_bytes(matrices), "{res:?}");
+            }
+        }
+        let Some(gpu) = backend(CudaOptions::default()) else { return };
+        let (b, key, matrices) = &setup[0];
+        let honest = matrices.synthesize(b.circuit(Some(3))).unwrap();
+        let mut wrong = honest.public_inputs().to_vec();
+        wrong[1] += Scalar::ONE;
+        let w = matrices.assign(b.circuit(Some(3)).claiming(wrong)).unwrap();
+        let err = gpu.prove_start(key, w).unwrap_err();
+        assert!(err.to_string().contains("'out1'"), "named as the recorder names it: {err}");
+        assert!(err.is_bad_input(), "{err:?}");
+
+        // a limit that holds the plain bases and no more: the host computes a, b, c
+        let plain = CudaOptions {
+            bases: BasesLayout::Plain,
+            products: ProductsPlacement::Cpu,
+            ..CudaOptions::default()
+        };
+        let Some(gpu) = backend(plain.clone()) else { return };
+        let (b, key, matrices) = &setup[0];
+        prove_both(&gpu, key, matrices.synthesize(b.circuit(Some(4))).unwrap(), &mut rng);
+        let limit = gpu.resident_keys().keys[0].device_bytes;
+        let limited =
+            CudaOptions { key_memory_limit: Some(limit), products: ProductsPlacement::Gpu, ..plain };
+        let Some(gpu) = backend(limited) else { return };
+        for seed in [5u64, 6] {
+            let steps = prove_both(&gpu, key, matrices.assign(b.circuit(Some(seed))).unwrap(), &mut rng);
+            assert!(steps.iter().any(|s| s.starts_with("products on the host")), "{steps:?}");
+        }
     }
 
     /// With `G2Placement::Cpu` prove_start leaves B in G2 to prove_finish,

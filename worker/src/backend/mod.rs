@@ -47,6 +47,15 @@ pub trait Backend: Send + Sync {
     fn partitions_in_flight(&self) -> InFlight {
         InFlight::One
     }
+
+    /// Where a, b and c that are still products of recorded matrices
+    /// ([`Evaluations::Products`](crate::groth16::synthesis::Evaluations))
+    /// are best computed for this backend. [`ProductsPlacement::ready`] computes them on the
+    /// host when that is the host, so that they are part of synthesis
+    /// (parallel over partitions) rather than of `prove_start`.
+    fn products(&self) -> ProductsPlacement {
+        ProductsPlacement::Cpu
+    }
 }
 
 /// Partitions in `prove_start` on one device at once.
@@ -138,6 +147,8 @@ pub struct CudaOptions {
     pub partitions_in_flight: InFlight,
     /// How a key's G1 bases are laid out on the device.
     pub bases: BasesLayout,
+    /// Where a, b and c of recorded circuits are computed.
+    pub products: ProductsPlacement,
 }
 
 /// The CUDA devices a worker proves on.
@@ -184,6 +195,36 @@ pub enum G2Placement {
     /// On the host's cores (blst), in `prove_finish`, overlapped with the next
     /// partition's GPU work.
     Cpu,
+}
+
+/// Where a CUDA backend computes a, b and c for circuits whose constraint
+/// matrices are recorded (bench and Filecoin circuits; circom's are computed
+/// on the host).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "service", derive(clap::ValueEnum, serde::Deserialize))]
+#[cfg_attr(feature = "service", serde(rename_all = "lowercase"))]
+pub enum ProductsPlacement {
+    /// On the device, from the matrices uploaded once beside the key's bases
+    /// and the assignment copied there for the MSMs anyway: the host then
+    /// only computes the assignment, and a, b, c are never copied. Where the
+    /// matrices do not fit in the device's free memory, on the host.
+    #[default]
+    Gpu,
+    /// On the host's cores, in synthesis; a, b and c are copied to the device.
+    Cpu,
+}
+
+impl ProductsPlacement {
+    /// `witness` as a backend with this placement takes it: a, b and c that
+    /// are still products of recorded matrices are computed here, on the
+    /// host's cores (and checked), unless the backend computes them on its
+    /// device. Called at the end of synthesis.
+    pub fn ready(self, witness: Synthesized) -> Result<Synthesized, ProveError> {
+        match self {
+            ProductsPlacement::Gpu => Ok(witness),
+            ProductsPlacement::Cpu => witness.evaluated(),
+        }
+    }
 }
 
 /// How a CUDA backend lays out a key's large G1 queries (H, L, A's and B's

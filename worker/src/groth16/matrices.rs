@@ -6,14 +6,15 @@
 //! stays the reference and serves one-off circuits; both give the same
 //! [`Synthesized`].
 
+use std::sync::Arc;
+
 use bellperson::{Circuit, ConstraintSystem, Index, LinearCombination, SynthesisError, Variable};
 use blstrs::Scalar;
 use ff::Field;
-use rayon::prelude::*;
 
 use super::error::ProveError;
 use super::sparse::{Column, SparseMatrix};
-use super::synthesis::{Density, Synthesized};
+use super::synthesis::{Density, Evaluations, Products, Synthesized};
 
 /// A circuit's recorded R1CS: A, B, C (the `input · 0 = 0` constraints
 /// appended, as the recorder and the key generator do) and the densities.
@@ -94,11 +95,17 @@ impl Matrices {
             + self.b_input_density.heap_bytes()
     }
 
-    /// Computes `circuit`'s assignment and a, b, c by sparse products. A
-    /// witness that does not satisfy the circuit is reported as the recorder
-    /// reports it (the constraint's index and name, found by running the
-    /// recorder on a clone of the circuit, on that path only).
-    pub fn synthesize<C: Circuit<Scalar> + Clone>(&self, circuit: C) -> Result<Synthesized, ProveError> {
+    /// Computes `circuit`'s assignment only, leaving a, b and c as products
+    /// of these matrices with it ([`Evaluations::Products`]): for a GPU
+    /// backend to compute on its device, or [`Synthesized::evaluated`] on the
+    /// host. A witness that does not satisfy the circuit is found there, and
+    /// reported as the recorder reports it (the constraint's index and name,
+    /// found by running the recorder on a clone of the circuit, on that path
+    /// only).
+    pub fn assign<C>(self: &Arc<Self>, circuit: C) -> Result<Synthesized, ProveError>
+    where
+        C: Circuit<Scalar> + Clone + Send + Sync + 'static,
+    {
         let reference = circuit.clone();
         let mut cs =
             WitnessOnly { input: Vec::with_capacity(self.inputs), aux: Vec::with_capacity(self.aux) };
@@ -114,31 +121,42 @@ impl Matrices {
                 self.aux
             )));
         }
-        let product = |m: &SparseMatrix| m.product(&input, &aux);
-        let (a, (b, c)) =
-            rayon::join(|| product(&self.a), || rayon::join(|| product(&self.b), || product(&self.c)));
-        let unsatisfied =
-            (0..a.len()).into_par_iter().with_min_len(4096).find_first(|&i| a[i] * b[i] != c[i]);
-        if unsatisfied.is_some() {
-            return match super::synthesize(reference) {
-                Err(e) => Err(e),
-                // The recorder accepts what the products refuse: the circuit's
-                // constraints depend on its witness, so recorded matrices cannot serve it.
-                Ok(_) => Err(ProveError::KeyMismatch(
-                    "the circuit's constraints differ from its recorded matrices (they depend on the witness)".into(),
-                )),
-            };
-        }
+        let explain = Arc::new(move || match super::synthesize(reference.clone()) {
+            Err(e) => e,
+            // The recorder accepts what the products refuse: the circuit's
+            // constraints depend on its witness, so recorded matrices cannot serve it.
+            Ok(_) => ProveError::KeyMismatch(
+                "the circuit's constraints differ from its recorded matrices (they depend on the witness)"
+                    .into(),
+            ),
+        });
         Ok(Synthesized {
-            a,
-            b,
-            c,
+            abc: Evaluations::Products(Products::new(self.clone(), explain)),
             input_assignment: input,
             aux_assignment: aux,
             a_aux_density: self.a_aux_density.clone(),
             b_input_density: self.b_input_density.clone(),
             b_aux_density: self.b_aux_density.clone(),
         })
+    }
+
+    /// Computes `circuit`'s assignment and a, b, c by sparse products on the
+    /// host's cores, checked: [`Matrices::assign`], then
+    /// [`Synthesized::evaluated`].
+    pub fn synthesize<C>(self: &Arc<Self>, circuit: C) -> Result<Synthesized, ProveError>
+    where
+        C: Circuit<Scalar> + Clone + Send + Sync + 'static,
+    {
+        self.assign(circuit)?.evaluated()
+    }
+
+    /// A, B and C times the assignment, rows in parallel; the assignment
+    /// must have the matrices' shape.
+    pub fn products(&self, input: &[Scalar], aux: &[Scalar]) -> [Vec<Scalar>; 3] {
+        let product = |m: &SparseMatrix| m.product(input, aux);
+        let (a, (b, c)) =
+            rayon::join(|| product(&self.a), || rayon::join(|| product(&self.b), || product(&self.c)));
+        [a, b, c]
     }
 }
 
@@ -266,9 +284,12 @@ mod tests {
     use crate::circuits::BenchCircuit;
 
     fn same(got: &Synthesized, want: &Synthesized, what: &str) {
-        assert_eq!(got.a, want.a, "{what}: a");
-        assert_eq!(got.b, want.b, "{what}: b");
-        assert_eq!(got.c, want.c, "{what}: c");
+        let (Evaluations::Host { a, b, c }, Evaluations::Host { a: a2, b: b2, c: c2 }) =
+            (&got.abc, &want.abc)
+        else {
+            panic!("{what}: a, b, c on the host")
+        };
+        assert_eq!((a, b, c), (a2, b2, c2), "{what}: a, b, c");
         assert_eq!(got.input_assignment, want.input_assignment, "{what}: inputs");
         assert_eq!(got.aux_assignment, want.aux_assignment, "{what}: aux");
         assert_eq!(got.a_aux_density, want.a_aux_density, "{what}: A density");
@@ -279,7 +300,7 @@ mod tests {
     #[test]
     fn sparse_products_give_the_recorders_witness() {
         for (k, inputs) in [(4u32, 1usize), (8, 4), (12, 4), (14, 40)] {
-            let m = Matrices::record(BenchCircuit::new(k, inputs, None)).unwrap();
+            let m = Arc::new(Matrices::record(BenchCircuit::new(k, inputs, None)).unwrap());
             assert_eq!(m.num_constraints(), 1 << k);
             for seed in [1u64, 7] {
                 let c = BenchCircuit::new(k, inputs, Some(seed));
@@ -290,14 +311,14 @@ mod tests {
                 );
             }
         }
-        let m = Matrices::record(super::super::tests::Square(None)).unwrap();
+        let m = Arc::new(Matrices::record(super::super::tests::Square(None)).unwrap());
         let c = super::super::tests::Square(Some(12));
         same(&m.synthesize(c.clone()).unwrap(), &super::super::synthesize(c).unwrap(), "square");
     }
 
     #[test]
     fn a_bad_witness_is_named_as_the_recorder_names_it() {
-        let m = Matrices::record(BenchCircuit::new(8, 2, None)).unwrap();
+        let m = Arc::new(Matrices::record(BenchCircuit::new(8, 2, None)).unwrap());
         let honest = super::super::synthesize(BenchCircuit::new(8, 2, Some(3))).unwrap();
         let mut wrong = honest.public_inputs().to_vec();
         wrong[1] += Scalar::ONE;

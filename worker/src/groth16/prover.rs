@@ -10,7 +10,7 @@ use rand_core::RngCore;
 use super::key::ProvingKey;
 use super::msm;
 use super::proof::Proof;
-use super::synthesis::{Density, Synthesized};
+use super::synthesis::{Density, Evaluations, Synthesized};
 
 /// The G1 results of `prove_start`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,22 +104,14 @@ impl Blinding {
     }
 }
 
-/// Splits a synthesized witness into the a/b/c vectors (for the NTTs) and the
+/// Splits a synthesized witness into a, b and c (for the NTTs) and the
 /// assignment the MSMs and `prove_finish` need.
-pub fn split(witness: Synthesized) -> ([Vec<Scalar>; 3], Assignment, Density) {
-    let Synthesized {
-        a,
-        b,
-        c,
-        input_assignment,
-        aux_assignment,
-        a_aux_density,
-        b_input_density,
-        b_aux_density,
-    } = witness;
+pub fn split(witness: Synthesized) -> (Evaluations, Assignment, Density) {
+    let Synthesized { abc, input_assignment, aux_assignment, a_aux_density, b_input_density, b_aux_density } =
+        witness;
     let assignment =
         Assignment { input: input_assignment, aux: aux_assignment, b_input_density, b_aux_density };
-    ([a, b, c], assignment, a_aux_density)
+    (abc, assignment, a_aux_density)
 }
 
 /// The B-query MSM over G2, then the assembly.

@@ -16,7 +16,7 @@ pub enum Column {
 }
 
 /// The tag bit of an aux column; indices stay below it.
-const AUX: u32 = 1 << 31;
+pub const AUX: u32 = 1 << 31;
 
 impl Column {
     /// Most variables of one kind a column can name.
@@ -138,6 +138,13 @@ impl SparseMatrix {
             }
         }
         (by_input, by_aux)
+    }
+
+    /// The compressed rows as they are stored: row r's terms are `cols[k]`
+    /// (columns encoded with the aux tag in the top bit) and `coeffs[k]` for
+    /// k in `row_start[r]..row_start[r + 1]`.
+    pub fn compressed_rows(&self) -> (&[usize], &[u32], &[Scalar]) {
+        (&self.row_start, &self.cols, &self.coeffs)
     }
 
     pub fn heap_bytes(&self) -> usize {

@@ -6,11 +6,15 @@
 //! checks `a·b = c` as it goes, so a bad witness is reported by constraint name
 //! instead of surfacing later as a proof that does not verify.
 
+use std::sync::Arc;
+
 use bellperson::{ConstraintSystem, Index, LinearCombination, SynthesisError, Variable};
 use blstrs::Scalar;
 use ff::Field;
+use rayon::prelude::*;
 
 use super::error::ProveError;
+use super::matrices::Matrices;
 
 /// Which variables of one kind (inputs or aux) occur in a query. The MSM of that
 /// query runs over exactly the set bits, matching the points the key holds.
@@ -100,12 +104,8 @@ pub(crate) fn ones_of_words(words: &[u64], first: usize) -> impl Iterator<Item =
 /// Everything the prover needs from one witness: the output of synthesis.
 #[derive(Clone, Debug)]
 pub struct Synthesized {
-    /// Evaluations of each constraint's A, B and C combinations (one entry per
-    /// constraint, including the `input · 0 = 0` constraints appended for the
-    /// inputs). Not yet padded to the domain size.
-    pub a: Vec<Scalar>,
-    pub b: Vec<Scalar>,
-    pub c: Vec<Scalar>,
+    /// Each constraint's A, B and C combinations at the assignment.
+    pub abc: Evaluations,
     /// Public inputs; index 0 is the constant ONE.
     pub input_assignment: Vec<Scalar>,
     pub aux_assignment: Vec<Scalar>,
@@ -115,15 +115,99 @@ pub struct Synthesized {
     pub b_aux_density: Density,
 }
 
+/// A witness's a, b and c: evaluated on the host, or still to be computed
+/// as the products of its circuit's recorded matrices with the assignment,
+/// which a GPU backend does on its device (where the assignment goes
+/// anyway) instead of on the host's cores.
+#[derive(Clone, Debug)]
+pub enum Evaluations {
+    /// One entry per constraint (the `input · 0 = 0` constraints appended
+    /// for the inputs included), not yet padded to the domain; a·b = c holds
+    /// for every entry (checked).
+    Host { a: Vec<Scalar>, b: Vec<Scalar>, c: Vec<Scalar> },
+    /// Not computed yet, and a·b = c not checked yet.
+    Products(Products),
+}
+
+/// a, b and c left as products of recorded matrices with the assignment.
+#[derive(Clone)]
+pub struct Products {
+    pub matrices: Arc<Matrices>,
+    /// Why the witness fails, once a check has found a·b ≠ c: the first bad
+    /// constraint by index and name, as the recorder reports it (by running
+    /// the circuit again, on that path only).
+    explain: Arc<dyn Fn() -> ProveError + Send + Sync>,
+}
+
+impl Products {
+    pub fn new(matrices: Arc<Matrices>, explain: Arc<dyn Fn() -> ProveError + Send + Sync>) -> Self {
+        Self { matrices, explain }
+    }
+
+    /// The error for a witness whose a·b ≠ c somewhere.
+    pub fn unsatisfied(&self) -> ProveError {
+        (self.explain)()
+    }
+}
+
+impl std::fmt::Debug for Products {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Products")
+            .field("constraints", &self.matrices.num_constraints())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Synthesized {
     /// Number of constraints, input constraints included.
     pub fn num_constraints(&self) -> usize {
-        self.a.len()
+        match &self.abc {
+            Evaluations::Host { a, .. } => a.len(),
+            Evaluations::Products(p) => p.matrices.num_constraints(),
+        }
     }
 
     /// Public inputs as a verifier sees them (without the leading ONE).
     pub fn public_inputs(&self) -> &[Scalar] {
         &self.input_assignment[1..]
+    }
+
+    /// Host bytes that a, b and c hold (none while they are products to compute).
+    pub fn abc_host_bytes(&self) -> usize {
+        match &self.abc {
+            Evaluations::Host { a, b, c } => (a.len() + b.len() + c.len()) * std::mem::size_of::<Scalar>(),
+            Evaluations::Products(_) => 0,
+        }
+    }
+
+    /// The witness with a, b and c on the host ([`Evaluations::on_host`]).
+    pub fn evaluated(mut self) -> Result<Self, ProveError> {
+        if matches!(self.abc, Evaluations::Products(_)) {
+            let placeholder = Evaluations::Host { a: Vec::new(), b: Vec::new(), c: Vec::new() };
+            let [a, b, c] = std::mem::replace(&mut self.abc, placeholder)
+                .on_host(&self.input_assignment, &self.aux_assignment)?;
+            self.abc = Evaluations::Host { a, b, c };
+        }
+        Ok(self)
+    }
+}
+
+impl Evaluations {
+    /// a, b and c on the host: products still to compute are computed here,
+    /// on the host's cores, from the assignment (`input`, `aux`), and checked.
+    pub fn on_host(self, input: &[Scalar], aux: &[Scalar]) -> Result<[Vec<Scalar>; 3], ProveError> {
+        match self {
+            Evaluations::Host { a, b, c } => Ok([a, b, c]),
+            Evaluations::Products(p) => {
+                let [a, b, c] = p.matrices.products(input, aux);
+                let bad =
+                    (0..a.len()).into_par_iter().with_min_len(4096).find_first(|&i| a[i] * b[i] != c[i]);
+                match bad {
+                    Some(_) => Err(p.unsatisfied()),
+                    None => Ok([a, b, c]),
+                }
+            }
+        }
     }
 }
 
@@ -147,11 +231,14 @@ where
     for i in 0..cs.out.input_assignment.len() {
         cs.enforce(|| "", |lc| lc + Variable::new_unchecked(Index::Input(i)), |lc| lc, |lc| lc);
     }
-    Ok(cs.out)
+    let [a, b, c] = cs.abc;
+    Ok(Synthesized { abc: Evaluations::Host { a, b, c }, ..cs.out })
 }
 
 struct Recorder {
+    /// Everything but a, b and c, which are below.
     out: Synthesized,
+    abc: [Vec<Scalar>; 3],
     /// Namespace path, only joined into a name when a constraint fails.
     namespace: Vec<String>,
     unsatisfied: Option<ProveError>,
@@ -161,15 +248,14 @@ impl Default for Recorder {
     fn default() -> Self {
         Self {
             out: Synthesized {
-                a: Vec::new(),
-                b: Vec::new(),
-                c: Vec::new(),
+                abc: Evaluations::Host { a: Vec::new(), b: Vec::new(), c: Vec::new() },
                 input_assignment: Vec::new(),
                 aux_assignment: Vec::new(),
                 a_aux_density: Density::default(),
                 b_input_density: Density::default(),
                 b_aux_density: Density::default(),
             },
+            abc: Default::default(),
             namespace: Vec::new(),
             unsatisfied: None,
         }
@@ -266,11 +352,11 @@ impl ConstraintSystem<Scalar> for Recorder {
                 }
                 name.push_str(&own);
             }
-            self.unsatisfied = Some(ProveError::Unsatisfied { index: out.a.len(), name });
+            self.unsatisfied = Some(ProveError::Unsatisfied { index: self.abc[0].len(), name });
         }
-        out.a.push(a);
-        out.b.push(b);
-        out.c.push(c);
+        for (v, x) in self.abc.iter_mut().zip([a, b, c]) {
+            v.push(x);
+        }
     }
 
     fn push_namespace<NR, N>(&mut self, name_fn: N)
@@ -314,8 +400,9 @@ mod tests {
         let s = synthesize(Square { x: 3, claimed: 9 }).unwrap();
         // one circuit constraint + one per input (ONE and y)
         assert_eq!(s.num_constraints(), 3);
-        assert_eq!(s.a[0], Scalar::from(3));
-        assert_eq!(s.c[0], Scalar::from(9));
+        let Evaluations::Host { a, c, .. } = &s.abc else { panic!("the recorder evaluates a, b, c") };
+        assert_eq!(a[0], Scalar::from(3));
+        assert_eq!(c[0], Scalar::from(9));
         assert_eq!(s.public_inputs(), &[Scalar::from(9)]);
         assert_eq!(s.a_aux_density.ones(), 1);
         assert_eq!(s.b_input_density.ones(), 0);

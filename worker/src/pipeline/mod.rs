@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, ProductsPlacement};
 use crate::groth16::{Blinding, PendingProof, ProvingKey, Synthesized};
 use crate::jobs::journal::{AcceptedJob, Journal};
 use crate::jobs::{Job, JobStore, Ticket};
@@ -227,6 +227,20 @@ struct Shared {
     /// catches its own): the engine can no longer be trusted to move work,
     /// so the worker reports itself unready with the reason.
     dead_threads: Mutex<Vec<String>>,
+}
+
+impl Shared {
+    /// Where a, b and c still to compute are computed: on the devices where
+    /// every backend does so there, otherwise at the end of synthesis.
+    fn products(&self) -> ProductsPlacement {
+        if !self.devices.is_empty()
+            && self.devices.iter().all(|d| d.backend.products() == ProductsPlacement::Gpu)
+        {
+            ProductsPlacement::Gpu
+        } else {
+            ProductsPlacement::Cpu
+        }
+    }
 }
 
 /// An engine thread's loop.
@@ -658,7 +672,10 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     job.set_stage(index, Stage::Synthesis);
     transition(s, job.id, index, "synthesis start");
     let t = Instant::now();
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (attempt.synthesize)()));
+    let products = s.products();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        (attempt.synthesize)().and_then(|w| products.ready(w))
+    }));
     let secs = t.elapsed().as_secs_f64();
     s.metrics.stage_duration.with_label_values(&[Stage::Synthesis.name()]).observe(secs);
     job.record(index, |t| t.synthesis = Some(secs));
@@ -678,7 +695,8 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     if job.is_cancelled() {
         return;
     }
-    let abc_bytes = (3 * witness.num_constraints() * 32) as u64;
+    // Nothing where a, b and c are still to be computed on the device.
+    let abc_bytes = witness.abc_host_bytes() as u64;
     let vars = (witness.input_assignment.len() + witness.aux_assignment.len()) as u64;
     let density_bytes = (witness.a_aux_density.heap_bytes()
         + witness.b_aux_density.heap_bytes()

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rand::SeedableRng;
 
 use super::*;
-use crate::backend::{Backend, CpuBackend};
+use crate::backend::{Backend, CpuBackend, ProductsPlacement};
 use crate::circuits::BenchCircuit;
 use crate::groth16::{keygen, synthesize, PendingProof, Proof, ProveError};
 
@@ -205,6 +205,71 @@ fn a_device_with_two_partitions_in_flight_gets_two_workers_within_the_abc_bound(
     let peak = e.ledger().peaks().abc as usize;
     assert!(peak <= p + q + 2, "a/b/c held by {peak} partitions at once; bound is {}", p + q + 2);
     assert_all_released(&e);
+}
+
+/// The CPU backend, reporting `placement` for a, b and c still to compute
+/// and counting the witnesses that reach it with them so (the CPU backend
+/// then computes them, as a device would).
+struct Products {
+    placement: ProductsPlacement,
+    deferred: std::sync::atomic::AtomicUsize,
+    evaluated: std::sync::atomic::AtomicUsize,
+}
+
+impl Backend for Products {
+    fn name(&self) -> &str {
+        "products"
+    }
+    fn prove_start(&self, key: &ProvingKey, w: Synthesized) -> Result<PendingProof, ProveError> {
+        let count = match w.abc {
+            crate::groth16::synthesis::Evaluations::Products(_) => &self.deferred,
+            crate::groth16::synthesis::Evaluations::Host { .. } => &self.evaluated,
+        };
+        count.fetch_add(1, Ordering::Relaxed);
+        CpuBackend.prove_start(key, w)
+    }
+    fn products(&self) -> ProductsPlacement {
+        self.placement
+    }
+}
+
+/// Partitions whose a, b and c are products of recorded matrices reach a
+/// backend that computes them on its device as they are (no a/b/c bytes on
+/// the host), and are computed in synthesis for any other; both prove, a
+/// bad witness fails its partition naming the constraint either way, and
+/// every gauge returns to zero.
+#[test]
+fn products_go_to_the_device_that_computes_them_and_are_computed_in_synthesis_otherwise() {
+    let matrices = Arc::new(crate::groth16::Matrices::record(BenchCircuit::new(K, 2, None)).unwrap());
+    let assigned = |circuit: BenchCircuit| -> SynthesisFn {
+        let m = matrices.clone();
+        Arc::new(move || m.assign(circuit.clone()))
+    };
+    let honest = synthesize(BenchCircuit::new(K, 2, Some(1))).unwrap();
+    let mut wrong = honest.public_inputs().to_vec();
+    wrong[1] += blstrs::Scalar::from(1u64);
+    for placement in [ProductsPlacement::Gpu, ProductsPlacement::Cpu] {
+        let backend =
+            Arc::new(Products { placement, deferred: Default::default(), evaluated: Default::default() });
+        let e = Engine::start(PipelineConfig::default(), vec![backend.clone()], Arc::new(Metrics::new()))
+            .unwrap();
+        let parts = (0..4).map(|seed| assigned(BenchCircuit::new(K, 2, Some(seed)))).collect();
+        let st = e.wait(e.submit(job(parts)).unwrap(), None).unwrap();
+        assert_eq!(st.outcome, Some(Outcome::Succeeded), "{placement:?}: {:?}", st.error);
+        verify_all(&st);
+        let (deferred, evaluated) =
+            (backend.deferred.load(Ordering::Relaxed), backend.evaluated.load(Ordering::Relaxed));
+        match placement {
+            ProductsPlacement::Gpu => assert_eq!((deferred, evaluated), (4, 0)),
+            ProductsPlacement::Cpu => assert_eq!((deferred, evaluated), (0, 4)),
+        }
+        let bad =
+            e.submit(job(vec![assigned(BenchCircuit::new(K, 2, Some(1)).claiming(wrong.clone()))])).unwrap();
+        let st = e.wait(bad, None).unwrap();
+        assert_eq!(st.outcome, Some(Outcome::Failed));
+        assert!(st.error.as_deref().unwrap().contains("'out1'"), "{placement:?}: {:?}", st.error);
+        assert_all_released(&e);
+    }
 }
 
 #[test]

@@ -35,6 +35,7 @@ pub use zkey::{Zkey, ZkeyError};
 
 use super::{CircuitKind, KeySource, LoadError, VkEncoding, WitnessError};
 use crate::groth16::sparse::{Column, SparseMatrix};
+use crate::groth16::synthesis::Evaluations;
 use crate::groth16::{Density, PointCheck, Proof, ProveError, ProvingKey, Synthesized};
 use crate::pipeline::SynthesisFn;
 
@@ -109,9 +110,7 @@ impl CircomCircuit {
         }
         let aux_len = aux.len();
         Ok(Synthesized {
-            a,
-            b,
-            c,
+            abc: Evaluations::Host { a, b, c },
             input_assignment: input.to_vec(),
             aux_assignment: aux.to_vec(),
             // snarkjs's A and B points cover every signal (zero points where unused).

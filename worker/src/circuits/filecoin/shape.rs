@@ -200,7 +200,7 @@ impl<Tree: 'static + MerkleTreeTrait> PorepShape for Shaped<Tree> {
             Err(_) => return Err(SectorError::Malformed("its vanilla proofs are malformed".into())),
         };
         Ok(match matrices {
-            Some(m) => Arc::new(move || m.synthesize(circuit.clone())),
+            Some(m) => Arc::new(move || m.assign(circuit.clone())),
             None => Arc::new(move || synthesize(circuit.clone())),
         })
     }
