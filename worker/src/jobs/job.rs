@@ -78,8 +78,9 @@ pub struct JobSpec {
 /// Whether a job's synthesis checks that each witness satisfies the circuit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WitnessCheck {
-    /// Synthesis checks every constraint: a proof that then fails
-    /// verification is the device's fault.
+    /// Every constraint is checked before the proof is made (in synthesis,
+    /// or on the device right after it computes a, b and c there): a proof
+    /// that then fails verification is the device's fault.
     #[default]
     BySynthesis,
     /// Nothing checks the witness before proving (a circom circuit served
