@@ -325,23 +325,25 @@ impl CudaBackend {
     /// Makes `products`' matrices resident beside the key in `slot`, if they
     /// are not yet and fit beside the resident keys (within the key memory
     /// limit) with the working buffers to spare; no key is evicted for them.
-    /// Whether they are resident now.
-    fn products_resident(
+    /// Otherwise the key is marked [`DeviceProducts::NoRoom`] until it is
+    /// evicted, and its witnesses' a, b, c are computed on the host.
+    fn make_products_resident(
         &self,
         state: &mut State,
         slot: usize,
         key: &ProvingKey,
         products: &Products,
-    ) -> Result<bool, ProveError> {
+    ) -> Result<(), ProveError> {
         if let DeviceProducts::Resident { source, .. } = &state.keys[slot].products {
             if Arc::ptr_eq(source, &products.matrices) {
-                return Ok(true);
+                return Ok(());
             }
-            // another circuit value for the same key: its matrices replace these
+            // Another circuit served with the same key (its matrices are the
+            // witness's own, which the proof must use): they replace these.
             state.keys[slot].products = DeviceProducts::None;
         }
         if matches!(state.keys[slot].products, DeviceProducts::NoRoom) {
-            return Ok(false);
+            return Ok(());
         }
         let need = matrices_bytes(&products.matrices);
         let free = self.gpu.memory().map(|(free, _)| free as u64).map_err(backend_error)?;
@@ -357,8 +359,7 @@ impl CudaBackend {
         } else {
             None
         };
-        let dk = &mut state.keys[slot];
-        dk.products = match uploaded {
+        state.keys[slot].products = match uploaded {
             Some(abc) => {
                 tracing::info!(device = %self.name, mib = need >> 20,
                     "circuit matrices resident on the device: a, b, c computed there");
@@ -370,7 +371,7 @@ impl CudaBackend {
                 DeviceProducts::NoRoom
             }
         };
-        Ok(matches!(dk.products, DeviceProducts::Resident { .. }))
+        Ok(())
     }
 
     /// The key with shifted G1 bases, if `gpu.bases` asks for them and they
@@ -513,7 +514,7 @@ impl CudaBackend {
         let locked = StepTime::on_host_since("wait for device", wall);
         let slot = self.make_resident(&mut state, key, asg.b_input_density.ones())?;
         if let Vectors::Products { products, .. } = &vectors {
-            self.products_resident(&mut state, slot, key, products)?;
+            self.make_products_resident(&mut state, slot, key, products)?;
         }
         let State { ntts, keys, timer, .. } = &mut *state;
         let mut clock = StepClock::new(timer);
@@ -595,12 +596,16 @@ impl CudaBackend {
             Ok((G1Parts { h, l, a, b_g1 }, b_g2))
         })()
         .map_err(backend_error)?;
-        if let Some((check, products)) = check {
-            if check.first(gpu).map_err(backend_error)?.is_some() {
-                return Err(products.unsatisfied());
-            }
-        }
+        let unsatisfied = match check {
+            Some((check, products)) => check.first(gpu).map_err(backend_error)?.map(|_| products),
+            None => None,
+        };
         let (device_seconds, steps) = clock.into_parts();
+        // Naming the bad constraint re-runs the circuit: not while holding the device.
+        drop(state);
+        if let Some(products) = unsatisfied {
+            return Err(products.unsatisfied());
+        }
         Ok(PendingProof { g1, b_g2, assignment: asg, device_seconds, steps })
     }
 }

@@ -122,8 +122,10 @@ pub struct Synthesized {
 #[derive(Clone, Debug)]
 pub enum Evaluations {
     /// One entry per constraint (the `input · 0 = 0` constraints appended
-    /// for the inputs included), not yet padded to the domain; a·b = c holds
-    /// for every entry (checked).
+    /// for the inputs included), not yet padded to the domain. Whoever
+    /// computed them checked a·b = c (the recorder, [`Evaluations::on_host`];
+    /// circom's kind makes c as a·b and checks it against the r1cs's C when
+    /// it has it).
     Host { a: Vec<Scalar>, b: Vec<Scalar>, c: Vec<Scalar> },
     /// Not computed yet, and a·b = c not checked yet.
     Products(Products),
