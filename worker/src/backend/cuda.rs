@@ -45,6 +45,10 @@ pub struct CudaBackend {
     msm: Msm,
     options: CudaOptions,
     state: Mutex<State>,
+    /// Keys (fingerprints) whose circuit matrices did not fit on the device
+    /// the last time they were tried; apart from `state`, so that synthesis
+    /// can ask without waiting for the device.
+    no_room: Mutex<std::collections::HashSet<[u8; 32]>>,
 }
 
 struct State {
@@ -100,27 +104,21 @@ struct DeviceKey {
     /// B's G2 bases (inputs, aux), when the G2 MSM runs on the device.
     b_g2: Option<(G2Bases, G2Bases)>,
     /// The circuit's A, B and C, for a, b and c on the device.
-    products: DeviceProducts,
+    products: Option<DeviceProducts>,
 }
 
 /// A key's circuit matrices on the device: uploaded with the first witness
 /// that leaves its a, b and c as products, and evicted with the key.
-enum DeviceProducts {
-    /// No such witness yet.
-    None,
-    /// A, B and C of `source`.
-    Resident { source: Arc<Matrices>, abc: Box<[DeviceMatrix; 3]> },
-    /// They did not fit beside the keys and working buffers: a, b and c of
-    /// this key's witnesses are computed on the host.
-    NoRoom,
+struct DeviceProducts {
+    /// The matrices uploaded (the witness's own must be used).
+    source: Arc<Matrices>,
+    /// A, B and C.
+    abc: [DeviceMatrix; 3],
 }
 
 impl DeviceProducts {
     fn bytes(&self) -> u64 {
-        match self {
-            DeviceProducts::Resident { abc, .. } => abc.iter().map(|m| m.bytes() as u64).sum(),
-            DeviceProducts::None | DeviceProducts::NoRoom => 0,
-        }
+        self.abc.iter().map(|m| m.bytes() as u64).sum()
     }
 }
 
@@ -214,7 +212,7 @@ impl DeviceKey {
                 )),
                 G2Placement::Cpu => None,
             },
-            products: DeviceProducts::None,
+            products: None,
         })
     }
 
@@ -223,7 +221,8 @@ impl DeviceKey {
             .iter()
             .map(|b| b.bytes() as u64)
             .sum();
-        g1 + self.b_g2.as_ref().map_or(0, |(i, a)| (i.bytes() + a.bytes()) as u64) + self.products.bytes()
+        g1 + self.b_g2.as_ref().map_or(0, |(i, a)| (i.bytes() + a.bytes()) as u64)
+            + self.products.as_ref().map_or(0, DeviceProducts::bytes)
     }
 }
 
@@ -254,6 +253,7 @@ impl CudaBackend {
                 uploads: HashMap::new(),
                 evictions: 0,
             }),
+            no_room: Mutex::default(),
             gpu,
         })
     }
@@ -325,25 +325,23 @@ impl CudaBackend {
     /// Makes `products`' matrices resident beside the key in `slot`, if they
     /// are not yet and fit beside the resident keys (within the key memory
     /// limit) with the working buffers to spare; no key is evicted for them.
-    /// Otherwise the key is marked [`DeviceProducts::NoRoom`] until it is
-    /// evicted, and its witnesses' a, b, c are computed on the host.
+    /// Whether they are resident. If not, the key is listed in `no_room`
+    /// until it is uploaded again, and its witnesses' a, b, c are computed on
+    /// the host (in synthesis: [`Backend::products`]).
     fn make_products_resident(
         &self,
         state: &mut State,
         slot: usize,
         key: &ProvingKey,
         products: &Products,
-    ) -> Result<(), ProveError> {
-        if let DeviceProducts::Resident { source, .. } = &state.keys[slot].products {
-            if Arc::ptr_eq(source, &products.matrices) {
-                return Ok(());
+    ) -> Result<bool, ProveError> {
+        if let Some(resident) = &state.keys[slot].products {
+            if Arc::ptr_eq(&resident.source, &products.matrices) {
+                return Ok(true);
             }
             // Another circuit served with the same key (its matrices are the
             // witness's own, which the proof must use): they replace these.
-            state.keys[slot].products = DeviceProducts::None;
-        }
-        if matches!(state.keys[slot].products, DeviceProducts::NoRoom) {
-            return Ok(());
+            state.keys[slot].products = None;
         }
         let need = matrices_bytes(&products.matrices);
         let free = self.gpu.memory().map(|(free, _)| free as u64).map_err(backend_error)?;
@@ -359,19 +357,20 @@ impl CudaBackend {
         } else {
             None
         };
-        state.keys[slot].products = match uploaded {
+        let resident = uploaded.is_some();
+        match uploaded {
             Some(abc) => {
                 tracing::info!(device = %self.name, mib = need >> 20,
                     "circuit matrices resident on the device: a, b, c computed there");
-                DeviceProducts::Resident { source: products.matrices.clone(), abc: Box::new(abc) }
+                state.keys[slot].products = Some(DeviceProducts { source: products.matrices.clone(), abc });
             }
             None => {
                 tracing::warn!(device = %self.name, mib = need >> 20,
                     "no room for the circuit's matrices on the device: a, b, c computed on the host");
-                DeviceProducts::NoRoom
+                self.no_room.lock().unwrap_or_else(|e| e.into_inner()).insert(key.fingerprint());
             }
-        };
-        Ok(())
+        }
+        Ok(resident)
     }
 
     /// The key with shifted G1 bases, if `gpu.bases` asks for them and they
@@ -409,6 +408,8 @@ impl CudaBackend {
     /// Counts `dk`'s upload and makes it the most recently used key; its index.
     fn now_resident(&self, state: &mut State, dk: DeviceKey) -> usize {
         *state.uploads.entry(dk.fingerprint).or_default() += 1;
+        // the device may have room for its matrices now
+        self.no_room.lock().unwrap_or_else(|e| e.into_inner()).remove(&dk.fingerprint);
         tracing::info!(device = %self.name, mib = dk.bytes() >> 20, layout = ?dk.layout,
             resident = state.keys.len() + 1, "proving key bases resident on the device");
         state.keys.push(dk);
@@ -512,49 +513,59 @@ impl CudaBackend {
         let wall = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let locked = StepTime::on_host_since("wait for device", wall);
-        let slot = self.make_resident(&mut state, key, asg.b_input_density.ones())?;
-        if let Vectors::Products { products, .. } = &vectors {
-            self.make_products_resident(&mut state, slot, key, products)?;
-        }
+        let mut slot = self.make_resident(&mut state, key, asg.b_input_density.ones())?;
+        let mut on_host = None;
+        let vectors = match vectors {
+            Vectors::Products { products, aux, .. }
+                if !self.make_products_resident(&mut state, slot, key, &products)? =>
+            {
+                // No room for the matrices: a, b and c on the host's cores,
+                // without holding the device, then the device again.
+                drop(state);
+                let wall = Instant::now();
+                let abc = Evaluations::Products(products).on_host(&asg.input, &asg.aux)?;
+                let mut copied = Vec::with_capacity(3);
+                for v in abc {
+                    copied.push(FrBuffer::upload_padded_async(&lane, &v, log_n).map_err(backend_error)?);
+                }
+                let abc: [FrBuffer; 3] = copied.try_into().ok().expect("three vectors");
+                on_host = Some(StepTime::on_host_since("products on the host (no room on the device)", wall));
+                state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                slot = self.make_resident(&mut state, key, asg.b_input_density.ones())?;
+                Vectors::OnDevice { abc, aux }
+            }
+            v => v,
+        };
         let State { ntts, keys, timer, .. } = &mut *state;
         let mut clock = StepClock::new(timer);
         clock.steps.extend(copied);
         clock.steps.push(locked);
+        clock.steps.extend(on_host);
         let dk = &keys[slot];
         let (msm, gpu) = (&self.msm, &*self.gpu);
         let naux = asg.aux.len();
-        // a, b and c still to compute: on the device where the circuit's
-        // matrices are, their a·b = c check queued behind them and read once
-        // the MSMs are queued too; else on the host.
+        // a, b and c still to compute, from the matrices made resident above:
+        // their a·b = c check is queued behind them and read once the MSMs
+        // are queued too.
         let (vectors, check) = match vectors {
-            Vectors::Products { products, input, aux } => match &dk.products {
-                DeviceProducts::Resident { abc: m, .. } => {
-                    let rows = products.matrices.num_constraints();
-                    let (abc, check) = clock
-                        .time("products", || {
-                            let a = m[0].product(gpu, &input, aux.as_ref(), log_n)?;
-                            let b = m[1].product(gpu, &input, aux.as_ref(), log_n)?;
-                            let c = m[2].product(gpu, &input, aux.as_ref(), log_n)?;
-                            let check = Unsatisfied::check(gpu, &a, &b, &c, rows)?;
-                            Ok(([a, b, c], check))
-                        })
-                        .map_err(backend_error)?;
-                    (Vectors::OnDevice { abc, aux }, Some((check, products)))
-                }
-                DeviceProducts::None | DeviceProducts::NoRoom => {
-                    let wall = Instant::now();
-                    let abc = Evaluations::Products(products).on_host(&asg.input, &asg.aux)?;
-                    let mut copied = Vec::with_capacity(3);
-                    for v in abc {
-                        copied.push(FrBuffer::upload_padded_async(&lane, &v, log_n).map_err(backend_error)?);
-                    }
-                    let abc: [FrBuffer; 3] = copied.try_into().ok().expect("three vectors");
-                    clock
-                        .steps
-                        .push(StepTime::on_host_since("products on the host (no room on the device)", wall));
-                    (Vectors::OnDevice { abc, aux }, None)
-                }
-            },
+            Vectors::Products { products, input, aux } => {
+                let Some(m) = dk.products.as_ref().map(|p| &p.abc) else {
+                    return Err(backend_error(GpuError::Invalid(
+                        "the circuit's matrices left the device".into(),
+                    )));
+                };
+                let rows = products.matrices.num_constraints();
+                let (abc, check) = clock
+                    .time("products", || {
+                        let a = m[0].product(gpu, &input, aux.as_ref(), log_n)?;
+                        let b = m[1].product(gpu, &input, aux.as_ref(), log_n)?;
+                        let c = m[2].product(gpu, &input, aux.as_ref(), log_n)?;
+                        let check = Unsatisfied::check(gpu, &a, &b, &c, rows)?;
+                        Ok(([a, b, c], check))
+                    })
+                    .map_err(backend_error)?;
+                (Vectors::OnDevice { abc, aux }, Some((check, products)))
+            }
             v => (v, None),
         };
         let (g1, b_g2) = (|| -> Result<(G1Parts, Option<G2Projective>), GpuError> {
@@ -724,8 +735,14 @@ impl Backend for CudaBackend {
         self.options.partitions_in_flight
     }
 
-    fn products(&self) -> ProductsPlacement {
-        self.options.products
+    /// `gpu.products`, except for a key whose matrices did not fit on the
+    /// device: the host computes its a, b and c, in synthesis.
+    fn products(&self, key: &ProvingKey) -> ProductsPlacement {
+        let no_room = || self.no_room.lock().unwrap_or_else(|e| e.into_inner()).contains(&key.fingerprint());
+        match self.options.products {
+            ProductsPlacement::Gpu if no_room() => ProductsPlacement::Cpu,
+            placement => placement,
+        }
     }
 
     fn resident_keys(&self) -> KeyResidency {
@@ -870,8 +887,8 @@ mod tests {
     /// same witness, with one and two partitions in flight, bit-heavy and
     /// dense; a witness that breaks a constraint is refused with the
     /// recorder's name for it; where the matrices do not fit (a key memory
-    /// limit that holds the key alone), a, b and c are computed on the host
-    /// and the proofs are the same.
+    /// limit that holds the key alone), a, b and c are computed on the host,
+    /// from then on in synthesis, and the proofs are the same.
     #[test]
     fn gpu_products_on_the_device_prove_what_the_cpu_proves() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
@@ -905,6 +922,7 @@ mod tests {
                 return;
             };
             for (b, key, matrices) in &setup {
+                assert_eq!(gpu.products(key), ProductsPlacement::Gpu);
                 for seed in [1u64, 2] {
                     let w = matrices.assign(b.circuit(Some(seed))).unwrap();
                     assert!(matches!(w.abc, Evaluations::Products(_)));
@@ -942,10 +960,15 @@ mod tests {
         let limited =
             CudaOptions { key_memory_limit: Some(limit), products: ProductsPlacement::Gpu, ..plain };
         let Some(gpu) = backend(limited) else { return };
-        for seed in [5u64, 6] {
-            let steps = prove_both(&gpu, key, matrices.assign(b.circuit(Some(seed))).unwrap(), &mut rng);
-            assert!(steps.iter().any(|s| s.starts_with("products on the host")), "{steps:?}");
-        }
+        assert_eq!(gpu.products(key), ProductsPlacement::Gpu, "until the matrices are tried");
+        let steps = prove_both(&gpu, key, matrices.assign(b.circuit(Some(5))).unwrap(), &mut rng);
+        assert!(steps.iter().any(|s| s.starts_with("products on the host")), "{steps:?}");
+        // from then on synthesis computes them, and the device proves as usual
+        assert_eq!(gpu.products(key), ProductsPlacement::Cpu);
+        let w = gpu.products(key).ready(matrices.assign(b.circuit(Some(6))).unwrap()).unwrap();
+        assert!(matches!(w.abc, Evaluations::Host { .. }));
+        let steps = prove_both(&gpu, key, w, &mut rng);
+        assert!(!steps.iter().any(|s| s.starts_with("products")), "{steps:?}");
     }
 
     /// With `G2Placement::Cpu` prove_start leaves B in G2 to prove_finish,

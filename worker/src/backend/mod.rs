@@ -48,12 +48,15 @@ pub trait Backend: Send + Sync {
         InFlight::One
     }
 
-    /// Where a, b and c that are still products of recorded matrices
+    /// Where a, b and c of `key`'s circuit that are still products of its
+    /// recorded matrices
     /// ([`Evaluations::Products`](crate::groth16::synthesis::Evaluations))
-    /// are best computed for this backend. [`ProductsPlacement::ready`] computes them on the
-    /// host when that is the host, so that they are part of synthesis
-    /// (parallel over partitions) rather than of `prove_start`.
-    fn products(&self) -> ProductsPlacement {
+    /// are best computed for this backend. [`ProductsPlacement::ready`]
+    /// computes them on the host when that is the host, so that they are
+    /// part of synthesis (parallel over partitions) rather than of
+    /// `prove_start`.
+    fn products(&self, key: &ProvingKey) -> ProductsPlacement {
+        let _ = key;
         ProductsPlacement::Cpu
     }
 }

@@ -78,7 +78,7 @@ impl ProveBench {
             let t = Instant::now();
             // a, b and c by sparse products: here, or on the device where the
             // backend computes them there (a step of `prove_start` then)
-            let w = backend.products().ready(matrices.assign(self.circuit.circuit(seed))?)?;
+            let w = backend.products(key).ready(matrices.assign(self.circuit.circuit(seed))?)?;
             let t_synth = t.elapsed();
             let public = w.public_inputs().to_vec();
             let pending = backend.prove_start(key, w)?;
@@ -151,7 +151,7 @@ impl ProveBench {
             "env": environment(),
             "provd": {
                 "backend": backend.name(),
-                "products": format!("{:?}", backend.products()).to_lowercase(),
+                "products": format!("{:?}", backend.products(key)).to_lowercase(),
                 "median_ms": { "synthesis": ms(median(&ours.synth)), "prove_start": ms(median(&ours.start)),
                                "gpu_device": (!ours.device.is_empty()).then(|| ms(median(&ours.device))),
                                "prove_finish": ms(median(&ours.finish)), "total": ms(total),
@@ -202,7 +202,7 @@ impl ProveBench {
                 self.circuit, self.runs
             );
         }
-        let synthesis = match backend.products() {
+        let synthesis = match backend.products(key) {
             ProductsPlacement::Cpu => "synthesis by recorded matrices",
             ProductsPlacement::Gpu => {
                 "synthesis by recorded matrices (the assignment; a, b, c on the device)"

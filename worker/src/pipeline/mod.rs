@@ -230,11 +230,12 @@ struct Shared {
 }
 
 impl Shared {
-    /// Where a, b and c still to compute are computed: on the devices where
-    /// every backend does so there, otherwise at the end of synthesis.
-    fn products(&self) -> ProductsPlacement {
+    /// Where `key`'s a, b and c still to compute are computed: on the
+    /// devices where every backend does so there, otherwise at the end of
+    /// synthesis.
+    fn products(&self, key: &ProvingKey) -> ProductsPlacement {
         if !self.devices.is_empty()
-            && self.devices.iter().all(|d| d.backend.products() == ProductsPlacement::Gpu)
+            && self.devices.iter().all(|d| d.backend.products(key) == ProductsPlacement::Gpu)
         {
             ProductsPlacement::Gpu
         } else {
@@ -672,7 +673,7 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     job.set_stage(index, Stage::Synthesis);
     transition(s, job.id, index, "synthesis start");
     let t = Instant::now();
-    let products = s.products();
+    let products = s.products(&job.key);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         (attempt.synthesize)().and_then(|w| products.ready(w))
     }));

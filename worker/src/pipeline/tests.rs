@@ -228,7 +228,7 @@ impl Backend for Products {
         count.fetch_add(1, Ordering::Relaxed);
         CpuBackend.prove_start(key, w)
     }
-    fn products(&self) -> ProductsPlacement {
+    fn products(&self, _: &ProvingKey) -> ProductsPlacement {
         self.placement
     }
 }
