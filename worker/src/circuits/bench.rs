@@ -132,8 +132,8 @@ pub struct BenchKind {
     builtin: Builtin,
     key: Arc<ProvingKey>,
     source: KeySource,
-    /// Its constraint matrices, recorded once: partitions are synthesized by
-    /// sparse products (`Matrices::synthesize`).
+    /// Its constraint matrices, recorded once: a partition computes its
+    /// assignment and leaves a, b, c as their products (`Matrices::assign`).
     matrices: Arc<Matrices>,
 }
 

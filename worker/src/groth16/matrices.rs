@@ -1,10 +1,10 @@
 //! Synthesis for a circuit proved many times: its constraint matrices do not
 //! depend on the witness, so they are recorded once; per witness only the
 //! assignment is computed (a constraint system that builds no linear
-//! combinations: `enforce` is a no-op), and a, b, c come from parallel sparse
-//! matrix–vector products. [`synthesize`](super::synthesize), the recorder,
-//! stays the reference and serves one-off circuits; both give the same
-//! [`Synthesized`].
+//! combinations: `enforce` is a no-op), and a, b, c come from sparse
+//! matrix–vector products: on a GPU that holds the matrices, or in parallel
+//! on the host. [`synthesize`](super::synthesize), the recorder, stays the
+//! reference and serves one-off circuits; both give the same a, b, c.
 
 use std::sync::Arc;
 
