@@ -83,6 +83,9 @@ impl PipelineBench {
         let engine = Engine::start(self.config.clone(), backends.clone(), metrics.clone())?;
         let names: Vec<&str> = backends.iter().map(|b| b.name()).collect();
         let devices = names.len() as f64;
+        // where a, b and c were set to be computed when the run began
+        let products: Vec<String> =
+            backends.iter().map(|b| format!("{:?}", b.products(&key)).to_lowercase()).collect();
         // The devices' own busy time (CUDA events; zero on the CPU) and the
         // worker threads' time in prove_start (host work included), summed.
         let sum =
@@ -261,6 +264,7 @@ impl PipelineBench {
             "config": {
                 "partition_permits": self.config.partition_permits, "gpu_queue_capacity": self.config.gpu_queue_capacity,
                 "synthesis_threads": self.config.synthesis_threads(), "finalize_threads": self.config.finalize_threads,
+                "products": products,
             },
         });
         write_json(&self.json, &report)
