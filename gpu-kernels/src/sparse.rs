@@ -45,6 +45,7 @@ impl DeviceMatrix {
         let stream = gpu.stream();
         // One element at least each, so that an empty matrix still has buffers.
         let some = |n: usize| n.max(1);
+        let row_start = if row_start.is_empty() { &[0][..] } else { row_start };
         let mut d = Self {
             row_start: stream.clone_htod(row_start).during("copying a matrix")?,
             cols: gpu.zeros(some(cols.len()))?,
