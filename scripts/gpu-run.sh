@@ -29,8 +29,8 @@
 # partitions (default 60), nvidia-smi's utilisation sampled beside each run (inflight-CIRCUIT-N-ROUND.csv).
 # products: for each of PRODUCTS_CIRCUITS (default "bench-20 bench-22 dense-22"), `bench prove` (PROVE_RUNS) and
 # `bench pipeline` (PRODUCTS_JOBS jobs × 4 partitions, default 30) with a, b, c computed on the host (--products cpu)
-# and on the device (--products gpu), alternated PRODUCTS_ROUNDS times (default 1); logs in products.log, JSON and
-# nvidia-smi samples in products.tgz.
+# and on the device (--products gpu), alternated PRODUCTS_ROUNDS times (default 1), PRODUCTS_PERMITS partition permits
+# (default the binary's); logs in products.log, JSON and nvidia-smi samples in products.tgz.
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 bundle=.device-bundle
@@ -109,7 +109,7 @@ for step in "${@:-tests}"; do
             nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 500 > "$work/smi-$tag.csv" &
             smi=$!
             "$bundle/provd" bench pipeline --circuit "$circuit" --jobs "${PRODUCTS_JOBS:-30}" --partitions 4 --backend cuda \
-              --products "$p" --json "$work/pipeline-$tag.json" 2>&1 | grep -v ' INFO ' | tee -a "$OUT/products.log" || status=1
+              --products "$p" ${PRODUCTS_PERMITS:+--permits "$PRODUCTS_PERMITS"} --json "$work/pipeline-$tag.json" 2>&1 | grep -v ' INFO ' | tee -a "$OUT/products.log" || status=1
             kill $smi
             smi_mean "$work/smi-$tag.csv" | tee -a "$OUT/products.log"
           done

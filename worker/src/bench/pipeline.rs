@@ -94,6 +94,7 @@ impl PipelineBench {
         let thread_busy = || sum(&metrics.prove_start_thread_seconds);
         let start = Instant::now();
         let cpu_start = metrics.process_cpu_seconds();
+        let kernel_start = KernelWaits::now();
         // Every proof is checked before it leaves, as `provd serve` does by default.
         let verifier = Arc::new(crate::groth16::Verifier::new(&key.vk));
         // Synthesis as the service does it: sparse products over matrices recorded once.
@@ -150,6 +151,7 @@ impl PipelineBench {
         // verification and the rest, on every core.
         let host_cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let host_busy = cpu_start.zip(metrics.process_cpu_seconds()).map(|(a, b)| (b - a) / wall);
+        let kernel = kernel_start.zip(KernelWaits::now()).map(|(a, b)| b.since(a));
         if self.sample_every.is_some() {
             samples.push(Sample::take(start, &engine, &self.gpus));
         }
@@ -197,6 +199,16 @@ impl PipelineBench {
             println!(
                 "host: {cores:.1} of {host_cores} cores busy on average ({:.1}%)",
                 cores / host_cores as f64 * 100.0
+            );
+        }
+        if let Some(k) = kernel {
+            let per = |n: u64| n as f64 / proofs as f64;
+            println!(
+                "host: {:.0} minor and {:.1} major page faults, {:.0} voluntary and {:.0} involuntary context switches a proof",
+                per(k.minor_faults),
+                per(k.major_faults),
+                per(k.voluntary_switches),
+                per(k.involuntary_switches)
             );
         }
         if per_device.len() > 1 {
@@ -259,7 +271,7 @@ impl PipelineBench {
             "bench": "pipeline", "env": environment(), "circuit": self.circuit.to_string(), "backend": names.join(","), "devices": per_device.iter().map(|(n, b)| json!({"name": n, "busy": b})).collect::<Vec<_>>(),
             "jobs": self.jobs, "partitions": self.partitions, "wall_seconds": wall, "proofs_per_second": proofs as f64 / wall,
             "busy": busy.iter().map(|(s, b)| (s.to_string(), json!(b))).collect::<serde_json::Map<_, _>>(),
-            "host_cores": host_cores, "host_cores_busy": host_busy,
+            "host_cores": host_cores, "host_cores_busy": host_busy, "host_kernel": kernel.map(|k| json!(k)),
             "peak_buffers": peaks, "peak_reserved_bytes": engine.budget().peak(), "budget_bytes": engine.budget().total(),
             "config": {
                 "partition_permits": self.config.partition_permits, "gpu_queue_capacity": self.config.gpu_queue_capacity,
@@ -271,9 +283,64 @@ impl PipelineBench {
     }
 }
 
+/// The whole process's page faults and context switches so far
+/// (`getrusage`, every thread's, ended ones included): whether a stream's
+/// host threads wait on the kernel (faulting in fresh buffers, contending
+/// for the memory map, preempted) rather than compute.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+struct KernelWaits {
+    minor_faults: u64,
+    major_faults: u64,
+    voluntary_switches: u64,
+    involuntary_switches: u64,
+}
+
+impl KernelWaits {
+    fn now() -> Option<Self> {
+        let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+        // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is valid.
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } != 0 {
+            return None;
+        }
+        // SAFETY: zeroed, then written by a successful getrusage.
+        let u = unsafe { usage.assume_init() };
+        let n = |v: libc::c_long| u64::try_from(v).unwrap_or(0);
+        Some(Self {
+            minor_faults: n(u.ru_minflt),
+            major_faults: n(u.ru_majflt),
+            voluntary_switches: n(u.ru_nvcsw),
+            involuntary_switches: n(u.ru_nivcsw),
+        })
+    }
+
+    /// What happened between `before` and `self`.
+    fn since(self, before: Self) -> Self {
+        Self {
+            minor_faults: self.minor_faults.saturating_sub(before.minor_faults),
+            major_faults: self.major_faults.saturating_sub(before.major_faults),
+            voluntary_switches: self.voluntary_switches.saturating_sub(before.voluntary_switches),
+            involuntary_switches: self.involuntary_switches.saturating_sub(before.involuntary_switches),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_waits_count_the_faults_of_fresh_memory_and_a_sleep() {
+        let before = KernelWaits::now().expect("getrusage works on Linux");
+        let mut fresh = vec![0u8; 64 << 20];
+        for page in fresh.chunks_mut(4096) {
+            page[0] = 1;
+        }
+        std::hint::black_box(&fresh);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let d = KernelWaits::now().unwrap().since(before);
+        assert!(d.minor_faults > 0, "{d:?}");
+        assert!(d.voluntary_switches > 0, "a sleep gives up the core: {d:?}");
+    }
 
     fn sample(proofs: u64, rss_mib: u64) -> Sample {
         Sample {
