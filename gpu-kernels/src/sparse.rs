@@ -67,7 +67,13 @@ impl DeviceMatrix {
 
     /// Device bytes held.
     pub fn bytes(&self) -> usize {
-        self.row_start.len() * 8 + self.cols.len() * 4 + self.coeffs.len() * 32
+        Self::bytes_for(self.rows, self.cols.len())
+    }
+
+    /// Device bytes a matrix of `rows` rows and `terms` terms takes once
+    /// uploaded (before uploading it).
+    pub fn bytes_for(rows: usize, terms: usize) -> usize {
+        (rows + 1) * std::mem::size_of::<u64>() + terms.max(1) * (std::mem::size_of::<u32>() + 32)
     }
 
     /// The matrix times the assignment (`input`, and `aux` where the

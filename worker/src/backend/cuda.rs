@@ -122,16 +122,10 @@ impl DeviceProducts {
     }
 }
 
-/// Device bytes of `matrices` uploaded ([`DeviceMatrix::bytes`], before uploading).
+/// Device bytes of `matrices` uploaded, before uploading them.
 fn matrices_bytes(matrices: &Matrices) -> u64 {
-    let ([a, b, c], _, _) = matrices.parts();
-    [a, b, c]
-        .iter()
-        .map(|m| {
-            let (rows, cols, _) = m.compressed_rows();
-            rows.len() as u64 * 8 + cols.len().max(1) as u64 * (4 + 32)
-        })
-        .sum()
+    let (abc, _, _) = matrices.parts();
+    abc.iter().map(|m| DeviceMatrix::bytes_for(m.rows(), m.compressed_rows().1.len()) as u64).sum()
 }
 
 /// Uploads A, B and C.
@@ -281,7 +275,7 @@ impl CudaBackend {
         let need = DeviceKey::bytes_needed(key, b_inputs, g2, BasesLayout::Plain)
             .expect("plain bases always have a layout");
         let working = self.working_bytes(key);
-        if let Some(dk) = self.upload_shifted_if_room(state, key, b_inputs, working)? {
+        if let Some(dk) = self.upload_shifted_if_room(state, key, b_inputs)? {
             return Ok(self.now_resident(state, dk));
         }
         if let Some(limit) = self.options.key_memory_limit {
@@ -344,44 +338,42 @@ impl CudaBackend {
             state.keys[slot].products = None;
         }
         let need = matrices_bytes(&products.matrices);
-        let free = self.gpu.memory().map(|(free, _)| free as u64).map_err(backend_error)?;
-        let within_limit =
-            self.options.key_memory_limit.is_none_or(|limit| state.resident_bytes() + need <= limit);
-        let uploaded = if within_limit && free >= need + self.working_bytes(key) {
-            match upload_matrices(&self.gpu, &products.matrices) {
-                Ok(abc) => Some(abc),
-                // free memory that another process took meanwhile
-                Err(e) if e.is_out_of_memory() => None,
-                Err(e) => return Err(backend_error(e)),
-            }
+        let uploaded = if self.has_room(state, key, need)? {
+            uploaded_unless_out_of_memory(upload_matrices(&self.gpu, &products.matrices))?
         } else {
             None
         };
-        let resident = uploaded.is_some();
-        match uploaded {
-            Some(abc) => {
-                tracing::info!(device = %self.name, mib = need >> 20,
-                    "circuit matrices resident on the device: a, b, c computed there");
-                state.keys[slot].products = Some(DeviceProducts { source: products.matrices.clone(), abc });
-            }
-            None => {
-                tracing::warn!(device = %self.name, mib = need >> 20,
-                    "no room for the circuit's matrices on the device: a, b, c computed on the host");
-                self.no_room.lock().unwrap_or_else(|e| e.into_inner()).insert(key.fingerprint());
-            }
+        let Some(abc) = uploaded else {
+            tracing::warn!(device = %self.name, mib = need >> 20,
+                "no room for the circuit's matrices on the device: a, b, c computed on the host");
+            self.no_room.lock().unwrap_or_else(|e| e.into_inner()).insert(key.fingerprint());
+            return Ok(false);
+        };
+        tracing::info!(device = %self.name, mib = need >> 20,
+            "circuit matrices resident on the device: a, b, c computed there");
+        state.keys[slot].products = Some(DeviceProducts { source: products.matrices.clone(), abc });
+        Ok(true)
+    }
+
+    /// Whether `need` more device bytes fit beside the resident keys: within
+    /// the key memory limit, and with the working buffers of `key`'s
+    /// partitions in flight to spare.
+    fn has_room(&self, state: &State, key: &ProvingKey, need: u64) -> Result<bool, ProveError> {
+        if self.options.key_memory_limit.is_some_and(|limit| state.resident_bytes() + need > limit) {
+            return Ok(false);
         }
-        Ok(resident)
+        let free = self.gpu.memory().map(|(free, _)| free as u64).map_err(backend_error)?;
+        Ok(free >= need + self.working_bytes(key))
     }
 
     /// The key with shifted G1 bases, if `gpu.bases` asks for them and they
-    /// fit beside the keys already resident (and within the key memory
-    /// limit) with `working` bytes to spare; no key is evicted for them.
+    /// fit beside the keys already resident ([`CudaBackend::has_room`]); no
+    /// key is evicted for them.
     fn upload_shifted_if_room(
         &self,
         state: &State,
         key: &ProvingKey,
         b_inputs: usize,
-        working: u64,
     ) -> Result<Option<DeviceKey>, ProveError> {
         if self.options.bases != BasesLayout::Shifted {
             return Ok(None);
@@ -390,19 +382,11 @@ impl CudaBackend {
         let Some(need) = DeviceKey::bytes_needed(key, b_inputs, g2, BasesLayout::Shifted) else {
             return Ok(None);
         };
-        if self.options.key_memory_limit.is_some_and(|limit| state.resident_bytes() + need > limit) {
+        if !self.has_room(state, key, need)? {
             return Ok(None);
         }
-        let free = self.gpu.memory().map(|(free, _)| free as u64).map_err(backend_error)?;
-        if free < need + working {
-            return Ok(None);
-        }
-        match DeviceKey::upload(&self.gpu, key, b_inputs, g2, BasesLayout::Shifted) {
-            Ok(dk) => Ok(Some(dk)),
-            // free memory that another process took meanwhile: plain bases then
-            Err(e) if e.is_out_of_memory() => Ok(None),
-            Err(e) => Err(backend_error(e)),
-        }
+        // plain bases where another process took the free memory meanwhile
+        uploaded_unless_out_of_memory(DeviceKey::upload(&self.gpu, key, b_inputs, g2, BasesLayout::Shifted))
     }
 
     /// Counts `dk`'s upload and makes it the most recently used key; its index.
@@ -439,9 +423,6 @@ impl CudaBackend {
         let (abc, copied_aux) = match vectors {
             Vectors::OnHost(abc) => (abc.map(Vector::Host), None),
             Vectors::OnDevice { abc, aux } => (abc.map(Vector::Device), Some(aux)),
-            Vectors::Products { .. } => {
-                return Err(GpuError::Invalid("a, b and c must be computed before the quotient".into()))
-            }
         };
         let mut on_coset = Vec::with_capacity(3);
         for v in abc {
@@ -463,7 +444,7 @@ impl CudaBackend {
     /// device: still on the host with one partition in flight (each copied
     /// while the one before it transforms), or, with two, already copied
     /// (here, before the lock, while the other partition's kernels run).
-    /// Products to compute are left so, with the assignment copied.
+    /// a, b and c still to compute are left so, with the assignment copied.
     fn copy_ahead(
         &self,
         lane: &CopyLane,
@@ -471,26 +452,20 @@ impl CudaBackend {
         abc: Evaluations,
         input: &[Scalar],
         aux: &[Scalar],
-    ) -> Result<Vectors, GpuError> {
+    ) -> Result<Prepared, GpuError> {
         let abc = match abc {
             Evaluations::Products(products) => {
-                return Ok(Vectors::Products {
-                    products,
-                    input: lane.upload(input)?,
-                    aux: upload_aux(lane, aux)?,
-                })
+                let (input, aux) = (lane.upload(input)?, upload_aux(lane, aux)?);
+                return Ok(Prepared::Products { products, input, aux });
             }
             Evaluations::Host { a, b, c } => [a, b, c],
         };
-        if self.options.partitions_in_flight == InFlight::One {
-            return Ok(Vectors::OnHost(abc));
-        }
-        let mut copied = Vec::with_capacity(3);
-        for v in abc {
-            copied.push(Vector::Host(v).on_device(lane, log_n)?);
-        }
-        let abc: [FrBuffer; 3] = copied.try_into().ok().expect("three vectors");
-        Ok(Vectors::OnDevice { abc, aux: upload_aux(lane, aux)? })
+        Ok(Prepared::Evaluated(match self.options.partitions_in_flight {
+            InFlight::One => Vectors::OnHost(abc),
+            InFlight::Two => {
+                Vectors::OnDevice { abc: upload_abc(lane, abc, log_n)?, aux: upload_aux(lane, aux)? }
+            }
+        }))
     }
 
     /// All five MSMs and H on the device (B's G2 MSM too, unless
@@ -507,16 +482,16 @@ impl CudaBackend {
         // Declared first, so dropped last: every device buffer of this proof
         // is allocated on the lane and freed on it, never on another proof's.
         let lane = self.gpu.copy_lane().map_err(backend_error)?;
-        let vectors = self.copy_ahead(&lane, log_n, abc, &asg.input, &asg.aux).map_err(backend_error)?;
-        let copied = (!matches!(vectors, Vectors::OnHost(_)))
+        let prepared = self.copy_ahead(&lane, log_n, abc, &asg.input, &asg.aux).map_err(backend_error)?;
+        let copied = (!matches!(prepared, Prepared::Evaluated(Vectors::OnHost(_))))
             .then(|| StepTime::on_host_since("copies (before the device lock)", wall));
         let wall = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let locked = StepTime::on_host_since("wait for device", wall);
         let mut slot = self.make_resident(&mut state, key, asg.b_input_density.ones())?;
         let mut on_host = None;
-        let vectors = match vectors {
-            Vectors::Products { products, aux, .. }
+        let prepared = match prepared {
+            Prepared::Products { products, aux, .. }
                 if !self.make_products_resident(&mut state, slot, key, &products)? =>
             {
                 // No room for the matrices: a, b and c on the host's cores,
@@ -524,17 +499,13 @@ impl CudaBackend {
                 drop(state);
                 let wall = Instant::now();
                 let abc = Evaluations::Products(products).on_host(&asg.input, &asg.aux)?;
-                let mut copied = Vec::with_capacity(3);
-                for v in abc {
-                    copied.push(FrBuffer::upload_padded_async(&lane, &v, log_n).map_err(backend_error)?);
-                }
-                let abc: [FrBuffer; 3] = copied.try_into().ok().expect("three vectors");
+                let abc = upload_abc(&lane, abc, log_n).map_err(backend_error)?;
                 on_host = Some(StepTime::on_host_since("products on the host (no room on the device)", wall));
                 state = self.state.lock().unwrap_or_else(|e| e.into_inner());
                 slot = self.make_resident(&mut state, key, asg.b_input_density.ones())?;
-                Vectors::OnDevice { abc, aux }
+                Prepared::Evaluated(Vectors::OnDevice { abc, aux })
             }
-            v => v,
+            p => p,
         };
         let State { ntts, keys, timer, .. } = &mut *state;
         let mut clock = StepClock::new(timer);
@@ -547,8 +518,8 @@ impl CudaBackend {
         // a, b and c still to compute, from the matrices made resident above:
         // their a·b = c check is queued behind them and read once the MSMs
         // are queued too.
-        let (vectors, check) = match vectors {
-            Vectors::Products { products, input, aux } => {
+        let (vectors, check) = match prepared {
+            Prepared::Products { products, input, aux } => {
                 let Some(m) = dk.products.as_ref().map(|p| &p.abc) else {
                     return Err(backend_error(GpuError::Invalid(
                         "the circuit's matrices left the device".into(),
@@ -566,7 +537,7 @@ impl CudaBackend {
                     .map_err(backend_error)?;
                 (Vectors::OnDevice { abc, aux }, Some((check, products)))
             }
-            v => (v, None),
+            Prepared::Evaluated(v) => (v, None),
         };
         let (g1, b_g2) = (|| -> Result<(G1Parts, Option<G2Projective>), GpuError> {
             // a/b/c's host copies are freed as they reach the device
@@ -621,12 +592,18 @@ impl CudaBackend {
     }
 }
 
-/// A proof's a/b/c and aux assignment, on the host or on the device, or
-/// a, b and c still to compute from the assignment on the device.
+/// A proof's vectors as `copy_ahead` leaves them for the device lock.
+enum Prepared {
+    /// a, b and c evaluated on the host.
+    Evaluated(Vectors),
+    /// a, b and c still to compute, the assignment copied.
+    Products { products: Products, input: CudaSlice<FrRaw>, aux: Option<CudaSlice<FrRaw>> },
+}
+
+/// A proof's a/b/c and aux assignment, on the host or on the device.
 enum Vectors {
     OnHost([Vec<Scalar>; 3]),
     OnDevice { abc: [FrBuffer; 3], aux: Option<CudaSlice<FrRaw>> },
-    Products { products: Products, input: CudaSlice<FrRaw>, aux: Option<CudaSlice<FrRaw>> },
 }
 
 /// One of a, b, c: on the host, or copied (zero-padded to the domain).
@@ -643,6 +620,14 @@ impl Vector {
             Vector::Device(d) => Ok(d),
         }
     }
+}
+
+/// a, b and c on the device, each zero-padded to 2^log_n and its host copy
+/// freed once copied (on `lane`).
+fn upload_abc(lane: &CopyLane, abc: [Vec<Scalar>; 3], log_n: u32) -> Result<[FrBuffer; 3], GpuError> {
+    let [a, b, c] = abc;
+    let up = |v: Vec<Scalar>| FrBuffer::upload_padded_async(lane, &v, log_n);
+    Ok([up(a)?, up(b)?, up(c)?])
 }
 
 /// The aux assignment on the device (copied on `lane`); `None` without aux
@@ -696,6 +681,16 @@ impl<'a> StepClock<'a> {
     fn into_parts(self) -> (Option<f64>, Vec<StepTime>) {
         let ms: f64 = self.steps.iter().map(|s| s.device_ms).sum();
         (Some(ms / 1e3), self.steps)
+    }
+}
+
+/// An optional upload's result: `None` where the device ran out of memory
+/// (free memory that another process took after it was measured).
+fn uploaded_unless_out_of_memory<T>(upload: Result<T, GpuError>) -> Result<Option<T>, ProveError> {
+    match upload {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.is_out_of_memory() => Ok(None),
+        Err(e) => Err(backend_error(e)),
     }
 }
 

@@ -55,8 +55,7 @@ pub trait Backend: Send + Sync {
     /// computes them on the host when that is the host, so that they are
     /// part of synthesis (parallel over partitions) rather than of
     /// `prove_start`.
-    fn products(&self, key: &ProvingKey) -> ProductsPlacement {
-        let _ = key;
+    fn products(&self, _key: &ProvingKey) -> ProductsPlacement {
         ProductsPlacement::Cpu
     }
 }
