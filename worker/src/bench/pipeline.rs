@@ -93,8 +93,7 @@ impl PipelineBench {
         let gpu_busy = || sum(&metrics.gpu_busy_seconds);
         let thread_busy = || sum(&metrics.prove_start_thread_seconds);
         let start = Instant::now();
-        let cpu_start = metrics.process_cpu_seconds();
-        let kernel_start = KernelWaits::now();
+        let usage_start = HostUsage::now();
         // Every proof is checked before it leaves, as `provd serve` does by default.
         let verifier = Arc::new(crate::groth16::Verifier::new(&key.vk));
         // Synthesis as the service does it: sparse products over matrices recorded once.
@@ -150,8 +149,8 @@ impl PipelineBench {
         // The whole process's CPU time over the run: synthesis, copies,
         // verification and the rest, on every core.
         let host_cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let host_busy = cpu_start.zip(metrics.process_cpu_seconds()).map(|(a, b)| (b - a) / wall);
-        let kernel = kernel_start.zip(KernelWaits::now()).map(|(a, b)| b.since(a));
+        let usage = usage_start.zip(HostUsage::now()).map(|(a, b)| b.since(a));
+        let host_busy = usage.map(|u| u.cpu_seconds / wall);
         if self.sample_every.is_some() {
             samples.push(Sample::take(start, &engine, &self.gpus));
         }
@@ -201,7 +200,7 @@ impl PipelineBench {
                 cores / host_cores as f64 * 100.0
             );
         }
-        if let Some(k) = kernel {
+        if let Some(k) = usage {
             let per = |n: u64| n as f64 / proofs as f64;
             println!(
                 "host: {:.0} minor and {:.1} major page faults, {:.0} voluntary and {:.0} involuntary context switches a proof",
@@ -271,7 +270,7 @@ impl PipelineBench {
             "bench": "pipeline", "env": environment(), "circuit": self.circuit.to_string(), "backend": names.join(","), "devices": per_device.iter().map(|(n, b)| json!({"name": n, "busy": b})).collect::<Vec<_>>(),
             "jobs": self.jobs, "partitions": self.partitions, "wall_seconds": wall, "proofs_per_second": proofs as f64 / wall,
             "busy": busy.iter().map(|(s, b)| (s.to_string(), json!(b))).collect::<serde_json::Map<_, _>>(),
-            "host_cores": host_cores, "host_cores_busy": host_busy, "host_kernel": kernel.map(|k| json!(k)),
+            "host_cores": host_cores, "host_cores_busy": host_busy, "host_usage": usage.map(|u| json!(u)),
             "peak_buffers": peaks, "peak_reserved_bytes": engine.budget().peak(), "budget_bytes": engine.budget().total(),
             "config": {
                 "partition_permits": self.config.partition_permits, "gpu_queue_capacity": self.config.gpu_queue_capacity,
@@ -283,19 +282,22 @@ impl PipelineBench {
     }
 }
 
-/// The whole process's page faults and context switches so far
-/// (`getrusage`, every thread's, ended ones included): whether a stream's
-/// host threads wait on the kernel (faulting in fresh buffers, contending
-/// for the memory map, preempted) rather than compute.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-struct KernelWaits {
+/// What the whole process has used of the host so far (`getrusage`: every
+/// thread's, ended ones included): CPU time, and page faults and context
+/// switches, which say whether a stream's host threads wait on the kernel
+/// (faulting in fresh buffers, contending for the memory map, preempted)
+/// rather than compute.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+struct HostUsage {
+    /// User and system time.
+    cpu_seconds: f64,
     minor_faults: u64,
     major_faults: u64,
     voluntary_switches: u64,
     involuntary_switches: u64,
 }
 
-impl KernelWaits {
+impl HostUsage {
     fn now() -> Option<Self> {
         let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
         // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is valid.
@@ -305,7 +307,9 @@ impl KernelWaits {
         // SAFETY: zeroed, then written by a successful getrusage.
         let u = unsafe { usage.assume_init() };
         let n = |v: libc::c_long| u64::try_from(v).unwrap_or(0);
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
         Some(Self {
+            cpu_seconds: secs(u.ru_utime) + secs(u.ru_stime),
             minor_faults: n(u.ru_minflt),
             major_faults: n(u.ru_majflt),
             voluntary_switches: n(u.ru_nvcsw),
@@ -313,9 +317,10 @@ impl KernelWaits {
         })
     }
 
-    /// What happened between `before` and `self`.
+    /// What was used between `before` and `self`.
     fn since(self, before: Self) -> Self {
         Self {
+            cpu_seconds: self.cpu_seconds - before.cpu_seconds,
             minor_faults: self.minor_faults.saturating_sub(before.minor_faults),
             major_faults: self.major_faults.saturating_sub(before.major_faults),
             voluntary_switches: self.voluntary_switches.saturating_sub(before.voluntary_switches),
@@ -328,16 +333,30 @@ impl KernelWaits {
 mod tests {
     use super::*;
 
+    /// Spinning shows as CPU time (within a deadline), touching fresh memory
+    /// as page faults, a sleep as a voluntary context switch.
     #[test]
-    fn kernel_waits_count_the_faults_of_fresh_memory_and_a_sleep() {
-        let before = KernelWaits::now().expect("getrusage works on Linux");
+    fn host_usage_counts_cpu_time_faults_and_switches() {
+        let before = HostUsage::now().expect("getrusage works on Linux");
+        // Spin until 50 ms of CPU time show (a loaded machine may take longer).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut x = 1u64;
+        while HostUsage::now().unwrap().since(before).cpu_seconds < 0.05 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "10 s of spinning never showed as 50 ms of CPU time"
+            );
+            for _ in 0..100_000 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+        }
         let mut fresh = vec![0u8; 64 << 20];
         for page in fresh.chunks_mut(4096) {
             page[0] = 1;
         }
         std::hint::black_box(&fresh);
         std::thread::sleep(std::time::Duration::from_millis(5));
-        let d = KernelWaits::now().unwrap().since(before);
+        let d = HostUsage::now().unwrap().since(before);
         assert!(d.minor_faults > 0, "{d:?}");
         assert!(d.voluntary_switches > 0, "a sleep gives up the core: {d:?}");
     }

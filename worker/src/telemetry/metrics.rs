@@ -377,18 +377,6 @@ impl Metrics {
         m
     }
 
-    /// CPU seconds this process has used, user and system, as the process
-    /// collector reads them (`process_cpu_seconds_total`); `None` where
-    /// there is no such collector (off Linux). Benches take host-core use
-    /// from two readings.
-    pub fn process_cpu_seconds(&self) -> Option<f64> {
-        self.registry
-            .gather()
-            .iter()
-            .find(|f| f.name() == "process_cpu_seconds_total")
-            .and_then(|f| f.get_metric().first().map(|m| m.get_counter().get_value()))
-    }
-
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = Vec::new();
@@ -446,28 +434,4 @@ fn promtool_check(exposition: &str) -> Option<Result<(), String>> {
         }
         Err(e) => Err(format!("cannot run promtool: {e}")),
     })
-}
-
-#[cfg(all(test, target_os = "linux"))]
-mod tests {
-    use std::time::{Duration, Instant};
-
-    #[test]
-    fn process_cpu_seconds_grow_with_work() {
-        let m = super::Metrics::new();
-        let before = m.process_cpu_seconds().expect("the process collector reads /proc on Linux");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut x = 1u64;
-        loop {
-            let spin = Instant::now();
-            while spin.elapsed() < Duration::from_millis(10) {
-                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
-            }
-            let now = m.process_cpu_seconds().expect("still readable");
-            if now - before >= 0.05 {
-                break;
-            }
-            assert!(Instant::now() < deadline, "10 s of spinning read as {:.3} CPU seconds", now - before);
-        }
-    }
 }
