@@ -355,3 +355,67 @@ fn jobs_written_into_the_tables_are_proved_and_bad_ones_fail_once() {
     let left: i64 = db.query_one("SELECT count(*) FROM proofs", &[]).unwrap().get(0);
     assert_eq!(left, 0, "proofs of deleted jobs");
 }
+
+/// Two workers writing a job's last two partitions at the same moment: the
+/// job must end. Each write checks whether every partition has succeeded;
+/// unless the two are serialised, each sees the other's partition still
+/// claimed (neither has committed) and the job stays `running` forever.
+#[test]
+fn a_job_whose_last_partitions_finish_at_once_ends() {
+    use provd::fleet::{PartitionResult, Queue, Written};
+    use provd::jobs::journal::{AcceptedJob, StoredWitness};
+    use provd::jobs::JobId;
+    use std::sync::{Arc, Barrier};
+
+    let Some(pg) = Postgres::start() else { return };
+    let mut queues = [Queue::connect_and_migrate(&pg.url()).unwrap(), Queue::connect(&pg.url()).unwrap()];
+    let circuits = [CIRCUIT.to_string()];
+    let proved = PartitionResult::Proved {
+        // Any well-formed proof will do: the points at infinity, compressed.
+        proof: Box::new({
+            let mut bytes = [0u8; provd::groth16::Proof::BYTES];
+            for at in [0, 48, 144] {
+                bytes[at] = 0xc0;
+            }
+            provd::groth16::Proof::from_bytes(&bytes).unwrap()
+        }),
+        public_inputs: Vec::new(),
+    };
+    const JOBS: usize = 40;
+    let mut ids = Vec::new();
+    let mut claims: [Vec<_>; 2] = Default::default();
+    for j in 0..JOBS {
+        let witnesses = (0..2).map(|p| StoredWitness::Json(serde_json::json!({"seed": 2 * j + p}))).collect();
+        let job = AcceptedJob { id: JobId::new(), circuit: CIRCUIT.into(), witnesses, idempotency: None };
+        ids.push(queues[0].submit(&job, "a").unwrap().0);
+        // Worker a takes partition 0, worker b partition 1.
+        for (w, name) in ["a", "b"].into_iter().enumerate() {
+            let claim = queues[w].claim(name, &circuits, 60_000).unwrap().expect("a queued partition");
+            assert_eq!((claim.job, claim.index), (ids[j], w));
+            claims[w].push(claim);
+        }
+    }
+    let barrier = Arc::new(Barrier::new(2));
+    let writers: Vec<_> = queues
+        .into_iter()
+        .zip(claims)
+        .zip(["a", "b"])
+        .map(|((mut queue, claims), name)| {
+            let (barrier, proved) = (barrier.clone(), proved.clone());
+            std::thread::spawn(move || {
+                for claim in &claims {
+                    barrier.wait();
+                    assert_eq!(queue.finish(name, claim, &proved, 3).unwrap(), Written::Taken);
+                }
+                queue
+            })
+        })
+        .collect();
+    let mut queue = writers.into_iter().map(|w| w.join().unwrap()).next().unwrap();
+    let stuck: Vec<_> = ids.iter().filter(|id| queue.has_ended(**id).unwrap() != Some(true)).collect();
+    assert!(stuck.is_empty(), "{} of {JOBS} jobs have every partition proved and did not end", stuck.len());
+    for id in &ids {
+        let status = queue.status(*id).unwrap().unwrap();
+        assert_eq!(status.outcome, Some(provd::telemetry::labels::Outcome::Succeeded), "job {id}");
+    }
+}

@@ -225,24 +225,31 @@ impl Server {
         let ids: Vec<&String> = ids.into_iter().collect();
         let deadline = std::time::Instant::now() + limit;
         let mut done = std::collections::BTreeMap::new();
-        while done.len() < ids.len() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{} of {} jobs ended within {limit:?}",
-                done.len(),
-                ids.len()
-            );
-            let open: Vec<&String> = ids.iter().copied().filter(|id| !done.contains_key(*id)).collect();
-            for id in open {
+        loop {
+            let mut open = Vec::new();
+            let waiting: Vec<&String> = ids.iter().copied().filter(|id| !done.contains_key(*id)).collect();
+            for id in waiting {
                 let (status, job) = self.call("GET", &format!("/v1/jobs/{id}"), None);
                 assert_eq!(status, 200, "job {id} is unknown: {job}");
                 if job["state"] != "queued" && job["state"] != "running" {
                     done.insert(id.clone(), job);
+                } else {
+                    open.push(job);
                 }
             }
+            if open.is_empty() {
+                return done;
+            }
+            // The jobs still open, as the API shows them, say where they stopped.
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} of {} jobs ended within {limit:?}; still open: {}",
+                done.len(),
+                ids.len(),
+                serde_json::Value::from(open)
+            );
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
-        done
     }
 }
 

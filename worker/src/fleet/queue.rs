@@ -8,6 +8,9 @@
 //! lease cannot write. Proofs go to a table keyed by (job, partition), so a
 //! partition's proof is written once whatever races. Times are the
 //! database's clock (`clock_timestamp()`), never a worker's.
+//!
+//! Every transaction that locks both takes a job's partition rows before
+//! the job's own row, so no two of them can wait on each other in a cycle.
 
 use blstrs::Scalar;
 use postgres::{Client, NoTls, Transaction};
@@ -352,6 +355,12 @@ impl Queue {
                     ],
                 )?;
                 set_partition(&mut tx, &job, idx, "succeeded", None)?;
+                // Under READ COMMITTED, two workers writing a job's last two
+                // partitions at once would each see the other's still
+                // claimed, and neither would end the job. Locking the job's
+                // row serialises them: the second waits, and its check then
+                // sees the first's commit.
+                tx.execute("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", &[&job])?;
                 tx.execute(
                     &format!(
                         "UPDATE jobs SET state = 'succeeded', ended_ms = {NOW_MS}
@@ -426,7 +435,9 @@ impl Queue {
     pub fn cancel(&mut self, id: JobId) -> Result<bool, QueueError> {
         let mut tx = self.client.transaction()?;
         let id = id.to_string();
-        let exists = tx.query_opt("SELECT state FROM jobs WHERE id = $1 FOR UPDATE", &[&id])?;
+        // Not locked here: `end_job` locks the partitions, then the job, and
+        // does nothing to a job that has ended meanwhile.
+        let exists = tx.query_opt("SELECT state FROM jobs WHERE id = $1", &[&id])?;
         let Some(row) = exists else { return Ok(false) };
         if matches!(row.get::<_, &str>(0), "queued" | "running") {
             end_job(&mut tx, &id, "cancelled", "cancelled by the client")?;
