@@ -10,8 +10,8 @@ use serde_json::json;
 use super::{environment, print_table, write_json};
 use crate::backend::Backend;
 use crate::circuits::Builtin;
-use crate::groth16::ProvingKey;
-use crate::pipeline::{Engine, JobSpec, Outcome, PipelineConfig};
+use crate::groth16::{Matrices, ProvingKey};
+use crate::pipeline::{Engine, JobSpec, Outcome, PipelineConfig, SynthesisFn};
 use crate::telemetry::Metrics;
 
 pub struct PipelineBench {
@@ -25,6 +25,15 @@ pub struct PipelineBench {
     pub sample_every: Option<Duration>,
     /// The GPUs behind the backends, for their memory in the samples.
     pub gpus: Vec<Arc<provd_kernels::Gpu>>,
+}
+
+/// A partition's synthesis as the service's bench kind does it: the
+/// assignment over matrices recorded once, with a, b and c left for the
+/// engine to compute where the backends say (on the device, or at the end of
+/// synthesis on the host's cores).
+fn partition(matrices: &Arc<Matrices>, circuit: Builtin, seed: u64) -> SynthesisFn {
+    let m = matrices.clone();
+    Arc::new(move || m.assign(circuit.circuit(Some(seed))))
 }
 
 /// One sample of a soak: what a leak would make grow.
@@ -96,21 +105,14 @@ impl PipelineBench {
         let usage_start = HostUsage::now();
         // Every proof is checked before it leaves, as `provd serve` does by default.
         let verifier = Arc::new(crate::groth16::Verifier::new(&key.vk));
-        // Synthesis as the service does it: sparse products over matrices recorded once.
-        let matrices = Arc::new(crate::groth16::Matrices::record(self.circuit.circuit(None))?);
+        let matrices = Arc::new(Matrices::record(self.circuit.circuit(None))?);
         let mut ids = Vec::new();
         for j in 0..self.jobs {
-            let circuit = self.circuit;
             let partitions = (0..self.partitions)
-                .map(|p| {
-                    let seed = (j * self.partitions + p) as u64;
-                    let m = matrices.clone();
-                    Arc::new(move || m.synthesize(circuit.circuit(Some(seed))))
-                        as crate::pipeline::SynthesisFn
-                })
+                .map(|p| partition(&matrices, self.circuit, (j * self.partitions + p) as u64))
                 .collect();
             ids.push(engine.submit(JobSpec {
-                circuit: circuit.to_string(),
+                circuit: self.circuit.to_string(),
                 key: key.clone(),
                 verifier: Some(verifier.clone()),
                 witness_check: crate::jobs::WitnessCheck::BySynthesis,
@@ -359,6 +361,18 @@ mod tests {
         let d = HostUsage::now().unwrap().since(before);
         assert!(d.minor_faults > 0, "{d:?}");
         assert!(d.voluntary_switches > 0, "a sleep gives up the core: {d:?}");
+    }
+
+    /// The bench's partitions leave a, b and c to the backends' placement,
+    /// as the service's do (computing them in the partition would put them
+    /// on the host whatever `--products` says).
+    #[test]
+    fn partitions_leave_the_products_to_the_engine() {
+        let circuit: Builtin = "bench-10".parse().unwrap();
+        let matrices = Arc::new(Matrices::record(circuit.circuit(None)).unwrap());
+        let w = partition(&matrices, circuit, 7)().unwrap();
+        assert!(matches!(w.abc, crate::groth16::synthesis::Evaluations::Products(_)));
+        assert_eq!(w.abc_host_bytes(), 0);
     }
 
     fn sample(proofs: u64, rss_mib: u64) -> Sample {
