@@ -6,9 +6,14 @@
 //! duplicating work; throughput with one, two and three workers.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use provd::fleet::{Claim, PartitionResult, Queue, Written};
 use provd::groth16::Verifier;
+use provd::jobs::journal::{AcceptedJob, StoredWitness};
+use provd::jobs::JobId;
+use provd::telemetry::labels::{Outcome, Stage};
 use provd_e2e::{partition_proof, provd, raw_request, Postgres, Server};
 use serde_json::Value;
 
@@ -356,66 +361,124 @@ fn jobs_written_into_the_tables_are_proved_and_bad_ones_fail_once() {
     assert_eq!(left, 0, "proofs of deleted jobs");
 }
 
+/// Jobs of two partitions each, partition 0 claimed by worker "a" on the
+/// first queue connection and partition 1 by worker "b" on the second: for
+/// tests that race the writes that end a job.
+struct BothClaimed {
+    queues: [Queue; 2],
+    ids: Vec<JobId>,
+    claims: [Vec<Claim>; 2],
+}
+
+impl BothClaimed {
+    const WORKERS: [&'static str; 2] = ["a", "b"];
+
+    fn new(pg: &Postgres, jobs: usize) -> Self {
+        let mut queues = [Queue::connect_and_migrate(&pg.url()).unwrap(), Queue::connect(&pg.url()).unwrap()];
+        let circuits = [CIRCUIT.to_string()];
+        let (mut ids, mut claims) = (Vec::new(), <[Vec<_>; 2]>::default());
+        for j in 0..jobs {
+            let witnesses =
+                (0..2).map(|p| StoredWitness::Json(serde_json::json!({"seed": 2 * j + p}))).collect();
+            let job = AcceptedJob { id: JobId::new(), circuit: CIRCUIT.into(), witnesses, idempotency: None };
+            ids.push(queues[0].submit(&job, "a").unwrap().0);
+            for (w, name) in Self::WORKERS.into_iter().enumerate() {
+                let claim = queues[w].claim(name, &circuits, 60_000).unwrap().expect("a queued partition");
+                assert_eq!((claim.job, claim.index), (ids[j], w));
+                claims[w].push(claim);
+            }
+        }
+        Self { queues, ids, claims }
+    }
+
+    /// Each worker writes its partition of every job, on a thread of its
+    /// own, waiting at `barrier` before each write (so that the writes of a
+    /// job start together); the writes' outcomes, by worker and job.
+    fn write_all(self, barrier: &Arc<Barrier>) -> (Vec<JobId>, Vec<Vec<Written>>) {
+        // Any well-formed proof will do: the points at infinity, compressed.
+        let mut bytes = [0u8; provd::groth16::Proof::BYTES];
+        for at in [0, 48, 144] {
+            bytes[at] = 0xc0;
+        }
+        let proved = PartitionResult::Proved {
+            proof: Box::new(provd::groth16::Proof::from_bytes(&bytes).unwrap()),
+            public_inputs: Vec::new(),
+        };
+        let writers: Vec<_> = self
+            .queues
+            .into_iter()
+            .zip(self.claims)
+            .zip(Self::WORKERS)
+            .map(|((mut queue, claims), name)| {
+                let (barrier, proved) = (barrier.clone(), proved.clone());
+                std::thread::spawn(move || {
+                    let mut written = Vec::new();
+                    for claim in &claims {
+                        barrier.wait();
+                        let w = queue.finish(name, claim, &proved, 3);
+                        written.push(w.unwrap_or_else(|e| panic!("worker {name}, job {}: {e}", claim.job)));
+                    }
+                    written
+                })
+            })
+            .collect();
+        (self.ids, writers.into_iter().map(|w| w.join().unwrap()).collect())
+    }
+}
+
 /// Two workers writing a job's last two partitions at the same moment: the
 /// job must end. Each write checks whether every partition has succeeded;
 /// unless the two are serialised, each sees the other's partition still
 /// claimed (neither has committed) and the job stays `running` forever.
 #[test]
 fn a_job_whose_last_partitions_finish_at_once_ends() {
-    use provd::fleet::{PartitionResult, Queue, Written};
-    use provd::jobs::journal::{AcceptedJob, StoredWitness};
-    use provd::jobs::JobId;
-    use std::sync::{Arc, Barrier};
-
     let Some(pg) = Postgres::start() else { return };
-    let mut queues = [Queue::connect_and_migrate(&pg.url()).unwrap(), Queue::connect(&pg.url()).unwrap()];
-    let circuits = [CIRCUIT.to_string()];
-    let proved = PartitionResult::Proved {
-        // Any well-formed proof will do: the points at infinity, compressed.
-        proof: Box::new({
-            let mut bytes = [0u8; provd::groth16::Proof::BYTES];
-            for at in [0, 48, 144] {
-                bytes[at] = 0xc0;
-            }
-            provd::groth16::Proof::from_bytes(&bytes).unwrap()
-        }),
-        public_inputs: Vec::new(),
-    };
     const JOBS: usize = 40;
-    let mut ids = Vec::new();
-    let mut claims: [Vec<_>; 2] = Default::default();
-    for j in 0..JOBS {
-        let witnesses = (0..2).map(|p| StoredWitness::Json(serde_json::json!({"seed": 2 * j + p}))).collect();
-        let job = AcceptedJob { id: JobId::new(), circuit: CIRCUIT.into(), witnesses, idempotency: None };
-        ids.push(queues[0].submit(&job, "a").unwrap().0);
-        // Worker a takes partition 0, worker b partition 1.
-        for (w, name) in ["a", "b"].into_iter().enumerate() {
-            let claim = queues[w].claim(name, &circuits, 60_000).unwrap().expect("a queued partition");
-            assert_eq!((claim.job, claim.index), (ids[j], w));
-            claims[w].push(claim);
-        }
-    }
     let barrier = Arc::new(Barrier::new(2));
-    let writers: Vec<_> = queues
-        .into_iter()
-        .zip(claims)
-        .zip(["a", "b"])
-        .map(|((mut queue, claims), name)| {
-            let (barrier, proved) = (barrier.clone(), proved.clone());
-            std::thread::spawn(move || {
-                for claim in &claims {
-                    barrier.wait();
-                    assert_eq!(queue.finish(name, claim, &proved, 3).unwrap(), Written::Taken);
-                }
-                queue
-            })
-        })
-        .collect();
-    let mut queue = writers.into_iter().map(|w| w.join().unwrap()).next().unwrap();
+    let (ids, written) = BothClaimed::new(&pg, JOBS).write_all(&barrier);
+    assert!(written.iter().flatten().all(|w| *w == Written::Taken), "{written:?}");
+    let mut queue = Queue::connect(&pg.url()).unwrap();
     let stuck: Vec<_> = ids.iter().filter(|id| queue.has_ended(**id).unwrap() != Some(true)).collect();
     assert!(stuck.is_empty(), "{} of {JOBS} jobs have every partition proved and did not end", stuck.len());
     for id in &ids {
+        assert_eq!(queue.status(*id).unwrap().unwrap().outcome, Some(Outcome::Succeeded), "job {id}");
+    }
+}
+
+/// A client cancelling a job while both its partitions are written: no
+/// transaction deadlocks (each takes a job's partitions before the job
+/// itself), and each job ends once, succeeded with both proofs or cancelled.
+#[test]
+fn a_cancel_racing_the_last_writes_neither_deadlocks_nor_leaves_the_job_open() {
+    let Some(pg) = Postgres::start() else { return };
+    const JOBS: usize = 40;
+    let both = BothClaimed::new(&pg, JOBS);
+    let barrier = Arc::new(Barrier::new(3));
+    let canceller = {
+        let (barrier, ids, url) = (barrier.clone(), both.ids.clone(), pg.url());
+        std::thread::spawn(move || {
+            let mut queue = Queue::connect(&url).unwrap();
+            for id in ids {
+                barrier.wait();
+                assert!(queue.cancel(id).unwrap_or_else(|e| panic!("cancelling job {id}: {e}")));
+            }
+        })
+    };
+    let (ids, written) = both.write_all(&barrier);
+    canceller.join().unwrap();
+    let mut queue = Queue::connect(&pg.url()).unwrap();
+    for (j, id) in ids.iter().enumerate() {
         let status = queue.status(*id).unwrap().unwrap();
-        assert_eq!(status.outcome, Some(provd::telemetry::labels::Outcome::Succeeded), "job {id}");
+        let taken = [written[0][j], written[1][j]].map(|w| w == Written::Taken);
+        match status.outcome {
+            Some(Outcome::Succeeded) => {
+                assert_eq!(taken, [true, true], "job {id}");
+                assert!(status.partitions.iter().all(|p| p.stage == Stage::Done), "job {id}: {status:?}");
+            }
+            Some(Outcome::Cancelled) => {
+                assert_ne!(taken, [true, true], "job {id}: both written, yet cancelled")
+            }
+            other => panic!("job {id} ended {other:?}: {status:?}"),
+        }
     }
 }

@@ -31,8 +31,8 @@ const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
     /// The database is unreachable or refused a statement: retry later.
-    #[error("job queue database: {0}")]
-    Database(#[from] postgres::Error),
+    #[error("job queue database: {}", why(.0))]
+    Database(postgres::Error),
     #[error("job queue schema migration: {0}")]
     Migration(#[from] refinery::Error),
     /// A row the queue cannot read (written by hand with a bad id, say).
@@ -53,6 +53,32 @@ pub enum QueueError {
         "partition {index}'s witness is {bytes} bytes; the fleet's PostgreSQL queue holds at most {MAX_WITNESS_BYTES} bytes in one value: prove it on a worker with its own journal (jobs.store = \"sqlite\")"
     )]
     WitnessTooLarge { index: usize, bytes: usize },
+}
+
+impl From<postgres::Error> for QueueError {
+    fn from(e: postgres::Error) -> Self {
+        QueueError::Database(e)
+    }
+}
+
+/// A driver error with its cause, on one line. The driver's own text is only
+/// "db error" or "error connecting to server"; the why (the server's message,
+/// detail and SQLSTATE, or the refused connection) is in its source. Spelled
+/// out here, not left as this error's source, so that the message an
+/// operator sees in a log line or in `/readyz` says it.
+fn why(e: &postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let detail = db.detail().map(|d| format!("; {}", d.replace('\n', " "))).unwrap_or_default();
+        return format!("{e}: {}: {}{detail} (SQLSTATE {})", db.severity(), db.message(), db.code().code());
+    }
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 /// The most bytes PostgreSQL holds in one field (`BYTEA` or `TEXT`): 1 GB.
@@ -585,6 +611,22 @@ mod tests {
 
     /// A witness one PostgreSQL value cannot hold is refused before any
     /// statement, as the client's error (never "retry later").
+    /// An unreachable database's error says why (the driver's own text is
+    /// only "error connecting to server"), and is retryable.
+    #[test]
+    fn a_database_error_says_why() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        // The listener is dropped: nothing listens on the port.
+        let Err(e) = Queue::connect(&format!("postgres://provd@127.0.0.1:{port}/postgres?connect_timeout=2"))
+        else {
+            panic!("connected to a closed port");
+        };
+        let said = e.to_string();
+        assert!(said.starts_with("job queue database: error connecting to server: "), "{said}");
+        assert!(said.to_lowercase().contains("refused"), "{said}");
+        assert!(e.is_retryable());
+    }
+
     #[test]
     fn a_witness_past_one_value_is_refused_for_good() {
         assert!(within_a_value(0, MAX_WITNESS_BYTES).is_ok());
