@@ -338,7 +338,7 @@ impl Shared {
 
     /// A database failure: unready until the next statement succeeds.
     fn down(&self, what: &str, e: &QueueError) {
-        let reason = format!("the job queue's database is unreachable ({what}: {e})");
+        let reason = format!("the job queue's database is unreachable or refused a statement ({what}: {e})");
         let mut unready = lock(&self.unready);
         if unready.is_none() {
             tracing::warn!(worker = %self.worker, "{reason}; claiming nothing until it is back");
