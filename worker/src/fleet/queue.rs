@@ -609,8 +609,6 @@ fn parse_id(s: String) -> Result<JobId, QueueError> {
 mod tests {
     use super::*;
 
-    /// A witness one PostgreSQL value cannot hold is refused before any
-    /// statement, as the client's error (never "retry later").
     /// An unreachable database's error says why (the driver's own text is
     /// only "error connecting to server"), and is retryable.
     #[test]
@@ -627,6 +625,8 @@ mod tests {
         assert!(e.is_retryable());
     }
 
+    /// A witness one PostgreSQL value cannot hold is refused before any
+    /// statement, as the client's error (never "retry later").
     #[test]
     fn a_witness_past_one_value_is_refused_for_good() {
         assert!(within_a_value(0, MAX_WITNESS_BYTES).is_ok());
