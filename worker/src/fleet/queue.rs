@@ -10,7 +10,11 @@
 //! database's clock (`clock_timestamp()`), never a worker's.
 //!
 //! Every transaction that locks both takes a job's partition rows before
-//! the job's own row, so no two of them can wait on each other in a cycle.
+//! the job's own row, so none waits in a cycle through a job's row. Two that
+//! fail the same job at the same instant (each holding its own partition,
+//! then cancelling the others) can still wait on each other's partitions:
+//! PostgreSQL aborts one ("deadlock detected"), its worker is unready for a
+//! beat and retries, and finds its claim fenced; the job fails once.
 
 use blstrs::Scalar;
 use postgres::{Client, NoTls, Transaction};
