@@ -274,7 +274,6 @@ impl CudaBackend {
         let g2 = self.options.b_g2_msm;
         let need = DeviceKey::bytes_needed(key, b_inputs, g2, BasesLayout::Plain)
             .expect("plain bases always have a layout");
-        let working = self.working_bytes(key);
         if let Some(dk) = self.upload_shifted_if_room(state, key, b_inputs)? {
             return Ok(self.now_resident(state, dk));
         }
@@ -291,6 +290,7 @@ impl CudaBackend {
                 state.evict_oldest(&self.name, "gpu.key_memory_limit");
             }
         }
+        let working = self.working_bytes(key);
         loop {
             let free = self.gpu.memory().map(|(free, _)| free as u64).map_err(backend_error)?;
             if state.keys.is_empty() || free >= need + working {
@@ -934,7 +934,7 @@ mod tests {
         }
         let Some(gpu) = backend(CudaOptions::default()) else { return };
         let (b, key, matrices) = &setup[0];
-        let honest = matrices.synthesize(b.circuit(Some(3))).unwrap();
+        let honest = matrices.assign(b.circuit(Some(3))).unwrap().evaluated().unwrap();
         let mut wrong = honest.public_inputs().to_vec();
         wrong[1] += Scalar::ONE;
         let w = matrices.assign(b.circuit(Some(3)).claiming(wrong)).unwrap();
@@ -950,7 +950,7 @@ mod tests {
         };
         let Some(gpu) = backend(plain.clone()) else { return };
         let (b, key, matrices) = &setup[0];
-        prove_both(&gpu, key, matrices.synthesize(b.circuit(Some(4))).unwrap(), &mut rng);
+        prove_both(&gpu, key, matrices.assign(b.circuit(Some(4))).unwrap().evaluated().unwrap(), &mut rng);
         let limit = gpu.resident_keys().keys[0].device_bytes;
         let limited =
             CudaOptions { key_memory_limit: Some(limit), products: ProductsPlacement::Gpu, ..plain };

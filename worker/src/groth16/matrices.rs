@@ -140,16 +140,6 @@ impl Matrices {
         })
     }
 
-    /// Computes `circuit`'s assignment and a, b, c by sparse products on the
-    /// host's cores, checked: [`Matrices::assign`], then
-    /// [`Synthesized::evaluated`].
-    pub fn synthesize<C>(self: &Arc<Self>, circuit: C) -> Result<Synthesized, ProveError>
-    where
-        C: Circuit<Scalar> + Clone + Send + Sync + 'static,
-    {
-        self.assign(circuit)?.evaluated()
-    }
-
     /// A, B and C times the assignment, rows in parallel; the assignment
     /// must have the matrices' shape.
     pub fn products(&self, input: &[Scalar], aux: &[Scalar]) -> [Vec<Scalar>; 3] {
@@ -305,7 +295,7 @@ mod tests {
             for seed in [1u64, 7] {
                 let c = BenchCircuit::new(k, inputs, Some(seed));
                 same(
-                    &m.synthesize(c.clone()).unwrap(),
+                    &m.assign(c.clone()).and_then(Synthesized::evaluated).unwrap(),
                     &super::super::synthesize(c).unwrap(),
                     &format!("bench-{k}/{seed}"),
                 );
@@ -313,7 +303,11 @@ mod tests {
         }
         let m = Arc::new(Matrices::record(super::super::tests::Square(None)).unwrap());
         let c = super::super::tests::Square(Some(12));
-        same(&m.synthesize(c.clone()).unwrap(), &super::super::synthesize(c).unwrap(), "square");
+        same(
+            &m.assign(c.clone()).and_then(Synthesized::evaluated).unwrap(),
+            &super::super::synthesize(c).unwrap(),
+            "square",
+        );
     }
 
     #[test]
@@ -322,10 +316,13 @@ mod tests {
         let honest = super::super::synthesize(BenchCircuit::new(8, 2, Some(3))).unwrap();
         let mut wrong = honest.public_inputs().to_vec();
         wrong[1] += Scalar::ONE;
-        let err = m.synthesize(BenchCircuit::new(8, 2, Some(3)).claiming(wrong)).unwrap_err();
+        let err = m
+            .assign(BenchCircuit::new(8, 2, Some(3)).claiming(wrong))
+            .and_then(Synthesized::evaluated)
+            .unwrap_err();
         assert!(err.to_string().contains("'out1'"), "{err}");
         // a circuit of another shape is refused, not proved
-        let err = m.synthesize(BenchCircuit::new(8, 3, Some(3))).unwrap_err();
+        let err = m.assign(BenchCircuit::new(8, 3, Some(3))).and_then(Synthesized::evaluated).unwrap_err();
         assert!(err.to_string().contains("recorded matrices"), "{err}");
     }
 }
