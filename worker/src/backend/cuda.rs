@@ -495,7 +495,9 @@ impl CudaBackend {
                 if !self.make_products_resident(&mut state, slot, key, &products)? =>
             {
                 // No room for the matrices: a, b and c on the host's cores,
-                // without holding the device, then the device again.
+                // without holding the device, then the device again; unless
+                // the caller released their host memory (the pipeline), which
+                // then makes the witness again (`ProveError::NoRoomForProducts`).
                 drop(state);
                 let wall = Instant::now();
                 let abc = Evaluations::Products(products).on_host(&asg.input, &asg.aux)?;
@@ -954,7 +956,7 @@ mod tests {
         let limit = gpu.resident_keys().keys[0].device_bytes;
         let limited =
             CudaOptions { key_memory_limit: Some(limit), products: ProductsPlacement::Gpu, ..plain };
-        let Some(gpu) = backend(limited) else { return };
+        let Some(gpu) = backend(limited.clone()) else { return };
         assert_eq!(gpu.products(key), ProductsPlacement::Gpu, "until the matrices are tried");
         let steps = prove_both(&gpu, key, matrices.assign(b.circuit(Some(5))).unwrap(), &mut rng);
         assert!(steps.iter().any(|s| s.starts_with("products on the host")), "{steps:?}");
@@ -964,6 +966,17 @@ mod tests {
         assert!(matches!(w.abc, Evaluations::Host { .. }));
         let steps = prove_both(&gpu, key, w, &mut rng);
         assert!(!steps.iter().any(|s| s.starts_with("products")), "{steps:?}");
+
+        // a, b, c with no host memory held for them (the pipeline's, once
+        // synthesis left them to the device) are refused, not computed on the
+        // host, for the caller to make the witness again
+        let Some(gpu) = backend(limited) else { return };
+        let mut w = matrices.assign(b.circuit(Some(7))).unwrap();
+        assert!(w.release_host_products());
+        let err = gpu.prove_start(key, w).unwrap_err();
+        assert!(matches!(err, ProveError::NoRoomForProducts), "{err:?}");
+        assert!(!err.is_bad_input());
+        assert_eq!(gpu.products(key), ProductsPlacement::Cpu);
     }
 
     /// With `G2Placement::Cpu` prove_start leaves B in G2 to prove_finish,

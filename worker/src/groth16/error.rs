@@ -17,6 +17,13 @@ pub enum ProveError {
     /// The circuit needs a larger evaluation domain than the field supports.
     #[error("circuit has {constraints} constraints; the largest domain is 2^32")]
     DomainTooLarge { constraints: usize },
+    /// a, b and c were left to a device and their host memory released
+    /// ([`HostBytes::Released`](super::synthesis::HostBytes)), and the device
+    /// had no room for the circuit's matrices: the witness must be made again
+    /// with a, b, c computed on the host. Neither the input's fault nor the
+    /// device's.
+    #[error("no room on the device for the circuit's matrices, and a, b, c were left to it with no host memory held for them")]
+    NoRoomForProducts,
     /// The backend (a GPU, say) failed.
     #[error("{backend} backend failed: {message}")]
     Backend { backend: &'static str, message: String },
@@ -29,7 +36,7 @@ impl ProveError {
         match self {
             ProveError::Unsatisfied { .. } | ProveError::Synthesis(_) => FailureReason::Witness,
             ProveError::KeyMismatch(_) | ProveError::DomainTooLarge { .. } => FailureReason::Key,
-            ProveError::Backend { .. } => FailureReason::Backend,
+            ProveError::Backend { .. } | ProveError::NoRoomForProducts => FailureReason::Backend,
         }
     }
 
@@ -37,7 +44,7 @@ impl ProveError {
     /// satisfy the circuit, a key for another circuit, a circuit too large),
     /// so that retrying it cannot help.
     pub fn is_bad_input(&self) -> bool {
-        !matches!(self, ProveError::Backend { .. })
+        !matches!(self, ProveError::Backend { .. } | ProveError::NoRoomForProducts)
     }
 }
 

@@ -325,4 +325,17 @@ mod tests {
         let err = m.assign(BenchCircuit::new(8, 3, Some(3))).and_then(Synthesized::evaluated).unwrap_err();
         assert!(err.to_string().contains("recorded matrices"), "{err}");
     }
+
+    /// Products whose host memory was released are not computed on the host;
+    /// an evaluated witness has nothing to release.
+    #[test]
+    fn released_products_are_not_computed_on_the_host() {
+        let m = Arc::new(Matrices::record(BenchCircuit::new(8, 2, None)).unwrap());
+        let mut w = m.assign(BenchCircuit::new(8, 2, Some(3))).unwrap();
+        assert!(w.release_host_products());
+        assert!(matches!(w.evaluated(), Err(ProveError::NoRoomForProducts)));
+        let mut w = m.assign(BenchCircuit::new(8, 2, Some(3))).and_then(Synthesized::evaluated).unwrap();
+        assert!(!w.release_host_products());
+        assert!(w.evaluated().is_ok());
+    }
 }

@@ -139,16 +139,35 @@ pub struct Products {
     /// constraint by index and name, as the recorder reports it (by running
     /// the circuit again, on that path only).
     explain: Arc<dyn Fn() -> ProveError + Send + Sync>,
+    host: HostBytes,
+}
+
+/// Whether the host memory that a, b and c would take is held for them, so
+/// that they may still be computed on the host (by a GPU backend with no
+/// room for the matrices on its device, say).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HostBytes {
+    /// Held, or not counted at all (a caller outside the pipeline).
+    #[default]
+    Held,
+    /// Released, once synthesis left the products to a device: computing
+    /// them on the host would take bytes no budget counts, so
+    /// [`Evaluations::on_host`] refuses with [`ProveError::NoRoomForProducts`].
+    Released,
 }
 
 impl Products {
     pub fn new(matrices: Arc<Matrices>, explain: Arc<dyn Fn() -> ProveError + Send + Sync>) -> Self {
-        Self { matrices, explain }
+        Self { matrices, explain, host: HostBytes::Held }
     }
 
     /// The error for a witness whose a·b ≠ c somewhere.
     pub fn unsatisfied(&self) -> ProveError {
         (self.explain)()
+    }
+
+    pub fn host_bytes(&self) -> HostBytes {
+        self.host
     }
 }
 
@@ -182,6 +201,19 @@ impl Synthesized {
         }
     }
 
+    /// Marks a, b and c still to compute as having no host memory held for
+    /// them ([`HostBytes::Released`]), for a caller that has just released
+    /// it; whether there were any such (none where they are on the host).
+    pub fn release_host_products(&mut self) -> bool {
+        match &mut self.abc {
+            Evaluations::Products(p) => {
+                p.host = HostBytes::Released;
+                true
+            }
+            Evaluations::Host { .. } => false,
+        }
+    }
+
     /// The witness with a, b and c on the host ([`Evaluations::on_host`]).
     pub fn evaluated(mut self) -> Result<Self, ProveError> {
         if matches!(self.abc, Evaluations::Products(_)) {
@@ -196,10 +228,12 @@ impl Synthesized {
 
 impl Evaluations {
     /// a, b and c on the host: products still to compute are computed here,
-    /// on the host's cores, from the assignment (`input`, `aux`), and checked.
+    /// on the host's cores, from the assignment (`input`, `aux`), and checked;
+    /// unless their host memory was released ([`HostBytes::Released`]).
     pub fn on_host(self, input: &[Scalar], aux: &[Scalar]) -> Result<[Vec<Scalar>; 3], ProveError> {
         match self {
             Evaluations::Host { a, b, c } => Ok([a, b, c]),
+            Evaluations::Products(p) if p.host == HostBytes::Released => Err(ProveError::NoRoomForProducts),
             Evaluations::Products(p) => {
                 let [a, b, c] = p.matrices.products(input, aux);
                 let bad =

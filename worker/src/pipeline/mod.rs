@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::backend::{Backend, ProductsPlacement};
-use crate::groth16::{Blinding, PendingProof, ProvingKey, Synthesized};
+use crate::groth16::{Blinding, PendingProof, ProveError, ProvingKey, Synthesized};
 use crate::jobs::journal::{AcceptedJob, Journal};
 use crate::jobs::{Job, JobStore, Ticket};
 pub use crate::jobs::{JobId, JobSpec, JobStatus, PartitionStatus, StageTimes, SynthesisFn, WitnessCheck};
@@ -174,6 +174,10 @@ struct Queued {
 struct Attempt {
     synthesize: SynthesisFn,
     number: u32,
+    /// Where this try computes a, b and c still to compute, if it must: on
+    /// the host after a device had no room for the matrices. `None`: as the
+    /// devices place them ([`Shared::products`]).
+    products: Option<ProductsPlacement>,
 }
 
 /// A synthesized partition in the GPU queue, its buffers under guard.
@@ -395,7 +399,7 @@ impl Engine {
             }
             q.push_back(Queued {
                 ticket: Ticket::new(job.clone(), i),
-                attempt: Attempt { synthesize, number: 1 },
+                attempt: Attempt { synthesize, number: 1, products: None },
             });
         }
         s.metrics.partitions_waiting.set(q.len() as i64);
@@ -673,7 +677,7 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     job.set_stage(index, Stage::Synthesis);
     transition(s, job.id, index, "synthesis start");
     let t = Instant::now();
-    let products = s.products(&job.key);
+    let products = attempt.products.unwrap_or_else(|| s.products(&job.key));
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         (attempt.synthesize)().and_then(|w| products.ready(w))
     }));
@@ -682,7 +686,7 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     job.record(index, |t| t.synthesis = Some(secs));
     // Every guard is dropped before the ticket ends the partition, so that a
     // job is never seen ended while its gauges still count it.
-    let witness = match result {
+    let mut witness = match result {
         Ok(Ok(w)) => w,
         Ok(Err(e)) => {
             drop((synth, in_stage, reservation));
@@ -696,7 +700,13 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     if job.is_cancelled() {
         return;
     }
-    // Nothing where a, b and c are still to be computed on the device.
+    // a, b and c left to the device take no host memory: their part of the
+    // reservation goes now, not when prove_start returns. Should the device
+    // have no room for the matrices after all, the witness refuses to compute
+    // them on the host, unreserved (`ProveError::NoRoomForProducts`), and the
+    // partition goes round again with a, b, c computed in synthesis.
+    let abc_reserved = reservation.split(fp.abc);
+    let abc_reserved = (!witness.release_host_products()).then_some(abc_reserved);
     let abc_bytes = witness.abc_host_bytes() as u64;
     let vars = (witness.input_assignment.len() + witness.aux_assignment.len()) as u64;
     let density_bytes = (witness.a_aux_density.heap_bytes()
@@ -704,7 +714,7 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
         + witness.b_input_density.heap_bytes()) as u64;
     // The a/b/c part of the reservation goes with the a/b/c buffers; the rest
     // (assignment, density, working memory) with the assignment.
-    let abc = s.ledger.guard(BufferClass::Abc, abc_bytes, Some(reservation.split(fp.abc)));
+    let abc = s.ledger.guard(BufferClass::Abc, abc_bytes, abc_reserved);
     let held = Held {
         _aux: s.ledger.guard(BufferClass::Aux, vars * 32, Some(reservation)),
         _density: s.ledger.guard(BufferClass::Density, density_bytes, None),
@@ -782,6 +792,13 @@ fn gpu_worker(s: &Arc<Shared>, device: Arc<Device>, rx: Receiver<InGpuQueue>) {
                 ticket.fail(e.reason(), e.to_string());
                 continue;
             }
+            Ok(Err(ProveError::NoRoomForProducts)) => {
+                drop(held);
+                tracing::info!(job = %job.id, partition = index, device = device.name(),
+                    "no room on the device for the circuit's matrices: the partition is synthesized again, with a, b, c on the host");
+                send_round_again(s, ticket, Attempt { products: Some(ProductsPlacement::Cpu), ..attempt });
+                continue;
+            }
             Ok(Err(e)) => {
                 drop(held);
                 device_fault(s, &device, FailureReason::Backend, e.to_string(), attempt, ticket);
@@ -827,11 +844,16 @@ fn device_fault(
         return ticket
             .fail(reason, format!("{what} (try {} of {}{why})", attempt.number, s.config.max_attempts));
     }
+    send_round_again(s, ticket, Attempt { number: attempt.number + 1, ..attempt });
+}
+
+/// Queues a partition again, to be synthesized anew as `attempt` says, ahead
+/// of the partitions not yet tried: its job has waited once already.
+fn send_round_again(s: &Shared, ticket: Ticket, attempt: Attempt) {
     s.metrics.partition_retries.inc();
-    job.set_stage(index, Stage::Queued);
+    ticket.job.set_stage(ticket.index, Stage::Queued);
     let mut q = s.queue.lock().unwrap_or_else(|e| e.into_inner());
-    // A retry goes first: its job has waited once already.
-    q.push_front(Queued { attempt: Attempt { number: attempt.number + 1, ..attempt }, ticket });
+    q.push_front(Queued { attempt, ticket });
     s.metrics.partitions_waiting.set(q.len() as i64);
     drop(q);
     s.queued.notify_all();

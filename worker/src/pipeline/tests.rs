@@ -1,7 +1,7 @@
 //! Engine tests on the CPU backend: gauges return to zero on every path, the
 //! permit rule bounds a/b/c buffers, reservations never exceed the budget.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use rand::SeedableRng;
@@ -208,12 +208,35 @@ fn a_device_with_two_partitions_in_flight_gets_two_workers_within_the_abc_bound(
 }
 
 /// The CPU backend, reporting `placement` for a, b and c still to compute
-/// and counting the witnesses that reach it with them so (the CPU backend
-/// then computes them, as a device would).
+/// and counting the witnesses that reach it with them so; it computes them
+/// as a device would (from the matrices, whatever the host memory held for
+/// them), unless it is told it has no room for the matrices, and notes the
+/// bytes reserved against the budget when each witness reaches it.
 struct Products {
     placement: ProductsPlacement,
+    /// Witnesses with a, b, c left to it still to refuse for want of room.
+    no_room: std::sync::atomic::AtomicUsize,
     deferred: std::sync::atomic::AtomicUsize,
     evaluated: std::sync::atomic::AtomicUsize,
+    metrics: Arc<Metrics>,
+    reserved: Mutex<Vec<i64>>,
+}
+
+impl Products {
+    fn new(placement: ProductsPlacement, no_room: usize, metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Self {
+            placement,
+            no_room: no_room.into(),
+            deferred: Default::default(),
+            evaluated: Default::default(),
+            metrics,
+            reserved: Mutex::default(),
+        })
+    }
+
+    fn counts(&self) -> (usize, usize) {
+        (self.deferred.load(Ordering::Relaxed), self.evaluated.load(Ordering::Relaxed))
+    }
 }
 
 impl Backend for Products {
@@ -221,16 +244,35 @@ impl Backend for Products {
         "products"
     }
     fn prove_start(&self, key: &ProvingKey, w: Synthesized) -> Result<PendingProof, ProveError> {
-        let count = match w.abc {
-            crate::groth16::synthesis::Evaluations::Products(_) => &self.deferred,
-            crate::groth16::synthesis::Evaluations::Host { .. } => &self.evaluated,
+        use crate::groth16::synthesis::Evaluations;
+        self.reserved.lock().unwrap().push(self.metrics.memory_reserved_bytes.get());
+        let Evaluations::Products(p) = &w.abc else {
+            self.evaluated.fetch_add(1, Ordering::Relaxed);
+            return CpuBackend.prove_start(key, w);
         };
-        count.fetch_add(1, Ordering::Relaxed);
-        CpuBackend.prove_start(key, w)
+        self.deferred.fetch_add(1, Ordering::Relaxed);
+        if self.no_room.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok() {
+            // the fallback of a device without room: the host, if it may
+            return CpuBackend.prove_start(key, w);
+        }
+        let [a, b, c] = p.matrices.products(&w.input_assignment, &w.aux_assignment);
+        if (0..a.len()).any(|i| a[i] * b[i] != c[i]) {
+            return Err(p.unsatisfied());
+        }
+        CpuBackend.prove_start(key, Synthesized { abc: Evaluations::Host { a, b, c }, ..w })
     }
     fn products(&self, _: &ProvingKey) -> ProductsPlacement {
         self.placement
     }
+}
+
+/// Each partition of bench-K, assigned from the circuit's recorded matrices.
+fn assigned(circuit: BenchCircuit) -> SynthesisFn {
+    static MATRICES: OnceLock<Arc<crate::groth16::Matrices>> = OnceLock::new();
+    let m = MATRICES
+        .get_or_init(|| Arc::new(crate::groth16::Matrices::record(BenchCircuit::new(K, 2, None)).unwrap()))
+        .clone();
+    Arc::new(move || m.assign(circuit.clone()))
 }
 
 /// Partitions whose a, b and c are products of recorded matrices reach a
@@ -240,28 +282,20 @@ impl Backend for Products {
 /// every gauge returns to zero.
 #[test]
 fn products_go_to_the_device_that_computes_them_and_are_computed_in_synthesis_otherwise() {
-    let matrices = Arc::new(crate::groth16::Matrices::record(BenchCircuit::new(K, 2, None)).unwrap());
-    let assigned = |circuit: BenchCircuit| -> SynthesisFn {
-        let m = matrices.clone();
-        Arc::new(move || m.assign(circuit.clone()))
-    };
     let honest = synthesize(BenchCircuit::new(K, 2, Some(1))).unwrap();
     let mut wrong = honest.public_inputs().to_vec();
     wrong[1] += blstrs::Scalar::from(1u64);
     for placement in [ProductsPlacement::Gpu, ProductsPlacement::Cpu] {
-        let backend =
-            Arc::new(Products { placement, deferred: Default::default(), evaluated: Default::default() });
-        let e = Engine::start(PipelineConfig::default(), vec![backend.clone()], Arc::new(Metrics::new()))
-            .unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let backend = Products::new(placement, 0, metrics.clone());
+        let e = Engine::start(PipelineConfig::default(), vec![backend.clone()], metrics).unwrap();
         let parts = (0..4).map(|seed| assigned(BenchCircuit::new(K, 2, Some(seed)))).collect();
         let st = e.wait(e.submit(job(parts)).unwrap(), None).unwrap();
         assert_eq!(st.outcome, Some(Outcome::Succeeded), "{placement:?}: {:?}", st.error);
         verify_all(&st);
-        let (deferred, evaluated) =
-            (backend.deferred.load(Ordering::Relaxed), backend.evaluated.load(Ordering::Relaxed));
         match placement {
-            ProductsPlacement::Gpu => assert_eq!((deferred, evaluated), (4, 0)),
-            ProductsPlacement::Cpu => assert_eq!((deferred, evaluated), (0, 4)),
+            ProductsPlacement::Gpu => assert_eq!(backend.counts(), (4, 0)),
+            ProductsPlacement::Cpu => assert_eq!(backend.counts(), (0, 4)),
         }
         let bad =
             e.submit(job(vec![assigned(BenchCircuit::new(K, 2, Some(1)).claiming(wrong.clone()))])).unwrap();
@@ -270,6 +304,31 @@ fn products_go_to_the_device_that_computes_them_and_are_computed_in_synthesis_ot
         assert!(st.error.as_deref().unwrap().contains("'out1'"), "{placement:?}: {:?}", st.error);
         assert_all_released(&e);
     }
+}
+
+/// A partition whose a, b and c are left to the device holds no
+/// reservation for their host bytes once synthesized; when the device then
+/// has no room for the matrices, the host does not compute them unreserved:
+/// the partition is synthesized again with a, b, c on the host (and their
+/// bytes reserved), proves, and no fault is counted against the device.
+#[test]
+fn products_left_to_a_device_without_room_are_made_again_on_the_host_never_unreserved() {
+    let metrics = Arc::new(Metrics::new());
+    let backend = Products::new(ProductsPlacement::Gpu, 1, metrics.clone());
+    let e = Engine::start(PipelineConfig::default(), vec![backend.clone()], metrics.clone()).unwrap();
+    let st = e.wait(e.submit(job(vec![assigned(BenchCircuit::new(K, 2, Some(7)))])).unwrap(), None).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Succeeded), "{:?}", st.error);
+    verify_all(&st);
+    assert_eq!(backend.counts(), (1, 1), "left to the device once, then on the host");
+    assert_eq!(metrics.partition_retries.get(), 1);
+    assert!(st.partitions[0].faults.is_empty(), "{:?}", st.partitions[0].faults);
+    assert_eq!(metrics.device_faults.with_label_values(&["products"]).get(), 0);
+    // The one partition in flight each time: what it held on reaching the
+    // device differs by exactly a, b and c's host bytes.
+    let reserved = backend.reserved.lock().unwrap().clone();
+    assert_eq!(reserved.len(), 2);
+    assert_eq!(reserved[1] - reserved[0], Footprint::of(&key()).abc as i64, "{reserved:?}");
+    assert_all_released(&e);
 }
 
 #[test]

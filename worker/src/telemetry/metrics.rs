@@ -350,7 +350,7 @@ impl Metrics {
                 r,
                 prometheus::IntCounter::new(
                     "provd_partition_retries_total",
-                    "Partitions synthesized again after a device fault, for another try.",
+                    "Partitions synthesized again: for another try after a device fault, or with a, b, c on the host after a device had no room for the circuit's matrices.",
                 )
                 .unwrap(),
             ),
