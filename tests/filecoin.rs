@@ -67,7 +67,8 @@ fn fixture() -> &'static Fixture {
             synthesis: Default::default(),
         };
         let kind = FilecoinPorepKind::load(&config).unwrap();
-        let (resident, footprint) = (kind.resident_bytes(), kind.footprint().total());
+        let (resident, footprint) =
+            (kind.resident_bytes(), provd::pipeline::Footprint::of(kind.key()).total());
         Fixture { dir, sectors, other_size, resident, footprint }
     })
 }

@@ -234,10 +234,12 @@ impl crate::fleet::Runner for ServiceRunner {
         // partition ends, as a submitted one does.
         let held = match kind.witness_bytes() {
             Some(bytes) => {
-                Some(s.engine.hold_witness(bytes, kind.footprint().total()).map_err(|e| match e {
-                    WitnessDoesNotFit::Never { .. } => RunError::Invalid(e.to_string()),
-                    WitnessDoesNotFit::NotNow { .. } => RunError::NotNow(e.to_string()),
-                })?)
+                Some(s.engine.hold_witness(bytes, s.engine.footprint(kind.key()).total()).map_err(
+                    |e| match e {
+                        WitnessDoesNotFit::Never { .. } => RunError::Invalid(e.to_string()),
+                        WitnessDoesNotFit::NotNow { .. } => RunError::NotNow(e.to_string()),
+                    },
+                )?)
             }
             None => None,
         };
@@ -504,6 +506,12 @@ impl Service {
         self.backends.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
     }
 
+    /// What one partition of `circuit` reserves against the memory budget on
+    /// the devices served (0 for a circuit not served here).
+    pub fn partition_estimate_bytes(&self, circuit: &str) -> u64 {
+        self.circuits.get(circuit).map_or(0, |s| self.engine.footprint(s.kind.key()).total())
+    }
+
     /// Device bytes a circuit's key takes on the GPUs now, every device's
     /// copy together (0 when not resident, or on the CPU).
     pub fn key_device_bytes(&self, circuit: &str) -> u64 {
@@ -571,7 +579,7 @@ impl Service {
                 served.kind.kind()
             ))
         })?;
-        let footprint = served.kind.footprint().total();
+        let footprint = self.engine.footprint(served.kind.key()).total();
         Ok((bytes, self.engine.hold_witness(2 * bytes, footprint)?))
     }
 
@@ -681,7 +689,8 @@ impl Service {
                 let count = partitions.len() as u64;
                 let mut held = match kind.witness_bytes() {
                     Some(per) => {
-                        Some((per, self.engine.hold_witness(per * count, kind.footprint().total())?))
+                        let footprint = self.engine.footprint(kind.key()).total();
+                        Some((per, self.engine.hold_witness(per * count, footprint)?))
                     }
                     None => None,
                 };

@@ -732,6 +732,16 @@ impl Backend for CudaBackend {
         self.options.partitions_in_flight
     }
 
+    /// None beyond the witness while every MSM runs on the device (H, the
+    /// filtered scalars and the staging are device or per-device memory);
+    /// the CPU prover's where B's G2 MSM runs on the host.
+    fn host_working_bytes(&self, key: &ProvingKey) -> u64 {
+        match self.options.b_g2_msm {
+            G2Placement::Gpu => 0,
+            G2Placement::Cpu => super::cpu_working_bytes(key),
+        }
+    }
+
     /// `gpu.products`, except for a key whose matrices did not fit on the
     /// device: the host computes its a, b and c, in synthesis.
     fn products(&self, key: &ProvingKey) -> ProductsPlacement {

@@ -36,6 +36,13 @@ pub trait Backend: Send + Sync {
         Ok(Finished::on_cpu(key, pending, blind))
     }
 
+    /// Host bytes one partition's `prove_start` and `prove_finish` allocate
+    /// beyond its witness, counted in its memory reservation: on the CPU,
+    /// H's coefficients and the MSMs' filtered scalars ([`cpu_working_bytes`]).
+    fn host_working_bytes(&self, key: &ProvingKey) -> u64 {
+        cpu_working_bytes(key)
+    }
+
     /// The keys whose bases this backend holds on its device (none on the CPU).
     fn resident_keys(&self) -> KeyResidency {
         KeyResidency::default()
@@ -58,6 +65,13 @@ pub trait Backend: Send + Sync {
     fn products(&self, _key: &ProvingKey) -> ProductsPlacement {
         ProductsPlacement::Cpu
     }
+}
+
+/// Host bytes the CPU prover allocates for one partition beyond its witness:
+/// H's coefficients over the domain and the MSMs' filtered scalars.
+pub fn cpu_working_bytes(key: &ProvingKey) -> u64 {
+    let vars = (key.vk.ic.len() + key.l.len()) as u64;
+    key.domain_size() as u64 * 32 + vars * 32
 }
 
 /// Partitions in `prove_start` on one device at once.

@@ -159,6 +159,7 @@ impl PorepBench {
             }
         }
         let provd_peak_rss = peak_rss();
+        let estimate = engine.footprint(kind.key()).total();
         drop(engine);
 
         let mut theirs = Vec::new();
@@ -219,7 +220,6 @@ impl PorepBench {
             ],
             &rows,
         );
-        let estimate = kind.footprint().total();
         println!(
             "per-partition estimate {} MiB; measured: peak RSS {} MiB over {} MiB before the runs (key resident), \
              buffer gauges peaked at {} MiB, reserved at {} MiB",

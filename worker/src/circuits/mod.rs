@@ -26,7 +26,7 @@ pub use circom::{CircomConfig, CircomKind};
 pub use filecoin::{FilecoinPorepConfig, FilecoinPorepKind};
 
 use crate::groth16::{Proof, ProvingKey};
-use crate::pipeline::{Footprint, SynthesisFn};
+use crate::pipeline::SynthesisFn;
 
 /// Public inputs of the built-in bench circuits.
 pub const BENCH_PUBLIC_INPUTS: usize = 4;
@@ -49,11 +49,6 @@ pub trait CircuitKind: Send + Sync {
     /// the kind keeps beside it): held against the memory budget.
     fn resident_bytes(&self) -> u64 {
         self.key().resident_bytes() as u64
-    }
-
-    /// Estimated bytes one partition holds in flight, before synthesis.
-    fn footprint(&self) -> Footprint {
-        Footprint::of(self.key())
     }
 
     /// Public inputs a proof carries (the constant ONE excluded).

@@ -180,7 +180,7 @@ impl CircuitsView {
                 key: c.key_source().clone(),
                 srs_bytes: c.key().resident_bytes(),
                 srs_device_bytes: service.key_device_bytes(name),
-                partition_estimate_bytes: c.footprint().total(),
+                partition_estimate_bytes: service.partition_estimate_bytes(name),
                 verifying_key_encodings: c.verifying_key_encodings().iter().map(|e| e.name()).collect(),
                 verifying_key_url: format!("/v1/circuits/{name}/verifying-key"),
             })

@@ -65,16 +65,20 @@ pub struct Footprint {
     pub aux: u64,
     /// Density bitmaps.
     pub density: u64,
-    /// Working memory of prove_start (H's coefficients, filtered scalars).
+    /// Host working memory of prove_start and prove_finish (on the CPU, H's
+    /// coefficients and filtered scalars; [`Backend::host_working_bytes`]).
     pub working: u64,
 }
 
 impl Footprint {
-    /// From the key, before any synthesis.
+    /// From the key, before any synthesis, as the CPU prover holds it: the
+    /// most any backend does. The engine admits partitions by its devices'
+    /// own ([`Engine::footprint`]).
     pub fn of(key: &ProvingKey) -> Self {
         let n = key.domain_size() as u64;
         let vars = (key.vk.ic.len() + key.l.len()) as u64;
-        Self { abc: 3 * n * 32, aux: vars * 32, density: 3 * vars.div_ceil(8), working: n * 32 + vars * 32 }
+        let working = crate::backend::cpu_working_bytes(key);
+        Self { abc: 3 * n * 32, aux: vars * 32, density: 3 * vars.div_ceil(8), working }
     }
 
     pub fn total(&self) -> u64 {
@@ -234,6 +238,14 @@ struct Shared {
 }
 
 impl Shared {
+    /// A partition of `key`'s circuit as these devices hold it: the working
+    /// memory of whichever needs the most.
+    fn footprint(&self, key: &ProvingKey) -> Footprint {
+        let most = Footprint::of(key);
+        let working = self.devices.iter().map(|d| d.backend.host_working_bytes(key)).max();
+        Footprint { working: working.unwrap_or(most.working), ..most }
+    }
+
     /// Where `key`'s a, b and c still to compute are computed: on the
     /// devices where every backend does so there, otherwise at the end of
     /// synthesis.
@@ -370,7 +382,7 @@ impl Engine {
         if spec.partitions.is_empty() {
             return Err(SubmitError::Empty);
         }
-        let need = Footprint::of(&spec.key).total();
+        let need = s.footprint(&spec.key).total();
         let room = s.budget.total() - s.budget.resident();
         if need > room {
             return Err(SubmitError::NeverFits { circuit: spec.circuit, need, budget: room });
@@ -413,6 +425,13 @@ impl Engine {
     /// partitions; `None` for an unknown job.
     pub fn outcome(&self, id: JobId) -> Option<Option<Outcome>> {
         self.job(id).map(|j| j.outcome())
+    }
+
+    /// What one partition of `key`'s circuit reserves against the memory
+    /// budget on these devices (a job whose partition can never fit is
+    /// refused).
+    pub fn footprint(&self, key: &ProvingKey) -> Footprint {
+        self.shared.footprint(key)
     }
 
     pub fn status(&self, id: JobId) -> Option<JobStatus> {
@@ -662,7 +681,7 @@ fn dispatch(s: &Arc<Shared>) {
         }
         let Some(permit) = s.permits.acquire() else { return };
         let stop = || job.is_cancelled() || s.shutdown.load(Ordering::Acquire);
-        let Some(reservation) = s.budget.reserve(Footprint::of(&job.key).total(), stop) else { continue };
+        let Some(reservation) = s.budget.reserve(s.footprint(&job.key).total(), stop) else { continue };
         let s2 = s.clone();
         s.synthesis_pool.spawn(move || synthesize_partition(&s2, next, permit, reservation));
     }
@@ -671,7 +690,7 @@ fn dispatch(s: &Arc<Shared>) {
 fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: Reservation) {
     let Queued { ticket, attempt } = p;
     let (job, index) = (ticket.job.clone(), ticket.index);
-    let fp = Footprint::of(&job.key);
+    let fp = s.footprint(&job.key);
     let synth = s.ledger.guard(BufferClass::Synth, 0, None);
     let in_stage = InStage::enter(s, Stage::Synthesis);
     job.set_stage(index, Stage::Synthesis);

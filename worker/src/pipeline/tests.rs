@@ -331,6 +331,48 @@ fn products_left_to_a_device_without_room_are_made_again_on_the_host_never_unres
     assert_all_released(&e);
 }
 
+/// A stand-in for a GPU whose MSMs all run on the device: no host working
+/// memory beyond the witness.
+struct AllOnDevice;
+
+impl Backend for AllOnDevice {
+    fn name(&self) -> &str {
+        "all-on-device"
+    }
+    fn prove_start(&self, key: &ProvingKey, w: Synthesized) -> Result<PendingProof, ProveError> {
+        CpuBackend.prove_start(key, w)
+    }
+    fn host_working_bytes(&self, _: &ProvingKey) -> u64 {
+        0
+    }
+}
+
+/// A partition reserves the host working memory of the device that needs
+/// the most, not the CPU prover's where no device needs it: a budget one
+/// byte short of the CPU's footprint proves on such a device, and is
+/// refused where a CPU backend serves beside it.
+#[test]
+fn a_partition_reserves_the_working_memory_its_devices_need() {
+    let cpu = Footprint::of(&key());
+    assert!(cpu.working > 0);
+    let config =
+        || PipelineConfig { memory_budget: MemoryBudget::Bytes(cpu.total() - 1), ..Default::default() };
+    let start = |backends: Vec<Arc<dyn Backend>>| {
+        Engine::start(config(), backends, Arc::new(Metrics::new())).unwrap()
+    };
+    let on_device = start(vec![Arc::new(AllOnDevice)]);
+    assert_eq!(on_device.footprint(&key()), Footprint { working: 0, ..cpu });
+    let st = on_device.wait(on_device.submit(job(vec![partition(1), partition(2)])).unwrap(), None).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Succeeded), "{:?}", st.error);
+    verify_all(&st);
+    assert!(on_device.budget().peak() < cpu.total());
+    assert_all_released(&on_device);
+    let mixed = start(vec![Arc::new(AllOnDevice), Arc::new(SlowGpu(Duration::ZERO))]);
+    assert_eq!(mixed.footprint(&key()), cpu);
+    let err = mixed.submit(job(vec![partition(1)])).unwrap_err();
+    assert!(matches!(err, SubmitError::NeverFits { .. }), "{err}");
+}
+
 #[test]
 fn reservations_never_exceed_the_budget_under_a_burst() {
     let fp = Footprint::of(&key()).total();
