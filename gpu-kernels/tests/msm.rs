@@ -155,6 +155,34 @@ fn msm_with_bases_streamed_from_pinned_memory() {
     assert!(msm.run_streamed(&pinned, &d_scalars, n + 1).is_err());
 }
 
+/// Bases written a chunk at a time, in another order than the host's (as
+/// H's are), sum as the reordered bases do, plain and shifted; over several
+/// chunks and a partial one.
+#[test]
+fn msm_with_bases_written_a_chunk_at_a_time() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    let msm = Msm::new(gpu.clone());
+    let n = (1 << 17) + 4321;
+    let points = affine(&random_points::<G1Projective>(n, 31));
+    let scalars = random_scalars(n, 32);
+    // position p holds point n − 1 − p
+    let reversed: Vec<G1Affine> = points.iter().rev().copied().collect();
+    let fill = |start: usize, chunk: &mut [G1Affine]| {
+        for (p, slot) in (start..).zip(chunk) {
+            *slot = points[n - 1 - p];
+        }
+    };
+    let want =
+        G1Projective::multi_exp(&reversed.iter().map(G1Projective::from).collect::<Vec<_>>(), &scalars);
+    let plain = G1Bases::upload_from(&gpu, n, fill).unwrap();
+    assert_eq!(plain.len(), n);
+    assert_eq!(msm.run(&plain, &scalars).unwrap(), want, "plain");
+    drop(plain);
+    let shifted = G1Bases::upload_shifted_from(&gpu, n, fill).unwrap();
+    assert_eq!(shifted.bytes(), G1Bases::upload_shifted(&gpu, &reversed).unwrap().bytes());
+    assert_eq!(msm.run(&shifted, &scalars).unwrap(), want, "shifted");
+}
+
 fn check_g2(msm: &Msm, gpu: &provd_kernels::Gpu, points: &[G2Projective], scalars: &[Scalar], what: &str) {
     let mut affine = vec![G2Affine::default(); points.len()];
     G2Projective::batch_normalize(points, &mut affine);

@@ -4,7 +4,9 @@
 use std::marker::PhantomData;
 
 use blstrs::G1Affine;
-use cudarc::driver::{CudaSlice, PinnedHostSlice, PushKernelArg};
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, CudaViewMut, PinnedHostSlice, PushKernelArg};
 
 use super::curve::{G1AffineRaw, MsmCurve, G1, G2};
 use super::heavy;
@@ -62,10 +64,49 @@ impl Bases<G1> {
     /// for windows of [`shifted_window_bits`]`(len)` bits: ⌈256 / c⌉ copies in
     /// all (12 at 2^24 points, 11 at 2^26), each as large as the bases.
     pub fn upload_shifted(gpu: &Gpu, points: &[G1Affine]) -> Result<Self, GpuError> {
-        let len = points.len();
-        if len == 0 {
+        if points.is_empty() {
             return Self::upload(gpu, points);
         }
+        Self::shifted_with(gpu, points.len(), |stream, copy0| {
+            stream.memcpy_htod(G1::as_raw(points), copy0).during("copying bases to the device")
+        })
+    }
+
+    /// [`Bases::upload`] of `len` bases that `fill(start, chunk)` writes a
+    /// chunk at a time, in order: for bases kept on the device in another
+    /// order than the host's, so that no reordered copy of them all is made
+    /// on the host (2^27 of H's bases are 12 GiB).
+    pub fn upload_from(
+        gpu: &Gpu,
+        len: usize,
+        fill: impl FnMut(usize, &mut [G1Affine]),
+    ) -> Result<Self, GpuError> {
+        let stream = gpu.stream();
+        let mut points = unsafe { stream.alloc::<G1AffineRaw>(len) }.during("allocating the bases")?;
+        copy_by_chunks(gpu, &mut points.slice_mut(..), fill)?;
+        Ok(Self { len, points, shift_bits: None, curve: PhantomData })
+    }
+
+    /// [`G1Bases::upload_shifted`] of `len` bases that `fill` writes a chunk
+    /// at a time, as [`Bases::upload_from`].
+    pub fn upload_shifted_from(
+        gpu: &Gpu,
+        len: usize,
+        fill: impl FnMut(usize, &mut [G1Affine]),
+    ) -> Result<Self, GpuError> {
+        if len == 0 {
+            return Self::upload(gpu, &[]);
+        }
+        Self::shifted_with(gpu, len, |_, copy0| copy_by_chunks(gpu, copy0, fill))
+    }
+
+    /// Allocates the table of shifted copies of `len` bases, has `copy0`
+    /// write the bases into its first run, and computes the others.
+    fn shifted_with(
+        gpu: &Gpu,
+        len: usize,
+        copy0: impl FnOnce(&Arc<CudaStream>, &mut CudaViewMut<'_, G1AffineRaw>) -> Result<(), GpuError>,
+    ) -> Result<Self, GpuError> {
         let c = shifted_window_bits(len);
         let Some(copies) = shifted_copies(len) else {
             return Err(GpuError::Invalid(format!(
@@ -77,9 +118,7 @@ impl Bases<G1> {
         // The bases go straight into copy 0, from which the kernel computes the others.
         let mut table = unsafe { stream.alloc::<G1AffineRaw>(len * copies as usize) }
             .during("allocating the shifted bases")?;
-        stream
-            .memcpy_htod(G1::as_raw(points), &mut table.slice_mut(..len))
-            .during("copying bases to the device")?;
+        copy0(stream, &mut table.slice_mut(..len))?;
         let f = gpu.function("msm_shift_bases")?;
         let mut b = stream.launch_builder(&f);
         let n32 = len as u32;
@@ -89,6 +128,31 @@ impl Bases<G1> {
         gpu.synchronize()?;
         Ok(Self { points: table, len, shift_bits: Some(c), curve: PhantomData })
     }
+}
+
+/// Bases [`Bases::upload_from`] writes on the host at a time (6 MiB).
+const FILL_CHUNK: usize = 1 << 16;
+
+/// Copies into `dst` the bases `fill` writes, [`FILL_CHUNK`] at a time
+/// through one host buffer.
+fn copy_by_chunks(
+    gpu: &Gpu,
+    dst: &mut CudaViewMut<'_, G1AffineRaw>,
+    mut fill: impl FnMut(usize, &mut [G1Affine]),
+) -> Result<(), GpuError> {
+    let len = dst.len();
+    let mut chunk = vec![G1Affine::default(); FILL_CHUNK.min(len)];
+    let stream = gpu.stream();
+    for start in (0..len).step_by(FILL_CHUNK) {
+        let part = &mut chunk[..FILL_CHUNK.min(len - start)];
+        fill(start, part);
+        stream
+            .memcpy_htod(G1::as_raw(part), &mut dst.slice_mut(start..start + part.len()))
+            .during("copying bases to the device")?;
+        // the buffer is written again next round
+        gpu.synchronize()?;
+    }
+    Ok(())
 }
 
 /// How many copies (the bases included) [`G1Bases::upload_shifted`] makes

@@ -178,22 +178,26 @@ impl DeviceKey {
         let log_n = n.trailing_zeros();
         // position p holds the base of scalar i (bitrev(p) when bit-reversed);
         // a scalar with no base (bellperson's coefficient n−1, always zero)
-        // gets the identity.
-        let mut h = vec![G1Affine::default(); n];
-        for (p, slot) in h.iter_mut().enumerate() {
-            let i = match h_order(key.reduction) {
-                Order::BitReversed if log_n > 0 => p.reverse_bits() >> (usize::BITS - log_n),
-                _ => p,
-            };
-            if let Some(b) = key.h.get(i) {
-                *slot = *b;
+        // gets the identity. Written a chunk at a time: a reordered copy of
+        // them all would be n × 96 host bytes that no budget counts.
+        let h_bases = |start: usize, chunk: &mut [G1Affine]| {
+            for (p, slot) in (start..).zip(chunk) {
+                let i = match h_order(key.reduction) {
+                    Order::BitReversed if log_n > 0 => p.reverse_bits() >> (usize::BITS - log_n),
+                    _ => p,
+                };
+                *slot = key.h.get(i).copied().unwrap_or_default();
             }
-        }
+        };
+        let h = match layout {
+            BasesLayout::Shifted => G1Bases::upload_shifted_from(gpu, n, h_bases)?,
+            BasesLayout::Plain => G1Bases::upload_from(gpu, n, h_bases)?,
+        };
         let inputs = key.vk.ic.len();
         Ok(Self {
             fingerprint: key.fingerprint(),
             layout,
-            h: large(&h)?,
+            h,
             l: large(&key.l)?,
             a_inputs: G1Bases::upload(gpu, &key.a[..inputs])?,
             a_aux: large(&key.a[inputs..])?,
