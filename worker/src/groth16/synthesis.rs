@@ -165,10 +165,6 @@ impl Products {
     pub fn unsatisfied(&self) -> ProveError {
         (self.explain)()
     }
-
-    pub fn host_bytes(&self) -> HostBytes {
-        self.host
-    }
 }
 
 impl std::fmt::Debug for Products {

@@ -725,7 +725,12 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     // them on the host, unreserved (`ProveError::NoRoomForProducts`), and the
     // partition goes round again with a, b, c computed in synthesis.
     let abc_reserved = reservation.split(fp.abc);
-    let abc_reserved = (!witness.release_host_products()).then_some(abc_reserved);
+    let abc_reserved = if witness.release_host_products() {
+        drop(abc_reserved);
+        None
+    } else {
+        Some(abc_reserved)
+    };
     let abc_bytes = witness.abc_host_bytes() as u64;
     let vars = (witness.input_assignment.len() + witness.aux_assignment.len()) as u64;
     let density_bytes = (witness.a_aux_density.heap_bytes()
