@@ -233,14 +233,10 @@ impl crate::fleet::Runner for ServiceRunner {
         // The decoded witness holds its place in the budget until the
         // partition ends, as a submitted one does.
         let held = match kind.witness_bytes() {
-            Some(bytes) => {
-                Some(s.engine.hold_witness(bytes, s.engine.footprint(kind.key()).total()).map_err(
-                    |e| match e {
-                        WitnessDoesNotFit::Never { .. } => RunError::Invalid(e.to_string()),
-                        WitnessDoesNotFit::NotNow { .. } => RunError::NotNow(e.to_string()),
-                    },
-                )?)
-            }
+            Some(bytes) => Some(s.engine.hold_witness(bytes, kind.key()).map_err(|e| match e {
+                WitnessDoesNotFit::Never { .. } => RunError::Invalid(e.to_string()),
+                WitnessDoesNotFit::NotNow { .. } => RunError::NotNow(e.to_string()),
+            })?),
             None => None,
         };
         let work = match &claim.witness {
@@ -579,8 +575,7 @@ impl Service {
                 served.kind.kind()
             ))
         })?;
-        let footprint = self.engine.footprint(served.kind.key()).total();
-        Ok((bytes, self.engine.hold_witness(2 * bytes, footprint)?))
+        Ok((bytes, self.engine.hold_witness(2 * bytes, served.kind.key())?))
     }
 
     /// Validates a request's witnesses with the circuit's kind and submits
@@ -688,10 +683,7 @@ impl Service {
             Witnesses::Json(partitions) => {
                 let count = partitions.len() as u64;
                 let mut held = match kind.witness_bytes() {
-                    Some(per) => {
-                        let footprint = self.engine.footprint(kind.key()).total();
-                        Some((per, self.engine.hold_witness(per * count, footprint)?))
-                    }
+                    Some(per) => Some((per, self.engine.hold_witness(per * count, kind.key())?)),
                     None => None,
                 };
                 let stored = if journaled {

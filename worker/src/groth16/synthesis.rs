@@ -145,10 +145,9 @@ pub struct Products {
 /// Whether the host memory that a, b and c would take is held for them, so
 /// that they may still be computed on the host (by a GPU backend with no
 /// room for the matrices on its device, say).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HostBytes {
     /// Held, or not counted at all (a caller outside the pipeline).
-    #[default]
     Held,
     /// Released, once synthesis left the products to a device: computing
     /// them on the host would take bytes no budget counts, so

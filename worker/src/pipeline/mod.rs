@@ -584,8 +584,13 @@ impl Engine {
     }
 
     /// Holds `bytes` of received witnesses against the budget now, leaving
-    /// room for a partition of `footprint` bytes to run.
-    pub fn hold_witness(&self, bytes: u64, footprint: u64) -> Result<memory::HeldWitness, WitnessDoesNotFit> {
+    /// room for a partition of `key`'s circuit to run ([`Engine::footprint`]).
+    pub fn hold_witness(
+        &self,
+        bytes: u64,
+        key: &ProvingKey,
+    ) -> Result<memory::HeldWitness, WitnessDoesNotFit> {
+        let footprint = self.footprint(key).total();
         let budget = &self.shared.budget;
         let room = budget.total() - budget.resident();
         if bytes + footprint > room {
