@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use provd::fleet::{Claim, PartitionResult, Queue, Written};
 use provd::groth16::Verifier;
 use provd::jobs::journal::{AcceptedJob, StoredWitness};
-use provd::jobs::JobId;
+use provd::pipeline::JobId;
 use provd::telemetry::labels::{Outcome, Stage};
 use provd_e2e::{partition_proof, provd, raw_request, Postgres, Server};
 use serde_json::Value;

@@ -63,7 +63,7 @@ pub fn partition_proof(p: &serde_json::Value) -> (provd::groth16::Proof, Vec<bls
         .as_array()
         .unwrap_or_else(|| panic!("no public inputs in {p}"))
         .iter()
-        .map(|v| provd::circuits::parse_scalar(v.as_str().unwrap()).unwrap())
+        .map(|v| provd::groth16::parse_scalar(v.as_str().unwrap()).unwrap())
         .collect();
     (provd::groth16::Proof::from_bytes(&bytes).unwrap(), inputs)
 }

@@ -14,6 +14,7 @@ pub mod bench;
 pub mod circuits;
 #[cfg(feature = "service")]
 pub mod config;
+mod data_dir;
 #[cfg(feature = "service")]
 pub mod demo;
 #[cfg(feature = "service")]
@@ -22,11 +23,11 @@ pub mod groth16;
 #[cfg(feature = "service")]
 pub mod http;
 pub mod jobs;
-pub mod params;
 pub mod pipeline;
 mod prover;
 #[cfg(feature = "service")]
 pub mod service;
 pub mod telemetry;
 
+pub use data_dir::default_data_dir;
 pub use prover::{Prover, ProverError, VerifiedProof};

@@ -7,8 +7,9 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use provd::backend::{BackendChoice, CudaOptions};
+use provd::circuits::key_cache;
 use provd::circuits::{Builtin, CircuitConfig};
-use provd::{bench, params};
+use provd::{bench, default_data_dir};
 
 #[derive(Parser)]
 #[command(name = "provd", version, about = "GPU proving worker: split Groth16 over BLS12-381")]
@@ -20,7 +21,7 @@ struct Cli {
 #[derive(clap::Args, Clone)]
 struct Common {
     /// Where cached keys and compiled kernels live.
-    #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = params::default_data_dir())]
+    #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = default_data_dir())]
     data_dir: PathBuf,
     /// auto: the GPU if one is usable, else the CPU (and say why).
     #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
@@ -155,7 +156,7 @@ enum ParamsCommand {
         /// Also time bellperson's generate_random_parameters on the same circuit.
         #[arg(long, value_parser = ["bellperson"])]
         vs: Option<String>,
-        #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = params::default_data_dir())]
+        #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = default_data_dir())]
         data_dir: PathBuf,
     },
 }
@@ -176,7 +177,7 @@ enum VkCommand {
         /// Output file; `-` or absent: stdout.
         #[arg(long)]
         out: Option<PathBuf>,
-        #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = params::default_data_dir())]
+        #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = default_data_dir())]
         data_dir: PathBuf,
     },
 }
@@ -286,7 +287,7 @@ enum BenchCommand {
         /// Time the G2 MSM (the B query) instead of G1: resident bases against blst.
         #[arg(long)]
         g2: bool,
-        #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = params::default_data_dir())]
+        #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = default_data_dir())]
         data_dir: PathBuf,
     },
     /// GPU NTTs over Fr (forward, natural order, and the H chain).
@@ -300,7 +301,7 @@ enum BenchCommand {
         warmup: usize,
         #[arg(long, default_value = "bench-results/ntt.json")]
         json: PathBuf,
-        #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = params::default_data_dir())]
+        #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = default_data_dir())]
         data_dir: PathBuf,
     },
 }
@@ -327,7 +328,7 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
     provd::telemetry::logging::install_panic_hook();
     match Cli::parse().command {
         Command::Prove { circuit, seed, common } => {
-            let key = params::load_or_generate(&common.data_dir, circuit)?;
+            let key = key_cache::load_or_generate(&common.data_dir, circuit)?;
             let prover =
                 provd::Prover::with_options(common.backend, &common.data_dir, &common.cuda_options())?;
             let t = Instant::now();
@@ -372,12 +373,12 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
         Command::Verify { vk, proof, public } => return verify(&vk, &proof, &public),
         Command::Groth16 { command } => groth16(command)?,
         Command::Params { command: ParamsCommand::Gen { circuit, force, vs, data_dir } } => {
-            let path = params::key_path(&data_dir, circuit);
+            let path = key_cache::key_path(&data_dir, circuit);
             if force && path.exists() {
                 std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
             }
             let t = Instant::now();
-            let key = params::load_or_generate(&data_dir, circuit)?;
+            let key = key_cache::load_or_generate(&data_dir, circuit)?;
             println!(
                 "{circuit}: key at {} ({:.1} MiB of points) in {:.2} s",
                 path.display(),
@@ -504,7 +505,7 @@ fn verify(
     let inputs = inputs
         .iter()
         .enumerate()
-        .map(|(i, s)| provd::circuits::parse_scalar(s).map_err(|e| anyhow::anyhow!("public input {i}: {e}")))
+        .map(|(i, s)| provd::groth16::parse_scalar(s).map_err(|e| anyhow::anyhow!("public input {i}: {e}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
     match provd::groth16::Verifier::new(&vk).verify(&proof, &inputs) {
         Ok(()) => {
@@ -554,7 +555,7 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Prove { circuit, runs, vs, baseline, json, common } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");
-            let key = params::load_or_generate(&common.data_dir, circuit)?;
+            let key = key_cache::load_or_generate(&common.data_dir, circuit)?;
             let backend =
                 provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?.first();
             bench::prove::ProveBench { circuit, runs, vs_bellperson: vs.is_some(), baseline, json }
@@ -580,7 +581,7 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             common,
         } => {
             anyhow::ensure!(jobs > 0 && partitions > 0, "--jobs and --partitions must be at least 1");
-            let key = std::sync::Arc::new(params::load_or_generate(&common.data_dir, circuit)?);
+            let key = std::sync::Arc::new(key_cache::load_or_generate(&common.data_dir, circuit)?);
             let devices = match devices.as_str() {
                 "all" => provd::backend::DeviceSet::All,
                 list => provd::backend::DeviceSet::List(

@@ -70,7 +70,7 @@ impl Prover {
     /// A prover on `choice`, caching compiled GPU kernels under provd's data
     /// directory (`PROVD_DATA_DIR`, else `~/.local/share/provd`).
     pub fn new(choice: BackendChoice) -> Result<Self, ProverError> {
-        Self::with_data_dir(choice, &crate::params::default_data_dir())
+        Self::with_data_dir(choice, &crate::default_data_dir())
     }
 
     /// As [`Prover::new`], with compiled kernels cached under `data_dir/kernels`.

@@ -13,8 +13,8 @@ use std::io::Cursor;
 use std::path::Path;
 
 use provd::circuits::circom::{R1cs, Witness, Zkey};
-use provd::circuits::{parse_scalar, BenchConfig, CircuitConfig, CircuitKind};
-use provd::groth16::{PointCheck, ProvingKey};
+use provd::circuits::{BenchConfig, CircuitConfig, CircuitKind};
+use provd::groth16::{parse_scalar, PointCheck, ProvingKey};
 
 /// Byte overwrites (offset, value) and a length to cut the input to.
 type Edits = (Vec<(u16, u8)>, Option<u16>);

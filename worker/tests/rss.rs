@@ -40,9 +40,7 @@ fn rss_growth_of_a_partition_matches_its_estimate() {
             circuit: format!("bench-{K}"),
             key: key.clone(),
             verifier: None,
-            witness_check: provd::jobs::WitnessCheck::BySynthesis,
-            witnesses: Vec::new(),
-            id: None,
+            witness_check: provd::groth16::WitnessCheck::BySynthesis,
             partitions: vec![Arc::new(move || synthesize(BenchCircuit::new(K, 4, Some(seed))))],
         };
         let id = engine.submit(spec).unwrap();

@@ -115,10 +115,8 @@ impl PipelineBench {
                 circuit: self.circuit.to_string(),
                 key: key.clone(),
                 verifier: Some(verifier.clone()),
-                witness_check: crate::jobs::WitnessCheck::BySynthesis,
+                witness_check: crate::groth16::WitnessCheck::BySynthesis,
                 partitions,
-                witnesses: Vec::new(),
-                id: None,
             })?);
         }
         // Sample the device's busy counter while the queue in front of it is

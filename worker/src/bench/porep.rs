@@ -125,10 +125,8 @@ impl PorepBench {
                 circuit: config.name.clone(),
                 key: key.clone(),
                 verifier: Some(verifier.clone()),
-                witness_check: crate::jobs::WitnessCheck::BySynthesis,
+                witness_check: crate::groth16::WitnessCheck::BySynthesis,
                 partitions,
-                witnesses: Vec::new(),
-                id: None,
             })?;
             let status = loop {
                 let s = engine.status(id).context("the job vanished")?;

@@ -20,13 +20,14 @@ use std::sync::Arc;
 use blstrs::Scalar;
 use serde::Deserialize;
 
+pub use bench::key_cache;
 pub use bench::{BenchCircuit, BenchConfig, BenchKind, Builtin, Shape, UnknownCircuit};
 pub use circom::{CircomConfig, CircomKind};
 #[cfg(feature = "filecoin")]
 pub use filecoin::{FilecoinPorepConfig, FilecoinPorepKind};
 
-use crate::groth16::{Proof, ProvingKey};
-use crate::pipeline::SynthesisFn;
+use crate::groth16::SynthesisFn;
+use crate::groth16::{format_scalar, Proof, ProvingKey};
 
 /// Public inputs of the built-in bench circuits.
 pub const BENCH_PUBLIC_INPUTS: usize = 4;
@@ -83,8 +84,8 @@ pub trait CircuitKind: Send + Sync {
 
     /// Whether synthesis checks each witness against the circuit's
     /// constraints (so that a proof failing verification is the device's fault).
-    fn witness_check(&self) -> crate::jobs::WitnessCheck {
-        crate::jobs::WitnessCheck::BySynthesis
+    fn witness_check(&self) -> crate::groth16::WitnessCheck {
+        crate::groth16::WitnessCheck::BySynthesis
     }
 
     /// Bytes one partition's witness holds in memory from its arrival until
@@ -246,80 +247,12 @@ pub enum LoadError {
     #[error("circuit '{circuit}': {reason}")]
     Config { circuit: String, reason: String },
     #[error(transparent)]
-    Generated(#[from] crate::params::KeyCacheError),
-}
-
-/// "0x…" big-endian hex (or decimal) → a field element below the modulus.
-/// Values at or above the modulus are refused in both notations.
-pub fn parse_scalar(s: &str) -> Result<Scalar, String> {
-    use ff::PrimeField;
-    let s = s.trim();
-    let value = if let Some(hex) = s.strip_prefix("0x") {
-        if hex.is_empty() || hex.len() > 64 {
-            return Err(format!("'{s}' is not 1 to 64 hex digits after 0x"));
-        }
-        let padded = format!("{hex:0>64}");
-        let mut bytes = [0u8; 32];
-        hex::decode_to_slice(&padded, &mut bytes).map_err(|_| format!("'{s}' is not hexadecimal"))?;
-        bytes.reverse();
-        Option::from(Scalar::from_repr(bytes))
-    } else {
-        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(format!("'{s}' is neither 0x-hex nor a decimal number"));
-        }
-        // from_str_vartime reduces modulo r: refuse r and above first, by
-        // comparing digit strings of equal length.
-        let digits = match s.trim_start_matches('0') {
-            "" => "0",
-            d => d,
-        };
-        let below_r =
-            digits.len() < R_DECIMAL.len() || (digits.len() == R_DECIMAL.len() && digits < R_DECIMAL);
-        Scalar::from_str_vartime(digits).filter(|_| below_r)
-    };
-    value.ok_or_else(|| format!("'{s}' is not below the BLS12-381 scalar field modulus"))
-}
-
-/// The scalar field's modulus r in decimal.
-const R_DECIMAL: &str = "52435875175126190479447740508185965837690552500527637822603658699938581184513";
-
-/// A field element as "0x…" big-endian hex.
-pub fn format_scalar(x: &Scalar) -> String {
-    use ff::PrimeField;
-    let mut bytes = x.to_repr();
-    bytes.as_mut().reverse();
-    format!("0x{}", hex::encode(bytes))
+    Generated(#[from] bench::key_cache::KeyCacheError),
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ff::Field;
-
-    #[test]
-    fn scalars_round_trip_through_hex_and_parse_decimal() {
-        let x = Scalar::random(&mut rand::rngs::OsRng);
-        assert_eq!(parse_scalar(&format_scalar(&x)).unwrap(), x);
-        assert_eq!(parse_scalar("0x2a").unwrap(), Scalar::from(42));
-        assert_eq!(parse_scalar("42").unwrap(), Scalar::from(42));
-        assert_eq!(parse_scalar("0042").unwrap(), Scalar::from(42));
-        assert_eq!(parse_scalar("0").unwrap(), Scalar::ZERO);
-        let r_minus_1 = "52435875175126190479447740508185965837690552500527637822603658699938581184512";
-        assert_eq!(parse_scalar(r_minus_1).unwrap(), -Scalar::ONE);
-        let r = R_DECIMAL;
-        for bad in [
-            "",
-            "0x",
-            "0xzz",
-            "-1",
-            "1.5",
-            r,
-            &format!("0x{}", "f".repeat(64)),
-            &format!("0x{}", "1".repeat(65)),
-        ] {
-            assert!(parse_scalar(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn circuit_entries_name_their_kind() {

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use prometheus::{Gauge, IntCounter, IntGauge, IntGaugeVec, Opts, Registry};
 use serde::Deserialize;
 
-use crate::jobs::{JobId, JobStatus};
+use crate::pipeline::{JobId, JobStatus};
 use crate::telemetry::labels::Outcome;
 pub use queue::{Claim, PartitionResult, Queue, QueueError, QueueStats, Written};
 

@@ -21,7 +21,7 @@ use postgres::{Client, NoTls, Transaction};
 
 use crate::groth16::Proof;
 use crate::jobs::journal::{inputs_from_text, inputs_to_text, AcceptedJob, StoredWitness};
-use crate::jobs::{JobId, JobStatus, PartitionStatus, StageTimes};
+use crate::pipeline::{JobId, JobStatus, PartitionStatus, StageTimes};
 use crate::telemetry::labels::{Outcome, Stage};
 
 mod migrations {

@@ -11,6 +11,7 @@ pub mod msm;
 mod proof;
 pub mod prover;
 pub mod qap;
+mod scalar_text;
 pub mod sparse;
 pub mod synthesis;
 mod verify;
@@ -21,7 +22,8 @@ pub use matrices::Matrices;
 pub use proof::{Proof, ProofDecodeError};
 pub use prover::{Blinding, Finished, PendingProof, StepTime};
 pub use qap::Reduction;
-pub use synthesis::{synthesize, Density, Synthesized};
+pub use scalar_text::{format_scalar, parse_scalar};
+pub use synthesis::{synthesize, Density, SynthesisFn, Synthesized, WitnessCheck};
 pub use verify::{Verifier, VerifyError};
 
 #[cfg(test)]

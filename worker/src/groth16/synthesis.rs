@@ -16,6 +16,25 @@ use rayon::prelude::*;
 use super::error::ProveError;
 use super::matrices::Matrices;
 
+/// Produces one partition's witness (runs on the synthesis pool). It can run
+/// again: a partition whose device failed is synthesized anew for another.
+pub type SynthesisFn = Arc<dyn Fn() -> Result<Synthesized, ProveError> + Send + Sync>;
+
+/// Whether a job's synthesis checks that each witness satisfies the circuit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WitnessCheck {
+    /// Every constraint is checked before the proof is made (in synthesis,
+    /// or on the device right after it computes a, b and c there): a proof
+    /// that then fails verification is the device's fault.
+    #[default]
+    BySynthesis,
+    /// Nothing checks the witness before proving (a circom circuit served
+    /// without its r1cs): a proof that fails verification may be the
+    /// witness's fault, so it fails its partition without counting against
+    /// the device (a client cannot take devices out of service).
+    Unchecked,
+}
+
 /// Which variables of one kind (inputs or aux) occur in a query. The MSM of that
 /// query runs over exactly the set bits, matching the points the key holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -19,8 +19,8 @@ use super::wire::{
     VkQuery,
 };
 use super::{ApiError, AppState};
-use crate::pipeline::{JobId, SubmitError};
-use crate::service::{RequestError, Witnesses};
+use crate::pipeline::JobId;
+use crate::service::Witnesses;
 
 /// Runs blocking service work off the async threads.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
@@ -52,7 +52,7 @@ pub async fn prove(
     req: Request,
 ) -> Result<Response, ApiError> {
     if state.draining.load(Ordering::Acquire) {
-        return Err(RequestError::Submit(SubmitError::ShuttingDown).into());
+        return Err(ApiError::shutting_down());
     }
     let key = idempotency_key(req.headers())?;
     let service = state.service.clone();
@@ -100,7 +100,7 @@ pub async fn prove(
         let job = req.job().map_err(ApiError::bad_request)?;
         blocking(move || service.submit_job(&circuit, job, key)).await??
     };
-    let (id, replayed) = (submitted.id(), matches!(submitted, crate::pipeline::Submitted::Existing(_)));
+    let (id, replayed) = (submitted.id(), matches!(submitted, crate::service::Submitted::Existing(_)));
     if q.wait {
         let status = ended(&state.service, id)
             .await?

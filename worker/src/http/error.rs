@@ -4,7 +4,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use crate::service::{RequestError, VkError};
+use crate::service::{Refusal, RequestError, VkError};
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -22,6 +22,12 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, message)
     }
 
+    /// 503: this worker is draining.
+    pub fn shutting_down() -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "provd is shutting down; send the job to another worker")
+            .retry_after(10)
+    }
+
     pub fn retry_after(mut self, secs: u64) -> Self {
         self.retry_after = Some(secs);
         self
@@ -30,35 +36,14 @@ impl ApiError {
 
 impl From<RequestError> for ApiError {
     fn from(e: RequestError) -> Self {
-        use crate::pipeline::SubmitError;
-        match &e {
-            RequestError::UnknownCircuit { .. } | RequestError::Invalid(_) => {
-                Self::bad_request(e.to_string())
-            }
-            RequestError::QueueFull { .. } => {
-                Self::new(StatusCode::TOO_MANY_REQUESTS, e.to_string()).retry_after(5)
-            }
-            RequestError::Submit(SubmitError::KeyReused { .. }) => {
-                Self::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())
-            }
-            RequestError::Submit(SubmitError::NeverFits { .. })
-            | RequestError::Submit(SubmitError::Empty) => Self::bad_request(e.to_string()),
-            RequestError::Witness(crate::pipeline::WitnessDoesNotFit::Never { .. }) => {
-                Self::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string())
-            }
-            RequestError::Witness(crate::pipeline::WitnessDoesNotFit::NotNow { .. }) => {
-                Self::new(StatusCode::TOO_MANY_REQUESTS, e.to_string()).retry_after(5)
-            }
-            RequestError::UnsupportedBody(_) => Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, e.to_string()),
-            RequestError::TooLarge(_) => Self::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
-            RequestError::Submit(SubmitError::Journal(_)) => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).retry_after(10)
-            }
-            RequestError::Submit(SubmitError::ShuttingDown) => Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "provd is shutting down; send the job to another worker",
-            )
-            .retry_after(10),
+        match e.refusal() {
+            Refusal::BadInput => Self::bad_request(e.to_string()),
+            Refusal::TooLarge => Self::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
+            Refusal::UnsupportedBody => Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, e.to_string()),
+            Refusal::Conflict => Self::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+            Refusal::Busy => Self::new(StatusCode::TOO_MANY_REQUESTS, e.to_string()).retry_after(5),
+            Refusal::Unavailable => Self::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).retry_after(10),
+            Refusal::ShuttingDown => Self::shutting_down(),
         }
     }
 }
@@ -72,7 +57,7 @@ impl From<crate::service::Unavailable> for ApiError {
 impl From<VkError> for ApiError {
     fn from(e: VkError) -> Self {
         match &e {
-            VkError::UnknownCircuit { .. } => Self::new(StatusCode::NOT_FOUND, e.to_string()),
+            VkError::UnknownCircuit(_) => Self::new(StatusCode::NOT_FOUND, e.to_string()),
             VkError::Encoding(_) => Self::bad_request(e.to_string()),
         }
     }

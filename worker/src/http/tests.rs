@@ -1,9 +1,10 @@
 //! The router in process (`tower::ServiceExt::oneshot`): every route's
-//! success and error shapes, on a circuit kind defined here, outside
-//! `circuits/`: the kind seam needs nothing else to serve a new kind.
+//! success and error shapes, on a circuit kind defined outside `circuits/`
+//! (the service's tests' `SquareKind`): the kind seam needs nothing else to
+//! serve a new kind.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
@@ -14,46 +15,11 @@ use tower::ServiceExt;
 
 use super::{router, AppState};
 use crate::backend::CpuBackend;
-use crate::circuits::{CircuitKind, KeySource, WitnessError};
+use crate::circuits::KeySource;
 use crate::config::Config;
-use crate::groth16::tests::Square;
-use crate::groth16::{keygen, synthesize, ProvingKey, VerifyingKey};
-use crate::pipeline::SynthesisFn;
+use crate::groth16::VerifyingKey;
+use crate::service::tests::{square_key, SquareKind};
 use crate::service::Service;
-
-/// A kind that exists only in this test: witnesses are `{"x": N}`.
-struct SquareKind {
-    key: Arc<ProvingKey>,
-    source: KeySource,
-}
-
-impl CircuitKind for SquareKind {
-    fn kind(&self) -> &'static str {
-        "square"
-    }
-    fn key(&self) -> &Arc<ProvingKey> {
-        &self.key
-    }
-    fn key_source(&self) -> &KeySource {
-        &self.source
-    }
-    fn constraints(&self) -> usize {
-        2
-    }
-    fn partition(&self, index: usize, witness: Value) -> Result<SynthesisFn, WitnessError> {
-        let x = witness["x"]
-            .as_u64()
-            .filter(|x| *x < 1 << 32)
-            .ok_or_else(|| WitnessError(format!("partition {index}: expected {{\"x\": N}} with N < 2^32")))?;
-        Ok(Arc::new(move || synthesize(Square(Some(x)))))
-    }
-}
-
-fn square_key() -> Arc<ProvingKey> {
-    static KEY: OnceLock<Arc<ProvingKey>> = OnceLock::new();
-    KEY.get_or_init(|| Arc::new(keygen::generate_test_key(Square(None), &mut rand::rngs::OsRng).unwrap()))
-        .clone()
-}
 
 fn state(token: Option<&str>) -> Arc<AppState> {
     let mut config = Config::default();
@@ -130,7 +96,7 @@ async fn prove_and_jobs() {
         .collect();
     assert_eq!(
         inputs,
-        [crate::circuits::format_scalar(&Scalar::from(9)), crate::circuits::format_scalar(&Scalar::from(16))]
+        [crate::groth16::format_scalar(&Scalar::from(9)), crate::groth16::format_scalar(&Scalar::from(16))]
     );
     assert!(
         job["partitions"][0]["seconds"]["verify"].as_f64().is_some(),

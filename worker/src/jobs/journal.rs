@@ -16,13 +16,13 @@
 
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use blstrs::Scalar;
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::JobId;
 use crate::groth16::Proof;
+
+pub use crate::pipeline::{now_ms, EndedJob, EndedPartition, JobId, JobObserver, ProvedPartition};
 use crate::telemetry::labels::{Outcome, Stage};
 
 /// A partition's witness as the request gave it, kept to run it again.
@@ -42,35 +42,12 @@ pub struct AcceptedJob {
     pub idempotency: Option<(String, [u8; 32])>,
 }
 
-/// A partition's end as the journal keeps it.
+/// A job that ended before the restart, as the journal kept it.
 #[derive(Clone, Debug)]
-pub struct EndedPartition {
-    pub stage: Stage,
-    pub proof: Option<Proof>,
-    pub public_inputs: Vec<Scalar>,
-    pub error: Option<String>,
-}
-
-/// A job that ended before the restart, to be served until it expires.
-#[derive(Clone, Debug)]
-pub struct EndedJob {
-    pub id: JobId,
-    pub circuit: String,
-    pub outcome: Outcome,
-    pub error: Option<String>,
-    pub created_ms: u64,
-    pub ended_ms: u64,
-    pub partitions: Vec<EndedPartition>,
+pub struct EndedRecord {
+    pub job: EndedJob,
+    /// The client's idempotency key and its request's digest.
     pub idempotency: Option<(String, [u8; 32])>,
-}
-
-/// A partition that ended with a proof before a restart, in a job that had
-/// not ended: its proof is kept and the partition is not proved again.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ProvedPartition {
-    pub index: usize,
-    pub proof: Proof,
-    pub public_inputs: Vec<Scalar>,
 }
 
 /// A job accepted and not ended before a restart.
@@ -111,7 +88,7 @@ pub const SPOOL_OVER: usize = 64 << 20;
 /// What the journal held when it was opened.
 #[derive(Debug, Default)]
 pub struct Recovered {
-    pub ended: Vec<EndedJob>,
+    pub ended: Vec<EndedRecord>,
     /// Accepted and not ended: to run again (or fail, by config).
     pub unfinished: Vec<UnfinishedJob>,
 }
@@ -136,15 +113,14 @@ pub enum JournalFault {
     NoWitness { job: JobId, index: usize },
 }
 
-/// Durable record of jobs. Writes of ends are best effort (logged when they
-/// fail): the job's own state in memory is what clients see while it lives.
-pub trait Journal: Send + Sync {
+/// Durable record of jobs. It observes the engine's partition and job ends;
+/// writes of ends are best effort (logged when they fail): the job's own
+/// state in memory is what clients see while it lives.
+pub trait Journal: JobObserver {
     /// Records an accepted job, durably, before it is acknowledged. A job
     /// already recorded (run again after a restart) is marked queued, and so
     /// are its partitions but those that ended with a proof, which keep it.
     fn accepted(&self, job: &AcceptedJob) -> Result<(), JournalError>;
-    fn partition_ended(&self, id: JobId, index: usize, ended: &EndedPartition);
-    fn job_ended(&self, id: JobId, outcome: Outcome, error: Option<&str>);
     /// Drops jobs that ended more than `age_ms` ago.
     fn forget_ended(&self, age_ms: u64);
     /// The bytes of a binary witness that [`SqliteJournal::open`] left on disk.
@@ -153,7 +129,7 @@ pub trait Journal: Send + Sync {
 
 /// Public inputs as the stores keep them: a JSON list of "0x…" strings.
 pub fn inputs_to_text(inputs: &[Scalar]) -> String {
-    serde_json::to_string(&inputs.iter().map(crate::circuits::format_scalar).collect::<Vec<_>>())
+    serde_json::to_string(&inputs.iter().map(crate::groth16::format_scalar).collect::<Vec<_>>())
         .expect("strings encode")
 }
 
@@ -161,12 +137,8 @@ pub fn inputs_to_text(inputs: &[Scalar]) -> String {
 /// proof's check against them then fails loudly).
 pub fn inputs_from_text(text: &str) -> Vec<Scalar> {
     serde_json::from_str::<Vec<String>>(text)
-        .map(|v| v.iter().filter_map(|s| crate::circuits::parse_scalar(s).ok()).collect())
+        .map(|v| v.iter().filter_map(|s| crate::groth16::parse_scalar(s).ok()).collect())
         .unwrap_or_default()
-}
-
-pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 const SCHEMA: &str = "
@@ -343,14 +315,16 @@ impl SqliteJournal {
                 })?
                 .collect::<rusqlite::Result<_>>()?;
             match outcome_from(&state) {
-                Some(outcome) => out.ended.push(EndedJob {
-                    id: job_id,
-                    circuit,
-                    outcome,
-                    error,
-                    created_ms: created_ms as u64,
-                    ended_ms: ended_ms.unwrap_or(created_ms) as u64,
-                    partitions: partitions.into_iter().map(|(_, p)| p).collect(),
+                Some(outcome) => out.ended.push(EndedRecord {
+                    job: EndedJob {
+                        id: job_id,
+                        circuit,
+                        outcome,
+                        error,
+                        created_ms: created_ms as u64,
+                        ended_ms: ended_ms.unwrap_or(created_ms) as u64,
+                        partitions: partitions.into_iter().map(|(_, p)| p).collect(),
+                    },
                     idempotency,
                 }),
                 None => {
@@ -469,6 +443,39 @@ impl Journal for SqliteJournal {
         written.map_err(|e| JournalError { path: self.path.clone(), source: e.into() })
     }
 
+    fn forget_ended(&self, age_ms: u64) {
+        let cutoff = now_ms().saturating_sub(age_ms) as i64;
+        // (An ended job's witness files went with its end: job_ended.)
+        let r = self
+            .lock()
+            .execute("DELETE FROM jobs WHERE ended_ms IS NOT NULL AND ended_ms < ?1", params![cutoff]);
+        if let Err(e) = r {
+            self.log_failure("the expiry of ended jobs", e);
+        }
+    }
+
+    fn read_witness(&self, at: &OnDisk) -> Result<Vec<u8>, JournalError> {
+        let fail = |source: JournalFault| JournalError { path: self.path.clone(), source };
+        match at {
+            OnDisk::File(path) => std::fs::read(path).map_err(|e| {
+                fail(std::io::Error::new(e.kind(), format!("reading {}: {e}", path.display())).into())
+            }),
+            OnDisk::Row { job, index } => self
+                .lock()
+                .query_row(
+                    "SELECT witness_bin FROM partitions WHERE job_id = ?1 AND idx = ?2",
+                    params![job.to_string(), *index as i64],
+                    |r| r.get::<_, Option<Vec<u8>>>(0),
+                )
+                .optional()
+                .map_err(|e| fail(e.into()))?
+                .flatten()
+                .ok_or_else(|| fail(JournalFault::NoWitness { job: *job, index: *index })),
+        }
+    }
+}
+
+impl JobObserver for SqliteJournal {
     fn partition_ended(&self, id: JobId, index: usize, ended: &EndedPartition) {
         let state = match ended.stage {
             Stage::Done => "done",
@@ -507,37 +514,6 @@ impl Journal for SqliteJournal {
         match r {
             Ok(files) => self.unspool(files),
             Err(e) => self.log_failure("a job's end", e),
-        }
-    }
-
-    fn forget_ended(&self, age_ms: u64) {
-        let cutoff = now_ms().saturating_sub(age_ms) as i64;
-        // (An ended job's witness files went with its end: job_ended.)
-        let r = self
-            .lock()
-            .execute("DELETE FROM jobs WHERE ended_ms IS NOT NULL AND ended_ms < ?1", params![cutoff]);
-        if let Err(e) = r {
-            self.log_failure("the expiry of ended jobs", e);
-        }
-    }
-
-    fn read_witness(&self, at: &OnDisk) -> Result<Vec<u8>, JournalError> {
-        let fail = |source: JournalFault| JournalError { path: self.path.clone(), source };
-        match at {
-            OnDisk::File(path) => std::fs::read(path).map_err(|e| {
-                fail(std::io::Error::new(e.kind(), format!("reading {}: {e}", path.display())).into())
-            }),
-            OnDisk::Row { job, index } => self
-                .lock()
-                .query_row(
-                    "SELECT witness_bin FROM partitions WHERE job_id = ?1 AND idx = ?2",
-                    params![job.to_string(), *index as i64],
-                    |r| r.get::<_, Option<Vec<u8>>>(0),
-                )
-                .optional()
-                .map_err(|e| fail(e.into()))?
-                .flatten()
-                .ok_or_else(|| fail(JournalFault::NoWitness { job: *job, index: *index })),
         }
     }
 }
@@ -591,7 +567,7 @@ mod tests {
         assert!(unfinished.proved.is_empty());
         let ended = &recovered.ended[0];
         assert_eq!(
-            (ended.id, ended.outcome, ended.error.as_deref(), &ended.idempotency),
+            (ended.job.id, ended.job.outcome, ended.job.error.as_deref(), &ended.idempotency),
             (b, Outcome::Failed, Some("why"), &key)
         );
         // Running again marks the job queued and keeps its witnesses.
@@ -609,8 +585,8 @@ mod tests {
         drop(journal);
         let (journal, recovered) = SqliteJournal::open(&path).unwrap();
         assert_eq!((recovered.unfinished.len(), recovered.ended.len()), (0, 2));
-        let a_ended = recovered.ended.iter().find(|j| j.id == a).unwrap();
-        assert_eq!(a_ended.partitions[0].error.as_deref(), Some("e"));
+        let a_ended = recovered.ended.iter().find(|j| j.job.id == a).unwrap();
+        assert_eq!(a_ended.job.partitions[0].error.as_deref(), Some("e"));
         std::thread::sleep(std::time::Duration::from_millis(5));
         journal.forget_ended(1);
         drop(journal);

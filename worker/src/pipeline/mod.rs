@@ -15,7 +15,9 @@
 pub mod buffers;
 pub mod config;
 pub mod devices;
+mod job;
 pub mod memory;
+mod table;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,9 +29,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::backend::{Backend, ProductsPlacement};
 use crate::groth16::{Blinding, PendingProof, ProveError, ProvingKey, Synthesized};
-use crate::jobs::journal::{AcceptedJob, Journal};
-use crate::jobs::{Job, JobStore, Ticket};
-pub use crate::jobs::{JobId, JobSpec, JobStatus, PartitionStatus, StageTimes, SynthesisFn, WitnessCheck};
+pub use crate::groth16::{SynthesisFn, WitnessCheck};
 use crate::telemetry::labels::FailureReason;
 pub use crate::telemetry::labels::{Outcome, Stage};
 use crate::telemetry::Metrics;
@@ -37,7 +37,13 @@ use buffers::{BufferClass, BufferGuard, Ledger};
 pub use config::{MemoryBudget, PipelineConfig};
 use devices::Device;
 pub use devices::DeviceStatus;
+pub use job::{
+    now_ms, EndedJob, EndedPartition, JobId, JobObserver, JobSpec, JobStatus, PartitionStatus,
+    ProvedPartition, StageTimes,
+};
+use job::{Job, Ticket};
 use memory::{Budget, Reservation};
+use table::JobTable;
 
 /// Counts a partition in one stage for as long as it lives.
 struct InStage(prometheus::IntGauge);
@@ -98,13 +104,6 @@ pub enum SubmitError {
     NeverFits { circuit: String, need: u64, budget: u64 },
     #[error("the engine is shutting down")]
     ShuttingDown,
-    /// The journal could not record the job, so it was not accepted.
-    #[error("the job could not be recorded: {0}")]
-    Journal(String),
-    #[error(
-        "idempotency key '{key}' was used for another request (job {job}); use a new key for a new request"
-    )]
-    KeyReused { key: String, job: JobId },
 }
 
 /// Why received witnesses cannot be held in memory.
@@ -120,30 +119,6 @@ pub enum WitnessDoesNotFit {
          {footprint} are kept for a partition to run); retry later"
     )]
     NotNow { need: u64, free: u64, footprint: u64 },
-}
-
-/// A client's idempotency key and the digest of its request.
-#[derive(Clone, Debug)]
-pub struct Idempotency {
-    pub key: String,
-    pub digest: [u8; 32],
-}
-
-/// What a submission did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Submitted {
-    /// A new job.
-    New(JobId),
-    /// The job an earlier request with the same idempotency key created.
-    Existing(JobId),
-}
-
-impl Submitted {
-    pub fn id(self) -> JobId {
-        match self {
-            Submitted::New(id) | Submitted::Existing(id) => id,
-        }
-    }
 }
 
 /// Why a key could not be held resident against the memory budget.
@@ -226,10 +201,9 @@ struct Shared {
     shutdown: AtomicBool,
     /// Draining: no new jobs, accepted ones run on.
     shutdown_requested: AtomicBool,
-    jobs: Arc<dyn JobStore>,
-    journal: Option<Arc<dyn Journal>>,
-    /// Serialises idempotent submissions (check, then submit and record).
-    idempotent: Mutex<()>,
+    jobs: JobTable,
+    /// Told of every partition's and job's end.
+    observer: Option<Arc<dyn JobObserver>>,
     devices: Vec<Arc<Device>>,
     /// Engine threads that died (a panic outside the stage code, which
     /// catches its own): the engine can no longer be trusted to move work,
@@ -281,23 +255,22 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Starts the engine with one worker per backend and jobs kept in memory.
+    /// Starts the engine with one worker per backend.
     pub fn start(
         config: PipelineConfig,
         backends: Vec<Arc<dyn Backend>>,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Self> {
-        Self::start_with_store(config, backends, metrics, Arc::new(crate::jobs::MemoryStore::default()), None)
+        Self::start_observed(config, backends, metrics, None)
     }
 
-    /// As [`Engine::start`], with the job table in `jobs` and, if given, every
-    /// accepted job written to `journal` before `submit` returns.
-    pub fn start_with_store(
+    /// As [`Engine::start`], telling `observer` of every partition's and
+    /// job's end as it happens.
+    pub fn start_observed(
         config: PipelineConfig,
         backends: Vec<Arc<dyn Backend>>,
         metrics: Arc<Metrics>,
-        jobs: Arc<dyn JobStore>,
-        journal: Option<Arc<dyn Journal>>,
+        observer: Option<Arc<dyn JobObserver>>,
     ) -> anyhow::Result<Self> {
         config.validate().map_err(anyhow::Error::msg)?;
         anyhow::ensure!(!backends.is_empty(), "the engine needs at least one backend");
@@ -328,9 +301,8 @@ impl Engine {
             synthesis_pool: pool("synth", config.synthesis_threads())?,
             shutdown: AtomicBool::new(false),
             shutdown_requested: AtomicBool::new(false),
-            jobs,
-            journal,
-            idempotent: Mutex::new(()),
+            jobs: JobTable::default(),
+            observer,
             devices: backends.iter().map(|b| Device::new(b.clone(), metrics.clone())).collect(),
             dead_threads: Mutex::new(Vec::new()),
             config,
@@ -360,21 +332,17 @@ impl Engine {
         Ok(Self { shared, threads })
     }
 
-    /// Accepts a job; its partitions queue for admission in order. With a
-    /// journal, the job is written down before this returns.
+    /// Accepts a job under a new id; its partitions queue for admission in order.
     pub fn submit(&self, spec: JobSpec) -> Result<JobId, SubmitError> {
-        self.submit_recorded(spec, None, Vec::new())
+        self.check(&spec)?;
+        let id = JobId::new();
+        self.submit_as(id, spec, Vec::new())?;
+        Ok(id)
     }
 
-    /// Submits `spec`, recorded in the journal with `idem`; the partitions in
-    /// `proved` (of a job run again after a restart) keep their proofs and
-    /// are not queued.
-    fn submit_recorded(
-        &self,
-        mut spec: JobSpec,
-        idem: Option<&Idempotency>,
-        proved: Vec<crate::jobs::journal::ProvedPartition>,
-    ) -> Result<JobId, SubmitError> {
+    /// Whether a job like `spec` would be accepted now: a caller that must
+    /// record a job before it runs (a journal) asks first.
+    pub fn check(&self, spec: &JobSpec) -> Result<(), SubmitError> {
         let s = &self.shared;
         if s.shutdown.load(Ordering::Acquire) || s.shutdown_requested.load(Ordering::Acquire) {
             return Err(SubmitError::ShuttingDown);
@@ -385,21 +353,23 @@ impl Engine {
         let need = s.footprint(&spec.key).total();
         let room = s.budget.total() - s.budget.resident();
         if need > room {
-            return Err(SubmitError::NeverFits { circuit: spec.circuit, need, budget: room });
+            return Err(SubmitError::NeverFits { circuit: spec.circuit.clone(), need, budget: room });
         }
-        let id = spec.id.unwrap_or_default();
-        // Journaled: jobs that say how to run them again, and jobs run again.
-        let journal = s.journal.clone().filter(|_| !spec.witnesses.is_empty() || spec.id.is_some());
-        if let Some(journal) = &journal {
-            let accepted = AcceptedJob {
-                id,
-                circuit: spec.circuit.clone(),
-                witnesses: std::mem::take(&mut spec.witnesses),
-                idempotency: idem.map(|i| (i.key.clone(), i.digest)),
-            };
-            journal.accepted(&accepted).map_err(|e| SubmitError::Journal(e.to_string()))?;
-        }
-        let job = Job::new(id, &spec, s.metrics.clone(), journal);
+        Ok(())
+    }
+
+    /// Accepts a job under `id` (one [`Engine::check`] passed, or one run
+    /// again after a restart); the partitions in `proved` keep their proofs
+    /// and are not queued.
+    pub fn submit_as(
+        &self,
+        id: JobId,
+        spec: JobSpec,
+        proved: Vec<ProvedPartition>,
+    ) -> Result<(), SubmitError> {
+        self.check(&spec)?;
+        let s = &self.shared;
+        let job = Job::new(id, &spec, s.metrics.clone(), s.observer.clone());
         let kept = proved.len();
         job.restore_proved(proved);
         s.jobs.insert(job.clone());
@@ -418,7 +388,7 @@ impl Engine {
         drop(q);
         s.queued.notify_all();
         tracing::info!(job = %id, circuit = %job.circuit, partitions, proved_before_restart = kept, "job accepted");
-        Ok(id)
+        Ok(())
     }
 
     /// How the job ended (`Some(None)` while it runs), without copying its
@@ -471,79 +441,20 @@ impl Engine {
         self.shared.jobs.recent(n).iter().map(|j| j.status()).collect()
     }
 
-    /// Submits `spec` unless a job was already submitted under the same
-    /// idempotency key: then that job, if the request was the same, or
-    /// `KeyReused`. Checked and recorded under one lock, so two concurrent
-    /// retries make one job.
-    pub fn submit_once(&self, spec: JobSpec, idem: Idempotency) -> Result<Submitted, SubmitError> {
-        let _one_at_a_time = self.shared.idempotent.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(earlier) = self.earlier_submission(&idem) {
-            return earlier;
-        }
-        let id = self.submit_recorded(spec, Some(&idem), Vec::new())?;
-        self.shared.jobs.remember_idempotency_key(&idem.key, idem.digest, id);
-        Ok(Submitted::New(id))
-    }
-
-    /// The outcome of an earlier submission under `idem`'s key, if any: its
-    /// job for the same request, `KeyReused` for another.
-    pub fn earlier_submission(&self, idem: &Idempotency) -> Option<Result<Submitted, SubmitError>> {
-        let (job, digest) = self.shared.jobs.by_idempotency_key(&idem.key)?;
-        Some(if digest == idem.digest {
-            Ok(Submitted::Existing(job))
-        } else {
-            Err(SubmitError::KeyReused { key: idem.key.clone(), job })
-        })
-    }
-
-    /// The journal the engine records jobs in, if any.
-    pub fn journal(&self) -> Option<&Arc<dyn Journal>> {
-        self.shared.journal.as_ref()
-    }
-
     /// Jobs not yet ended.
     pub fn unfinished_jobs(&self) -> Vec<JobId> {
         self.shared.jobs.unfinished().iter().map(|j| j.id).collect()
     }
 
-    /// Forgets ended jobs older than `age` (their results are no longer served).
-    pub fn forget_ended(&self, age: Duration) {
-        self.shared.jobs.forget_ended(age);
-        if let Some(journal) = &self.shared.journal {
-            journal.forget_ended(age.as_millis() as u64);
-        }
+    /// Forgets ended jobs older than `age` (their results are no longer
+    /// served); returns their ids.
+    pub fn forget_ended(&self, age: Duration) -> Vec<JobId> {
+        self.shared.jobs.forget_ended(age)
     }
 
-    /// Serves a job that ended before a restart (from the journal) until it expires.
-    pub fn restore_ended(&self, ended: crate::jobs::journal::EndedJob, key: Arc<crate::groth16::ProvingKey>) {
-        let idempotency = ended.idempotency.clone();
-        let job = Job::restored(ended, key, self.shared.metrics.clone());
-        if let Some((k, digest)) = idempotency {
-            self.shared.jobs.remember_idempotency_key(&k, digest, job.id);
-        }
-        self.shared.jobs.insert(job);
-    }
-
-    /// Runs a journaled job again after a restart, under its own id and
-    /// idempotency key; its `proved` partitions keep the proofs they had.
-    pub fn resubmit(
-        &self,
-        spec: JobSpec,
-        idempotency: Option<Idempotency>,
-        proved: Vec<crate::jobs::journal::ProvedPartition>,
-    ) -> Result<JobId, SubmitError> {
-        let id = self.submit_recorded(spec, idempotency.as_ref(), proved)?;
-        if let Some(idem) = idempotency {
-            self.shared.jobs.remember_idempotency_key(&idem.key, idem.digest, id);
-        }
-        Ok(id)
-    }
-
-    /// Ends a journaled job that cannot run again after a restart, saying why.
-    pub fn fail_recovered(&self, id: JobId, reason: &str) {
-        if let Some(journal) = &self.shared.journal {
-            journal.job_ended(id, Outcome::Failed, Some(reason));
-        }
+    /// Serves a job that ended before a restart until it expires.
+    pub fn restore_ended(&self, ended: EndedJob, key: Arc<ProvingKey>) {
+        self.shared.jobs.insert(Job::restored(ended, key, self.shared.metrics.clone()));
     }
 
     /// Holds `bytes` of a resident key against the memory budget for as long

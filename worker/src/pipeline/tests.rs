@@ -37,8 +37,6 @@ fn job(partitions: Vec<SynthesisFn>) -> JobSpec {
         verifier: None,
         witness_check: WitnessCheck::BySynthesis,
         partitions,
-        witnesses: Vec::new(),
-        id: None,
     }
 }
 
@@ -135,6 +133,80 @@ fn gauges_return_to_zero_after_success_failure_and_cancellation() {
     let m = e.metrics();
     assert_eq!(m.jobs.with_label_values(&["cancelled"]).get(), 1);
     assert!(!e.cancel(JobId::new()), "unknown job");
+}
+
+/// Every end the engine reports, in order.
+#[derive(Default)]
+struct Recorder(Mutex<Vec<String>>);
+
+impl JobObserver for Recorder {
+    fn partition_ended(&self, job: JobId, index: usize, end: &EndedPartition) {
+        let proof = if end.proof.is_some() { "proof" } else { "no proof" };
+        self.0.lock().unwrap().push(format!("{job} {index} {} {proof}", end.stage.name()));
+    }
+    fn job_ended(&self, job: JobId, outcome: Outcome, _error: Option<&str>) {
+        self.0.lock().unwrap().push(format!("{job} {}", outcome.name()));
+    }
+}
+
+#[test]
+fn the_observer_hears_every_end_before_a_waiter_does() {
+    let recorder = Arc::new(Recorder::default());
+    let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(CpuBackend)];
+    let observer = recorder.clone() as Arc<dyn JobObserver>;
+    let e =
+        Engine::start_observed(PipelineConfig::default(), backends, Arc::new(Metrics::new()), Some(observer))
+            .unwrap();
+    let ok = e.submit(job((0..3).map(partition).collect())).unwrap();
+    e.wait(ok, None).unwrap();
+    let seen = recorder.0.lock().unwrap().clone();
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert_eq!(seen[3], format!("{ok} succeeded"), "the job's end comes last");
+    for i in 0..3 {
+        assert!(seen.contains(&format!("{ok} {i} done proof")), "{seen:?}");
+    }
+    let bad = e.submit(job(vec![failing_partition()])).unwrap();
+    e.wait(bad, None).unwrap();
+    let seen = recorder.0.lock().unwrap().clone();
+    assert_eq!(seen[4..], [format!("{bad} 0 failed no proof"), format!("{bad} failed")]);
+}
+
+#[test]
+fn a_job_run_again_keeps_its_id_and_proves_only_what_had_no_proof() {
+    let recorder = Arc::new(Recorder::default());
+    let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(CpuBackend)];
+    let observer = recorder.clone() as Arc<dyn JobObserver>;
+    let e =
+        Engine::start_observed(PipelineConfig::default(), backends, Arc::new(Metrics::new()), Some(observer))
+            .unwrap();
+    let first = e.submit(job(vec![partition(7), partition(8)])).unwrap();
+    let before = e.wait(first, None).unwrap();
+    let kept = ProvedPartition {
+        index: 0,
+        proof: before.partitions[0].proof.unwrap(),
+        public_inputs: before.partitions[0].public_inputs.clone(),
+    };
+    let id = JobId::new();
+    // Partition 0 would fail if it ran: it must not.
+    e.submit_as(id, job(vec![failing_partition(), partition(8)]), vec![kept.clone()]).unwrap();
+    let after = e.wait(id, None).unwrap();
+    assert_eq!((after.id, after.outcome), (id, Some(Outcome::Succeeded)), "{:?}", after.error);
+    assert_eq!(after.partitions[0].proof, Some(kept.proof));
+    for p in &after.partitions {
+        assert!(p.proof.unwrap().verify(&key().vk, &p.public_inputs));
+    }
+    assert!(after.partitions[0].times.synthesis.is_none(), "the kept partition did not run");
+    let ends: Vec<String> =
+        recorder.0.lock().unwrap().iter().filter(|l| l.starts_with(&id.to_string())).cloned().collect();
+    assert_eq!(ends, [format!("{id} 1 done proof"), format!("{id} succeeded")], "only what ran is reported");
+    // Ended jobs are forgotten by age, and say which.
+    assert!(e.forget_ended(Duration::from_secs(3600)).is_empty());
+    let mut forgotten = e.forget_ended(Duration::ZERO);
+    forgotten.sort();
+    let mut both = vec![first, id];
+    both.sort();
+    assert_eq!(forgotten, both);
+    assert!(e.status(first).is_none());
 }
 
 /// `p` permits, a GPU queue of `q` and six synthesis threads: with a slow

@@ -36,8 +36,8 @@ pub use zkey::{Zkey, ZkeyError};
 use super::{CircuitKind, KeySource, LoadError, VkEncoding, WitnessError};
 use crate::groth16::sparse::{Column, SparseMatrix};
 use crate::groth16::synthesis::Evaluations;
+use crate::groth16::SynthesisFn;
 use crate::groth16::{Density, PointCheck, Proof, ProveError, ProvingKey, Synthesized};
-use crate::pipeline::SynthesisFn;
 
 /// `[[circuits]]` with `kind = "circom"`.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -236,10 +236,10 @@ impl CircuitKind for CircomKind {
         Ok(Arc::new(move || circuit.synthesize(&witness)))
     }
 
-    fn witness_check(&self) -> crate::jobs::WitnessCheck {
+    fn witness_check(&self) -> crate::groth16::WitnessCheck {
         match self.circuit.c {
-            Some(_) => crate::jobs::WitnessCheck::BySynthesis,
-            None => crate::jobs::WitnessCheck::Unchecked,
+            Some(_) => crate::groth16::WitnessCheck::BySynthesis,
+            None => crate::groth16::WitnessCheck::Unchecked,
         }
     }
 

@@ -16,8 +16,8 @@ use storage_proofs_core::proof::ProofScheme;
 use storage_proofs_porep::stacked::{self, StackedCircuit, StackedCompound, StackedDrg};
 
 use super::{Ids, SectorError};
+use crate::groth16::SynthesisFn;
 use crate::groth16::{synthesize, Matrices, ProveError};
-use crate::pipeline::SynthesisFn;
 
 type Hasher<Tree> = <Tree as MerkleTreeTrait>::Hasher;
 type Domain<Tree> = <Hasher<Tree> as filecoin_hashers::Hasher>::Domain;

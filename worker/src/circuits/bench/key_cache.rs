@@ -1,10 +1,10 @@
-//! Proving keys of the built-in circuits: generated once (TEST-ONLY toxic
-//! waste) and cached under the data directory.
+//! The bench kind's key cache: keys of the built-in circuits, generated once
+//! (TEST-ONLY toxic waste) and cached under the data directory.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::circuits::Builtin;
+use super::Builtin;
 use crate::groth16::{keygen, ParamsError, PointCheck, ProveError, ProvingKey};
 
 /// Why a built-in key could not be had.
@@ -34,19 +34,6 @@ pub enum KeyCacheError {
         #[source]
         source: ParamsError,
     },
-}
-
-/// provd's data directory: `PROVD_DATA_DIR`, else `$XDG_DATA_HOME/provd`,
-/// else `~/.local/share/provd`.
-pub fn default_data_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("PROVD_DATA_DIR") {
-        return d.into();
-    }
-    std::env::var_os("XDG_DATA_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
-        .unwrap_or_else(|| PathBuf::from("."))
-        .join("provd")
 }
 
 /// Where a built-in circuit's key lives.

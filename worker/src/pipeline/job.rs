@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 use blstrs::Scalar;
 use serde::Serialize;
 
-use super::journal::{EndedJob, EndedPartition, Journal};
-use crate::groth16::{Proof, ProveError};
-use crate::groth16::{ProvingKey, Synthesized, Verifier};
+use crate::groth16::{Proof, ProvingKey, SynthesisFn, Verifier, WitnessCheck};
 use crate::telemetry::labels::FailureReason;
 pub use crate::telemetry::labels::{Outcome, Stage};
 use crate::telemetry::metrics::Metrics;
@@ -54,10 +52,6 @@ impl Serialize for JobId {
     }
 }
 
-/// Produces one partition's witness (runs on the synthesis pool). It can run
-/// again: a partition whose device failed is synthesized anew for another.
-pub type SynthesisFn = std::sync::Arc<dyn Fn() -> Result<Synthesized, ProveError> + Send + Sync>;
-
 /// A job to run: one circuit (its key) and one synthesis per partition.
 pub struct JobSpec {
     pub circuit: String,
@@ -68,26 +62,50 @@ pub struct JobSpec {
     /// fails verification blames.
     pub witness_check: WitnessCheck,
     pub partitions: Vec<SynthesisFn>,
-    /// The partitions' witnesses as the request gave them, for the journal
-    /// (empty: the job is not journaled, as in benchmarks).
-    pub witnesses: Vec<super::journal::StoredWitness>,
-    /// The id of a journaled job run again after a restart; `None`: a new one.
-    pub id: Option<JobId>,
 }
 
-/// Whether a job's synthesis checks that each witness satisfies the circuit.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum WitnessCheck {
-    /// Every constraint is checked before the proof is made (in synthesis,
-    /// or on the device right after it computes a, b and c there): a proof
-    /// that then fails verification is the device's fault.
-    #[default]
-    BySynthesis,
-    /// Nothing checks the witness before proving (a circom circuit served
-    /// without its r1cs): a proof that fails verification may be the
-    /// witness's fault, so it fails its partition without counting against
-    /// the device (a client cannot take devices out of service).
-    Unchecked,
+/// Told of every partition's and job's end as it happens, before anyone
+/// waiting on the job learns of it (the service's journal is one: a client
+/// told "done" then finds the job done after a restart too).
+pub trait JobObserver: Send + Sync {
+    fn partition_ended(&self, job: JobId, index: usize, end: &EndedPartition);
+    fn job_ended(&self, job: JobId, outcome: Outcome, error: Option<&str>);
+}
+
+/// How a partition ended.
+#[derive(Clone, Debug)]
+pub struct EndedPartition {
+    pub stage: Stage,
+    pub proof: Option<Proof>,
+    pub public_inputs: Vec<Scalar>,
+    pub error: Option<String>,
+}
+
+/// A job that ended before a restart, served again until it expires.
+#[derive(Clone, Debug)]
+pub struct EndedJob {
+    pub id: JobId,
+    pub circuit: String,
+    pub outcome: Outcome,
+    pub error: Option<String>,
+    /// Milliseconds since the Unix epoch.
+    pub created_ms: u64,
+    pub ended_ms: u64,
+    pub partitions: Vec<EndedPartition>,
+}
+
+/// A partition of a job run again after a restart that had ended with a
+/// proof: it keeps the proof and is not proved again.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProvedPartition {
+    pub index: usize,
+    pub proof: Proof,
+    pub public_inputs: Vec<Scalar>,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Seconds spent in each stage by one partition.
@@ -134,7 +152,7 @@ pub struct Job {
     pub key: Arc<ProvingKey>,
     pub verifier: Option<Arc<Verifier>>,
     pub witness_check: WitnessCheck,
-    journal: Option<Arc<dyn Journal>>,
+    observer: Option<Arc<dyn JobObserver>>,
     cancelled: AtomicBool,
     created: Instant,
     state: Mutex<JobState>,
@@ -155,7 +173,7 @@ impl Job {
         id: JobId,
         spec: &JobSpec,
         metrics: Arc<Metrics>,
-        journal: Option<Arc<dyn Journal>>,
+        observer: Option<Arc<dyn JobObserver>>,
     ) -> Arc<Self> {
         let n = spec.partitions.len();
         let partitions = (0..n)
@@ -174,7 +192,7 @@ impl Job {
             key: spec.key.clone(),
             verifier: spec.verifier.clone(),
             witness_check: spec.witness_check,
-            journal,
+            observer,
             cancelled: AtomicBool::new(false),
             created: Instant::now(),
             state: Mutex::new(JobState {
@@ -189,10 +207,10 @@ impl Job {
         })
     }
 
-    /// A job that ended before a restart, as the journal kept it: served
+    /// A job that ended before a restart, as it was recorded: served
     /// (state, proofs) until it expires.
     pub(crate) fn restored(ended: EndedJob, key: Arc<ProvingKey>, metrics: Arc<Metrics>) -> Arc<Self> {
-        let now = super::journal::now_ms();
+        let now = now_ms();
         let created = Instant::now()
             .checked_sub(Duration::from_millis(now.saturating_sub(ended.created_ms)))
             .unwrap_or_else(Instant::now);
@@ -214,7 +232,7 @@ impl Job {
             key,
             verifier: None,
             witness_check: WitnessCheck::default(),
-            journal: None,
+            observer: None,
             cancelled: AtomicBool::new(false),
             created,
             state: Mutex::new(JobState {
@@ -310,13 +328,13 @@ impl Job {
         result: Option<(Proof, Vec<Scalar>)>,
         error: Option<String>,
     ) {
-        if let Some(journal) = &self.journal {
+        if let Some(observer) = &self.observer {
             let (proof, public_inputs) = match &result {
                 Some((proof, public)) => (Some(*proof), public.clone()),
                 None => (None, Vec::new()),
             };
             let ended = EndedPartition { stage, proof, public_inputs, error: error.clone() };
-            journal.partition_ended(self.id, index, &ended);
+            observer.partition_ended(self.id, index, &ended);
         }
         let mut s = self.lock();
         let p = &mut s.partitions[index];
@@ -342,9 +360,9 @@ impl Job {
     }
 
     /// Partitions that ended with a proof before a restart: they keep it and
-    /// are not run again (already journaled, already counted). Called before
+    /// are not run again (their ends already observed and counted). Called before
     /// the job's other partitions are queued; ends the job if none is left.
-    pub(crate) fn restore_proved(&self, proved: Vec<super::journal::ProvedPartition>) {
+    pub(crate) fn restore_proved(&self, proved: Vec<ProvedPartition>) {
         let mut s = self.lock();
         for p in proved {
             let Some(slot) = s.partitions.get_mut(p.index) else { continue };
@@ -364,7 +382,7 @@ impl Job {
         self.lock().partitions.get(index).is_some_and(|p| p.stage != Stage::Done)
     }
 
-    /// Ends the job once no partition remains: journaled first, then the
+    /// Ends the job once no partition remains: the observer told first, then the
     /// waiters woken.
     fn conclude_if_ended(&self, s: &mut JobState) {
         if s.remaining == 0 && s.outcome.is_none() {
@@ -375,10 +393,9 @@ impl Job {
             } else {
                 Outcome::Cancelled
             };
-            if let Some(journal) = &self.journal {
-                // Before anyone waiting learns of the end: a client told "done"
-                // finds the job done after a restart too.
-                journal.job_ended(self.id, outcome, s.error.as_deref());
+            if let Some(observer) = &self.observer {
+                // Before anyone waiting learns of the end.
+                observer.job_ended(self.id, outcome, s.error.as_deref());
             }
             s.outcome = Some(outcome);
             let elapsed = self.created.elapsed();

@@ -12,6 +12,8 @@
 //! and half of them occur in B, so nothing can be skipped (the G2 MSM over B
 //! is as large as it gets for the size).
 
+pub mod key_cache;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -21,9 +23,8 @@ use ff::Field;
 use rand::{Rng, SeedableRng};
 use serde::Deserialize;
 
-use super::{parse_scalar, CircuitKind, KeySource, LoadError, WitnessError, BENCH_PUBLIC_INPUTS};
-use crate::groth16::{Matrices, PointCheck, ProvingKey};
-use crate::pipeline::SynthesisFn;
+use super::{CircuitKind, KeySource, LoadError, WitnessError, BENCH_PUBLIC_INPUTS};
+use crate::groth16::{parse_scalar, Matrices, PointCheck, ProvingKey, SynthesisFn};
 
 /// What a built-in circuit's witness looks like.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -196,8 +197,8 @@ impl BenchKind {
                 (key, KeySource::File { path: path.clone() })
             }
             None => {
-                let key = crate::params::load_or_generate(data_dir, builtin)?;
-                (key, KeySource::GeneratedTestOnly { path: crate::params::key_path(data_dir, builtin) })
+                let key = key_cache::load_or_generate(data_dir, builtin)?;
+                (key, KeySource::GeneratedTestOnly { path: key_cache::key_path(data_dir, builtin) })
             }
         };
         let matrices = Arc::new(Matrices::record(builtin.circuit(None)).map_err(|e| LoadError::Config {

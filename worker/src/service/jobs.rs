@@ -1,0 +1,54 @@
+//! Where accepted jobs go: [`Jobs`], with one implementation per job store,
+//! chosen once at start-up: this worker's engine with its journal
+//! ([`LocalJobs`](super::local::LocalJobs)), or the fleet's PostgreSQL
+//! queue that every worker claims from ([`FleetJobs`](super::fleet::FleetJobs)).
+
+use std::time::Duration;
+
+use super::intake::{Idempotency, RequestError, Submitted, Witnesses};
+use super::snapshot::FleetSnapshot;
+use crate::fleet::QueueError;
+use crate::pipeline::{JobId, JobStatus};
+
+/// The job store could not be reached: retry later (503).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct Unavailable(#[from] pub QueueError);
+
+/// Submit, look up, cancel and drain jobs, whichever store holds them.
+pub trait Jobs: Send + Sync {
+    /// Decodes (through the intake) and accepts a job of `circuit`; with an
+    /// idempotency key, a retry of the same request returns the job the
+    /// first one created.
+    fn submit(
+        &self,
+        circuit: &str,
+        witnesses: Witnesses,
+        idempotency: Option<Idempotency>,
+    ) -> Result<Submitted, RequestError>;
+
+    /// A job's state; `None` for an unknown (or expired) job.
+    fn status(&self, id: JobId) -> Result<Option<JobStatus>, Unavailable>;
+
+    /// Whether the job has ended; `None` for an unknown job. Cheap: for
+    /// waiting without a thread.
+    fn has_ended(&self, id: JobId) -> Result<Option<bool>, Unavailable>;
+
+    /// Cancels a job and returns its state; `None` if there is no such job.
+    fn cancel(&self, id: JobId) -> Result<Option<JobStatus>, Unavailable>;
+
+    /// Stops taking jobs and waits up to `grace` for accepted ones; returns
+    /// (finished, cancelled).
+    fn drain(&self, grace: Duration) -> (usize, usize);
+
+    /// Why this store should not be sent work now, if it should not.
+    fn unready(&self) -> Option<String>;
+
+    /// Forgets jobs that ended more than `age` ago.
+    fn forget_ended(&self, age: Duration);
+
+    /// In fleet mode: this worker's claims and the fleet's queue.
+    fn fleet(&self) -> Option<FleetSnapshot> {
+        None
+    }
+}

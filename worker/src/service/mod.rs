@@ -1,0 +1,319 @@
+//! The service: the facade the front doors (HTTP today) and `provd demo`
+//! use. A request flows one way through its rooms:
+//!
+//! - [`intake`]: a request becomes a job (circuit, limits, idempotency
+//!   digest, memory holds, decoding by the circuit's kind);
+//! - [`Jobs`]: where accepted jobs go, chosen once at start-up:
+//!   [`local::LocalJobs`] (this worker's engine and its journal, with
+//!   restart recovery) or [`fleet::FleetJobs`] (the fleet's queue);
+//! - [`circuits`]: the circuits served and their verifying keys;
+//! - [`snapshot`]: what /v1/status, /v1/events, the dashboard and /metrics show.
+//!
+//! The engine below (`crate::pipeline`) knows none of this: it proves the
+//! partitions it is given and reports their ends to an observer (the journal).
+
+pub mod circuits;
+pub mod fleet;
+pub mod intake;
+mod jobs;
+pub mod local;
+pub mod snapshot;
+#[cfg(test)]
+pub(crate) mod tests;
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::backend::{Backend, BackendChoice};
+use crate::circuits::{CircuitKind, VkEncoding};
+use crate::config::{Config, JobStoreKind};
+use crate::groth16::Verifier;
+use crate::jobs::journal::{Journal, Recovered, SqliteJournal};
+use crate::pipeline::memory::HeldWitness;
+use crate::pipeline::{Engine, JobId, JobObserver, JobStatus};
+use crate::telemetry::Metrics;
+pub use circuits::{Served, UnknownCircuit, VkError};
+pub use intake::{Idempotency, JobInput, Refusal, RequestError, Submitted, Witnesses};
+pub use jobs::{Jobs, Unavailable};
+pub use snapshot::{FleetSnapshot, GpuMemory, Snapshot};
+
+/// A backend (device) the service proves on, as chosen, and its health.
+#[derive(Clone, Debug, Serialize)]
+pub struct BackendInfo {
+    pub name: String,
+    /// Why the GPU is unused, when `auto` fell back to the CPU.
+    pub fallback: Option<String>,
+    /// Whether it takes work; once device faults took it out, why not.
+    pub in_service: bool,
+    pub out_of_service_reason: Option<String>,
+}
+
+/// The one facade over the engine, the circuits and the job store.
+pub struct Service {
+    engine: Arc<Engine>,
+    intake: Arc<Intake>,
+    jobs: Box<dyn Jobs>,
+    pub config: Config,
+    backends: Vec<Arc<dyn Backend>>,
+    /// Why the GPU is unused, when `auto` fell back to the CPU.
+    fallback: Option<String>,
+    gpus: Vec<Arc<provd_kernels::Gpu>>,
+    history: Mutex<VecDeque<Snapshot>>,
+}
+
+use intake::Intake;
+
+impl Service {
+    /// Loads every configured circuit's key (generating TEST-ONLY keys where
+    /// none is named), picks the backend and starts the engine.
+    pub fn start(mut config: Config, data_dir: &Path, backend: BackendChoice) -> anyhow::Result<Arc<Self>> {
+        if config.jobs.store == JobStoreKind::Sqlite && config.jobs.path.is_none() {
+            std::fs::create_dir_all(data_dir)?;
+            config.jobs.path = Some(data_dir.join("jobs.sqlite3"));
+        }
+        let kinds = config
+            .circuits
+            .iter()
+            .map(|c| Ok((c.name().to_string(), c.load(data_dir)?)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let selected = crate::backend::select(backend, data_dir, &config.gpu.cuda_options()?)?;
+        Self::start_with(config, kinds, selected.backends, selected.fallback, selected.gpus)
+    }
+
+    /// Starts the service on circuits and a backend the caller made: any
+    /// [`CircuitKind`], whether or not the config knows its kind.
+    pub fn start_with(
+        config: Config,
+        kinds: Vec<(String, Arc<dyn CircuitKind>)>,
+        backends: Vec<Arc<dyn Backend>>,
+        fallback: Option<String>,
+        gpus: Vec<Arc<provd_kernels::Gpu>>,
+    ) -> anyhow::Result<Arc<Self>> {
+        anyhow::ensure!(!backends.is_empty(), "the service needs at least one backend");
+        let kind_of = |b: &Arc<dyn Backend>| b.name().split(':').next().unwrap_or("").to_string();
+        let metrics = Arc::new(Metrics::new());
+        metrics
+            .build_info
+            .with_label_values(&[
+                env!("CARGO_PKG_VERSION"),
+                crate::telemetry::metrics::COMMIT,
+                &kind_of(&backends[0]),
+            ])
+            .set(1);
+        // The journal (when the config names one: `Service::start` does for
+        // the SQLite store) is read before the engine starts, and observes
+        // every end the engine reports.
+        let (journal, recovered) = match (&config.jobs.store, &config.jobs.path) {
+            (JobStoreKind::Sqlite, Some(path)) => {
+                let (journal, recovered) = SqliteJournal::open(path)?;
+                tracing::info!(journal = %path.display(), ended = recovered.ended.len(),
+                    unfinished = recovered.unfinished.len(), "job journal open");
+                (Some(Arc::new(journal) as Arc<dyn Journal>), recovered)
+            }
+            _ => (None, Recovered::default()),
+        };
+        let observer = journal.clone().map(|j| j as Arc<dyn JobObserver>);
+        let engine = Arc::new(Engine::start_observed(
+            config.pipeline.clone(),
+            backends.clone(),
+            metrics.clone(),
+            observer,
+        )?);
+        let mut circuits = circuits::Circuits::default();
+        for (name, kind) in kinds {
+            // The budget holds all the kind keeps resident (key and recorded
+            // matrices); provd_srs_bytes reports the key alone.
+            let bytes = kind.resident_bytes();
+            let hold = engine.hold_key(&name, bytes)?;
+            let key_bytes = kind.key().resident_bytes() as u64;
+            metrics.srs_bytes.with_label_values(&[&name, "host"]).set(key_bytes as i64);
+            metrics.srs_bytes.with_label_values(&[&name, "device"]).set(0);
+            let verifier = Arc::new(Verifier::new(&kind.key().vk));
+            tracing::info!(circuit = %name, kind = kind.kind(), key_mib = key_bytes >> 20, resident_mib = bytes >> 20, "serving");
+            circuits.insert(name, Served { kind, verifier, _budget: hold })?;
+        }
+        let limit = config.server.max_queued_partitions;
+        let intake = Arc::new(Intake::new(circuits, engine.clone(), limit, config.pipeline.verify_proofs));
+        let jobs: Box<dyn Jobs> = match &config.jobs.store {
+            JobStoreKind::Postgres(url) => {
+                let p = &config.pipeline;
+                let default_claims = p.partition_permits + p.gpu_queue_capacity * backends.len();
+                let runner = Arc::new(fleet::ClaimRunner { intake: intake.clone(), engine: engine.clone() });
+                let retention = Duration::from_secs(config.server.job_retention_seconds);
+                let fleet = crate::fleet::Fleet::start(
+                    url.0.clone(),
+                    config.fleet.clone(),
+                    default_claims,
+                    retention,
+                    runner,
+                    &metrics.registry,
+                )
+                .map_err(|e| anyhow::anyhow!("fleet mode: the job queue at {url:?}: {e}"))?;
+                Box::new(fleet::FleetJobs::new(intake.clone(), engine.clone(), fleet))
+            }
+            JobStoreKind::Sqlite | JobStoreKind::Memory => {
+                let local = local::LocalJobs::new(intake.clone(), engine.clone(), journal, limit);
+                local.recover(recovered, config.jobs.on_restart);
+                Box::new(local)
+            }
+        };
+        Ok(Arc::new(Self {
+            engine,
+            intake,
+            jobs,
+            config,
+            backends,
+            fallback,
+            gpus,
+            history: Mutex::new(VecDeque::with_capacity(snapshot::HISTORY)),
+        }))
+    }
+
+    /// The circuits served, by name.
+    pub fn circuits(&self) -> impl Iterator<Item = (&str, &Arc<dyn CircuitKind>)> {
+        self.intake.circuits.iter().map(|(n, s)| (n.as_str(), &s.kind))
+    }
+
+    /// The circuit named `name`.
+    pub fn circuit(&self, name: &str) -> Option<&Arc<dyn CircuitKind>> {
+        self.intake.circuits.get(name).ok().map(|s| &s.kind)
+    }
+
+    /// The verifying key of `circuit` in `encoding` (the kind's default when
+    /// `None`): its encoding and bytes.
+    pub fn verifying_key(
+        &self,
+        circuit: &str,
+        encoding: Option<&str>,
+    ) -> Result<(VkEncoding, Vec<u8>), VkError> {
+        self.intake.circuits.verifying_key(circuit, encoding)
+    }
+
+    /// The backends (one per device) and their health.
+    pub fn backends(&self) -> Vec<BackendInfo> {
+        self.engine
+            .devices()
+            .into_iter()
+            .map(|d| BackendInfo {
+                name: d.name,
+                fallback: self.fallback.clone(),
+                in_service: d.in_service,
+                out_of_service_reason: d.reason,
+            })
+            .collect()
+    }
+
+    /// The backends' names, "cuda:0, cuda:1".
+    pub fn backend_names(&self) -> String {
+        self.backends.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
+    }
+
+    /// What one partition of `circuit` reserves against the memory budget on
+    /// the devices served (0 for a circuit not served here).
+    pub fn partition_estimate_bytes(&self, circuit: &str) -> u64 {
+        self.intake.circuits.get(circuit).map_or(0, |s| self.engine.footprint(s.kind.key()).total())
+    }
+
+    /// Device bytes a circuit's key takes on the GPUs now, every device's
+    /// copy together (0 when not resident, or on the CPU).
+    pub fn key_device_bytes(&self, circuit: &str) -> u64 {
+        let Ok(s) = self.intake.circuits.get(circuit) else { return 0 };
+        let fp = s.kind.key().fingerprint();
+        self.backends
+            .iter()
+            .flat_map(|b| b.resident_keys().keys)
+            .filter(|k| k.fingerprint == fp)
+            .map(|k| k.device_bytes)
+            .sum()
+    }
+
+    /// Why no device takes work, or `None` while one does.
+    pub fn none_in_service(&self) -> Option<String> {
+        self.engine.none_in_service()
+    }
+
+    /// Validates a request's partitions with the circuit's kind and submits the job.
+    pub fn submit(&self, circuit: &str, partitions: Vec<serde_json::Value>) -> Result<JobId, RequestError> {
+        self.submit_witnesses(circuit, Witnesses::Json(partitions), None).map(Submitted::id)
+    }
+
+    /// Submits a JSON job: its partitions, or an input its circuit's kind
+    /// splits into partitions (checked as it is split).
+    pub fn submit_job(
+        &self,
+        circuit: &str,
+        job: JobInput,
+        key: Option<String>,
+    ) -> Result<Submitted, RequestError> {
+        let partitions = self.intake.partitions(circuit, job)?;
+        self.submit_witnesses(circuit, Witnesses::Json(partitions), key)
+    }
+
+    /// Holds the budget for one binary witness of `circuit` before its body
+    /// is read: the body limit, and the hold.
+    pub fn hold_binary_witness(&self, circuit: &str) -> Result<(u64, HeldWitness), RequestError> {
+        self.intake.hold_binary_witness(circuit)
+    }
+
+    /// Validates a request's witnesses with the circuit's kind and submits
+    /// the job; with an idempotency key, a retry of the same request returns
+    /// the job the first one created. Witnesses of kinds that report their
+    /// size ([`CircuitKind::witness_bytes`]) are held against the memory
+    /// budget until their partitions end.
+    pub fn submit_witnesses(
+        &self,
+        circuit: &str,
+        witnesses: Witnesses,
+        key: Option<String>,
+    ) -> Result<Submitted, RequestError> {
+        let idempotency = key.map(|key| Idempotency::of(key, circuit, &witnesses));
+        self.jobs.submit(circuit, witnesses, idempotency)
+    }
+
+    /// A job's state; in fleet mode any job of the fleet, read from the
+    /// queue (`Err` while its database is away).
+    pub fn job(&self, id: JobId) -> Result<Option<JobStatus>, Unavailable> {
+        self.jobs.status(id)
+    }
+
+    /// Waits (blocking) until a job this worker runs ends; `None` if there is no such job.
+    pub fn wait(&self, id: JobId) -> Option<JobStatus> {
+        self.engine.wait(id, None)
+    }
+
+    /// Whether the job has ended; `None` for an unknown job. Cheap: for
+    /// waiting without a thread.
+    pub fn has_ended(&self, id: JobId) -> Result<Option<bool>, Unavailable> {
+        self.jobs.has_ended(id)
+    }
+
+    /// Cancels a job and returns its state; `None` if there is no such job.
+    pub fn cancel(&self, id: JobId) -> Result<Option<JobStatus>, Unavailable> {
+        self.jobs.cancel(id)
+    }
+
+    /// Partitions accepted but not yet admitted.
+    pub fn queued_partitions(&self) -> usize {
+        self.engine.queued_partitions()
+    }
+
+    /// Stops taking jobs and waits up to `grace` for accepted ones; returns
+    /// (finished, cancelled).
+    pub fn drain(&self, grace: Duration) -> (usize, usize) {
+        self.jobs.drain(grace)
+    }
+
+    /// Why this worker should not be sent work now: an engine thread died,
+    /// no device is in service, or (fleet mode) its queue is unreachable.
+    pub fn unready(&self) -> Option<String> {
+        let dead = self.engine.dead_threads();
+        if !dead.is_empty() {
+            return Some(format!("engine threads died: {}; restart provd", dead.join(", ")));
+        }
+        self.none_in_service().or_else(|| self.jobs.unready())
+    }
+}

@@ -1,0 +1,199 @@
+//! What the live view, /v1/status and /metrics show: snapshots of every
+//! gauge at one moment, the recent history of them, and the gauges that are
+//! read on demand (GPU memory, key residency) refreshed before a scrape.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use super::Service;
+use crate::pipeline::buffers::ClassCounts;
+use crate::pipeline::{JobStatus, Outcome};
+
+/// What the live view and /v1/status show at one moment.
+#[derive(Clone, Debug, Serialize)]
+pub struct Snapshot {
+    /// Milliseconds since the Unix epoch.
+    pub t: u64,
+    /// Admitted partitions per stage (synthesis, gpu_queue, prove_start, prove_finish).
+    pub stages: BTreeMap<&'static str, i64>,
+    pub buffers: ClassCounts,
+    pub buffer_bytes: ClassCounts,
+    pub reserved_bytes: u64,
+    /// The part of `reserved_bytes` held by received witnesses waiting for
+    /// (or in) their partitions.
+    pub witness_bytes: u64,
+    /// The part of `reserved_bytes` the served circuits hold resident (their
+    /// proving keys, and what their kinds keep beside them: recorded matrices).
+    pub key_bytes: u64,
+    pub budget_bytes: u64,
+    pub rss_bytes: u64,
+    pub gpu_queue_depth: i64,
+    pub gpu_queue_capacity: i64,
+    pub partitions_waiting: usize,
+    pub partitions_completed: u64,
+    pub partitions_failed: u64,
+    pub jobs_succeeded: u64,
+    pub jobs_failed: u64,
+    pub jobs_cancelled: u64,
+    pub gpus: Vec<GpuMemory>,
+    /// In fleet mode: this worker's claims and the fleet's queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetSnapshot>,
+}
+
+/// A fleet worker's view of the queue, as its heartbeat last read it.
+#[derive(Clone, Debug, Serialize)]
+pub struct FleetSnapshot {
+    pub worker: String,
+    /// Partitions this worker holds.
+    pub claimed_here: usize,
+    /// The fleet's queued and claimed partitions.
+    pub queued: u64,
+    pub claimed: u64,
+    pub oldest_queued_seconds: f64,
+    /// Why this worker is unready (its database is away), if it is.
+    pub unready: Option<String>,
+}
+
+/// One GPU at one moment.
+#[derive(Clone, Debug, Serialize)]
+pub struct GpuMemory {
+    /// "NVIDIA H200 (cuda:0)".
+    pub device: String,
+    pub used_bytes: u64,
+    pub total_bytes: u64,
+    /// Seconds the device has been busy with proofs since start (CUDA
+    /// events); its rate is the GPU's utilisation.
+    pub busy_seconds: f64,
+}
+
+/// Snapshots kept for clients that connect later: ten minutes at one a second.
+pub(super) const HISTORY: usize = 600;
+
+impl Service {
+    /// The worker's metrics, for the layers that count what the engine does
+    /// not see (connections refused by the HTTP server).
+    pub fn metrics(&self) -> &Arc<crate::telemetry::Metrics> {
+        self.engine.metrics()
+    }
+
+    /// The Prometheus exposition, with the gauges that are read on demand
+    /// (GPU memory, key residency) refreshed first.
+    pub fn metrics_text(&self) -> String {
+        let m = self.engine.metrics();
+        for (counter, now) in [
+            (&m.log_lines_dropped, crate::telemetry::logging::lines_dropped()),
+            (&m.panics, crate::telemetry::logging::panics()),
+        ] {
+            counter.inc_by(now.saturating_sub(counter.get()));
+        }
+        self.gpu_memory();
+        self.refresh_key_residency();
+        self.engine.metrics().render()
+    }
+
+    /// Copies each backend's key residency into the metrics (per device;
+    /// the device location of `srs_bytes` sums every device's copy).
+    fn refresh_key_residency(&self) {
+        let m = self.engine.metrics();
+        let mut device_bytes: BTreeMap<&str, u64> =
+            self.intake.circuits.names().map(|n| (n.as_str(), 0)).collect();
+        for backend in &self.backends {
+            let res = backend.resident_keys();
+            let device = backend.name();
+            for (name, served) in self.intake.circuits.iter() {
+                let fp = served.kind.key().fingerprint();
+                if let Some(k) = res.keys.iter().find(|k| k.fingerprint == fp) {
+                    *device_bytes.get_mut(name.as_str()).expect("every circuit") += k.device_bytes;
+                    let c = m.key_uploads.with_label_values(&[name, device]);
+                    c.inc_by(k.uploads.saturating_sub(c.get()));
+                }
+            }
+            if !self.gpus.is_empty() {
+                let c = m.key_evictions.with_label_values(&[device]);
+                c.inc_by(res.evictions.saturating_sub(c.get()));
+            }
+        }
+        for (name, bytes) in device_bytes {
+            m.srs_bytes.with_label_values(&[name, "device"]).set(bytes as i64);
+        }
+    }
+
+    /// Device memory per GPU now; also sets the GPU memory gauges, which
+    /// nothing else updates (a scrape of /metrics calls this).
+    pub fn gpu_memory(&self) -> Vec<GpuMemory> {
+        let m = self.engine.metrics();
+        self.gpus
+            .iter()
+            .filter_map(|g| {
+                let (free, total) = g.memory().ok()?;
+                let used = total.saturating_sub(free) as u64;
+                // labelled as the backend names the device ("cuda:0"), like every per-device metric
+                let device = format!("cuda:{}", g.info().ordinal);
+                m.gpu_memory_used_bytes.with_label_values(&[&device]).set(used as i64);
+                m.gpu_memory_total_bytes.with_label_values(&[&device]).set(total as i64);
+                Some(GpuMemory {
+                    device: format!("{} ({device})", g.info().name),
+                    used_bytes: used,
+                    total_bytes: total as u64,
+                    busy_seconds: m.gpu_busy_seconds.with_label_values(&[&device]).get(),
+                })
+            })
+            .collect()
+    }
+
+    /// The state of everything now.
+    pub fn snapshot(&self) -> Snapshot {
+        let m = self.engine.metrics();
+        let ledger = self.engine.ledger();
+        let count = |v: &prometheus::IntCounterVec, o: Outcome| v.with_label_values(&[o.name()]).get();
+        Snapshot {
+            t: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
+            stages: crate::pipeline::Stage::IN_PIPELINE
+                .iter()
+                .map(|st| (st.name(), m.partitions_in_stage.with_label_values(&[st.name()]).get()))
+                .collect(),
+            buffers: ledger.counts(),
+            buffer_bytes: ledger.bytes(),
+            reserved_bytes: self.engine.budget().reserved(),
+            witness_bytes: m.witness_bytes.get().max(0) as u64,
+            key_bytes: self.engine.budget().resident(),
+            budget_bytes: self.engine.budget().total(),
+            rss_bytes: crate::telemetry::rss_bytes(),
+            gpu_queue_depth: m.gpu_queue_depth.get(),
+            gpu_queue_capacity: m.gpu_queue_capacity.get(),
+            partitions_waiting: self.engine.queued_partitions(),
+            partitions_completed: count(&m.partitions, Outcome::Succeeded),
+            partitions_failed: count(&m.partitions, Outcome::Failed),
+            jobs_succeeded: count(&m.jobs, Outcome::Succeeded),
+            jobs_failed: count(&m.jobs, Outcome::Failed),
+            jobs_cancelled: count(&m.jobs, Outcome::Cancelled),
+            gpus: self.gpu_memory(),
+            fleet: self.jobs.fleet(),
+        }
+    }
+
+    /// Takes a snapshot into the history (called once a tick) and returns it.
+    pub fn tick(&self) -> Snapshot {
+        let snap = self.snapshot();
+        let mut h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        if h.len() == HISTORY {
+            h.pop_front();
+        }
+        h.push_back(snap.clone());
+        drop(h);
+        self.jobs.forget_ended(Duration::from_secs(self.config.server.job_retention_seconds));
+        snap
+    }
+
+    pub fn history(&self) -> Vec<Snapshot> {
+        self.history.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
+    }
+
+    pub fn recent_jobs(&self, n: usize) -> Vec<JobStatus> {
+        self.engine.recent_jobs(n)
+    }
+}

@@ -1,0 +1,198 @@
+//! The service's rooms on the CPU: idempotency, the journal written before
+//! a job runs and every end observed in it, restart recovery; on a circuit
+//! kind defined here, outside `circuits/` (the HTTP tests serve it too).
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::{Refusal, RequestError, Service, Submitted, Witnesses};
+use crate::backend::CpuBackend;
+use crate::circuits::{CircuitKind, KeySource, WitnessError};
+use crate::config::{Config, JobStoreKind, OnRestart};
+use crate::groth16::tests::Square;
+use crate::groth16::{keygen, synthesize, ProvingKey, SynthesisFn};
+use crate::jobs::journal::{AcceptedJob, Journal, SqliteJournal, StoredWitness};
+use crate::pipeline::{JobId, Outcome, SubmitError};
+
+/// A kind that exists only in tests: witnesses are `{"x": N}`.
+pub(crate) struct SquareKind {
+    pub key: Arc<ProvingKey>,
+    pub source: KeySource,
+}
+
+impl CircuitKind for SquareKind {
+    fn kind(&self) -> &'static str {
+        "square"
+    }
+    fn key(&self) -> &Arc<ProvingKey> {
+        &self.key
+    }
+    fn key_source(&self) -> &KeySource {
+        &self.source
+    }
+    fn constraints(&self) -> usize {
+        2
+    }
+    fn partition(&self, index: usize, witness: Value) -> Result<SynthesisFn, WitnessError> {
+        let x = witness["x"]
+            .as_u64()
+            .filter(|x| *x < 1 << 32)
+            .ok_or_else(|| WitnessError(format!("partition {index}: expected {{\"x\": N}} with N < 2^32")))?;
+        Ok(Arc::new(move || synthesize(Square(Some(x)))))
+    }
+}
+
+pub(crate) fn square_key() -> Arc<ProvingKey> {
+    static KEY: OnceLock<Arc<ProvingKey>> = OnceLock::new();
+    KEY.get_or_init(|| Arc::new(keygen::generate_test_key(Square(None), &mut rand::rngs::OsRng).unwrap()))
+        .clone()
+}
+
+/// A service of the square circuit with its journal at `journal` (none: no journal).
+fn service(journal: Option<&Path>, on_restart: OnRestart) -> Arc<Service> {
+    let mut config = Config::default();
+    config.jobs.store = JobStoreKind::Sqlite;
+    config.jobs.path = journal.map(Path::to_path_buf);
+    config.jobs.on_restart = on_restart;
+    let kind = SquareKind { key: square_key(), source: KeySource::File { path: "square.params".into() } };
+    Service::start_with(
+        config,
+        vec![("square".into(), Arc::new(kind))],
+        vec![Arc::new(CpuBackend)],
+        None,
+        Vec::new(),
+    )
+    .unwrap()
+}
+
+fn witnesses(xs: &[u64]) -> Witnesses {
+    Witnesses::Json(xs.iter().map(|x| json!({ "x": x })).collect())
+}
+
+fn succeeded(s: &Service, id: JobId) {
+    let status = s.wait(id).expect("a job of this worker");
+    assert_eq!(status.outcome, Some(Outcome::Succeeded), "{:?}", status.error);
+}
+
+#[test]
+fn retries_under_one_key_make_one_job_and_another_request_under_it_is_refused() {
+    let s = service(None, OnRestart::Rerun);
+    let submit = |xs: &[u64]| s.submit_witnesses("square", witnesses(xs), Some("k".into()));
+    let answers: Vec<Submitted> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..8).map(|_| scope.spawn(|| submit(&[3, 4]).unwrap())).collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let id = answers[0].id();
+    assert!(answers.iter().all(|a| a.id() == id), "{answers:?}");
+    assert_eq!(answers.iter().filter(|a| matches!(a, Submitted::New(_))).count(), 1, "{answers:?}");
+    succeeded(&s, id);
+    assert_eq!(submit(&[3, 4]).unwrap(), Submitted::Existing(id), "a retry after the end");
+    let other = submit(&[5]).unwrap_err();
+    assert!(matches!(&other, RequestError::KeyReused { job, .. } if *job == id), "{other}");
+    assert_eq!(other.refusal(), Refusal::Conflict);
+    // Without a key, the same request is a new job.
+    let again = s.submit_witnesses("square", witnesses(&[3, 4]), None).unwrap();
+    assert!(matches!(again, Submitted::New(j) if j != id));
+}
+
+#[test]
+fn requests_are_refused_by_what_is_wrong_with_them() {
+    let s = service(None, OnRestart::Rerun);
+    let refusal = |circuit: &str, w: Witnesses| s.submit_witnesses(circuit, w, None).unwrap_err().refusal();
+    assert_eq!(refusal("cube", witnesses(&[1])), Refusal::BadInput);
+    assert_eq!(refusal("square", witnesses(&[])), Refusal::BadInput);
+    assert_eq!(refusal("square", Witnesses::Json(vec![json!({"y": 1})])), Refusal::BadInput);
+    let too_many: Vec<u64> = (0..=s.config.server.max_queued_partitions as u64).collect();
+    assert_eq!(refusal("square", witnesses(&too_many)), Refusal::BadInput);
+    s.drain(Duration::ZERO);
+    let draining = s.submit_witnesses("square", witnesses(&[2]), None).unwrap_err();
+    assert!(matches!(draining, RequestError::Submit(SubmitError::ShuttingDown)), "{draining}");
+    assert_eq!(draining.refusal(), Refusal::ShuttingDown);
+}
+
+#[test]
+fn the_journal_has_every_end_and_a_restart_serves_them_with_their_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jobs.sqlite3");
+    let ok = {
+        let s = service(Some(&path), OnRestart::Rerun);
+        let ok = s.submit_witnesses("square", witnesses(&[3, 4]), Some("ok".into())).unwrap().id();
+        succeeded(&s, ok);
+        ok
+    };
+    let (_, recovered) = SqliteJournal::open(&path).unwrap();
+    assert!(recovered.unfinished.is_empty(), "{:?}", recovered.unfinished);
+    let ended = recovered.ended.iter().find(|e| e.job.id == ok).expect("the ended job, journaled");
+    assert_eq!(ended.job.outcome, Outcome::Succeeded);
+    assert!(ended.job.partitions.iter().all(|p| p.proof.is_some()), "every partition's proof journaled");
+    drop(recovered);
+
+    let s = service(Some(&path), OnRestart::Rerun);
+    let status = s.job(ok).unwrap().expect("served after the restart");
+    assert_eq!(status.outcome, Some(Outcome::Succeeded));
+    assert_eq!(
+        s.submit_witnesses("square", witnesses(&[3, 4]), Some("ok".into())).unwrap(),
+        Submitted::Existing(ok),
+        "the key still names its job"
+    );
+}
+
+/// A job accepted before a restart, as the journal holds it.
+fn journaled(path: &Path, xs: &[u64], key: Option<&str>) -> JobId {
+    let (journal, _) = SqliteJournal::open(path).unwrap();
+    let id = JobId::new();
+    let job = AcceptedJob {
+        id,
+        circuit: "square".into(),
+        witnesses: xs.iter().map(|x| StoredWitness::Json(json!({ "x": x }))).collect(),
+        idempotency: key.map(|k| (k.to_string(), [1; 32])),
+    };
+    journal.accepted(&job).unwrap();
+    id
+}
+
+#[test]
+fn a_restart_runs_unfinished_jobs_again_under_their_ids_or_fails_them_by_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jobs.sqlite3");
+    let rerun = journaled(&path, &[2, 5], Some("r"));
+    let s = service(Some(&path), OnRestart::Rerun);
+    succeeded(&s, rerun);
+    let same = crate::service::Idempotency { key: "r".into(), digest: [1; 32] };
+    assert_eq!(s.jobs.submit("square", witnesses(&[2, 5]), Some(same)).unwrap(), Submitted::Existing(rerun));
+    s.drain(Duration::from_secs(60));
+    drop(s);
+
+    let failed = journaled(&path, &[7], None);
+    let s = service(Some(&path), OnRestart::Fail);
+    let status = s.job(failed).unwrap().expect("served, failed");
+    assert_eq!(status.outcome, Some(Outcome::Failed));
+    assert!(status.error.as_deref().unwrap_or("").contains("on_restart"), "{:?}", status.error);
+    drop(s);
+    let (_, recovered) = SqliteJournal::open(&path).unwrap();
+    assert!(recovered.unfinished.is_empty(), "the failure is journaled: {:?}", recovered.unfinished);
+}
+
+#[test]
+fn a_job_the_draining_engine_refuses_is_not_left_in_the_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jobs.sqlite3");
+    let s = service(Some(&path), OnRestart::Rerun);
+    s.drain(Duration::ZERO);
+    assert!(s.submit_witnesses("square", witnesses(&[2]), None).is_err());
+    drop(s);
+    let (_, recovered) = SqliteJournal::open(&path).unwrap();
+    assert!(recovered.unfinished.is_empty() && recovered.ended.is_empty());
+}
+
+#[test]
+fn verifying_keys_are_offered_in_the_kinds_encodings() {
+    let s = service(None, OnRestart::Rerun);
+    let (encoding, bytes) = s.verifying_key("square", None).unwrap();
+    assert!(!bytes.is_empty(), "{encoding:?}");
+    assert!(matches!(s.verifying_key("cube", None), Err(super::VkError::UnknownCircuit(_))));
+    assert!(matches!(s.verifying_key("square", Some("zz")), Err(super::VkError::Encoding(_))));
+}
