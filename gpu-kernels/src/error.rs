@@ -31,6 +31,13 @@ impl<T> During<T> for Result<T, cudarc::driver::DriverError> {
 }
 
 impl GpuError {
+    /// The error the driver gives when device memory runs out during
+    /// `during`: what a stand-in device returns in tests of what is done then.
+    pub fn out_of_memory(during: impl Into<Cow<'static, str>>) -> Self {
+        let source = cudarc::driver::DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+        GpuError::Driver { during: during.into(), source }
+    }
+
     /// Whether the device ran out of memory (freeing something may help).
     pub fn is_out_of_memory(&self) -> bool {
         matches!(self, GpuError::Driver { source, .. }

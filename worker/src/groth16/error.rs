@@ -25,8 +25,28 @@ pub enum ProveError {
     #[error("no room on the device for the circuit's matrices, and a, b, c were left to it with no host memory held for them")]
     NoRoomForProducts,
     /// The backend (a GPU, say) failed.
-    #[error("{backend} backend failed: {message}")]
-    Backend { backend: &'static str, message: String },
+    #[error("{backend} backend failed: {source}")]
+    Backend {
+        backend: &'static str,
+        #[source]
+        source: BackendFault,
+    },
+}
+
+/// What failed inside a backend, with its cause kept for whoever logs or
+/// classifies it.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendFault {
+    /// The device or its driver (an out-of-memory among them:
+    /// [`GpuError::is_out_of_memory`](provd_kernels::GpuError::is_out_of_memory)).
+    #[error(transparent)]
+    Gpu(#[from] provd_kernels::GpuError),
+    /// A key larger than the device memory the configuration lets keys take.
+    #[error("this key's bases need {need} device bytes, more than gpu.key_memory_limit ({limit})")]
+    KeyOverLimit { need: u64, limit: u64 },
+    /// Anything else a backend reports (a stand-in's fault in tests, say).
+    #[error("{0}")]
+    Other(String),
 }
 
 impl ProveError {

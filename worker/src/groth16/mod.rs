@@ -16,7 +16,7 @@ pub mod sparse;
 pub mod synthesis;
 mod verify;
 
-pub use error::{ParamsError, ProveError};
+pub use error::{BackendFault, ParamsError, ProveError};
 pub use key::{PointCheck, ProvingKey, VerifyingKey};
 pub use matrices::Matrices;
 pub use proof::{Proof, ProofDecodeError};

@@ -149,14 +149,20 @@ impl JobObserver for Recorder {
     }
 }
 
-#[test]
-fn the_observer_hears_every_end_before_a_waiter_does() {
+/// An engine on the CPU whose ends a [`Recorder`] hears.
+fn observed() -> (Engine, Arc<Recorder>) {
     let recorder = Arc::new(Recorder::default());
     let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(CpuBackend)];
     let observer = recorder.clone() as Arc<dyn JobObserver>;
     let e =
         Engine::start_observed(PipelineConfig::default(), backends, Arc::new(Metrics::new()), Some(observer))
             .unwrap();
+    (e, recorder)
+}
+
+#[test]
+fn the_observer_hears_every_end_before_a_waiter_does() {
+    let (e, recorder) = observed();
     let ok = e.submit(job((0..3).map(partition).collect())).unwrap();
     e.wait(ok, None).unwrap();
     let seen = recorder.0.lock().unwrap().clone();
@@ -173,12 +179,7 @@ fn the_observer_hears_every_end_before_a_waiter_does() {
 
 #[test]
 fn a_job_run_again_keeps_its_id_and_proves_only_what_had_no_proof() {
-    let recorder = Arc::new(Recorder::default());
-    let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(CpuBackend)];
-    let observer = recorder.clone() as Arc<dyn JobObserver>;
-    let e =
-        Engine::start_observed(PipelineConfig::default(), backends, Arc::new(Metrics::new()), Some(observer))
-            .unwrap();
+    let (e, recorder) = observed();
     let first = e.submit(job(vec![partition(7), partition(8)])).unwrap();
     let before = e.wait(first, None).unwrap();
     let kept = ProvedPartition {
@@ -662,7 +663,7 @@ impl Backend for StandIn {
         if self.done() >= self.good {
             return Err(ProveError::Backend {
                 backend: "cuda",
-                message: format!("{}: illegal address", self.name),
+                source: crate::groth16::BackendFault::Other(format!("{}: illegal address", self.name)),
             });
         }
         self.done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);

@@ -1,0 +1,88 @@
+//! Where a proof's vectors are when `prove_start` takes the device: a, b and
+//! c on the host (one partition in flight: each copied while the one before
+//! it transforms) or already copied (two in flight: copied before the
+//! device lock, while the other partition's kernels run), or, left to the
+//! device, still to compute, with the assignment copied.
+
+use blstrs::Scalar;
+use provd_kernels::{CopyLane, CudaSlice, FrBuffer, FrRaw, GpuError};
+
+use super::InFlight;
+use crate::groth16::synthesis::{Evaluations, Products};
+
+/// A proof's vectors as [`copy_ahead`] leaves them for the device lock.
+pub(super) enum Prepared {
+    /// a, b and c evaluated on the host.
+    Evaluated(Vectors),
+    /// a, b and c still to compute, the assignment copied.
+    Products { products: Products, input: CudaSlice<FrRaw>, aux: Option<CudaSlice<FrRaw>> },
+}
+
+/// A proof's a/b/c and aux assignment, on the host or on the device.
+pub(super) enum Vectors {
+    OnHost([Vec<Scalar>; 3]),
+    OnDevice { abc: [FrBuffer; 3], aux: Option<CudaSlice<FrRaw>> },
+}
+
+/// One of a, b, c: on the host, or copied (zero-padded to the domain).
+pub(super) enum Vector {
+    Host(Vec<Scalar>),
+    Device(FrBuffer),
+}
+
+impl Vector {
+    /// On the device; a host vector is copied (on `lane`) and then freed.
+    pub fn on_device(self, lane: &CopyLane, log_n: u32) -> Result<FrBuffer, GpuError> {
+        match self {
+            Vector::Host(v) => FrBuffer::upload_padded_async(lane, &v, log_n),
+            Vector::Device(d) => Ok(d),
+        }
+    }
+}
+
+/// Copies what can go before the device lock, given how many partitions a
+/// device takes at once.
+pub(super) fn copy_ahead(
+    in_flight: InFlight,
+    lane: &CopyLane,
+    log_n: u32,
+    abc: Evaluations,
+    input: &[Scalar],
+    aux: &[Scalar],
+) -> Result<Prepared, GpuError> {
+    let abc = match abc {
+        Evaluations::Products(products) => {
+            let (input, aux) = (lane.upload(input)?, upload_aux(lane, aux)?);
+            return Ok(Prepared::Products { products, input, aux });
+        }
+        Evaluations::Host { a, b, c } => [a, b, c],
+    };
+    Ok(Prepared::Evaluated(match in_flight {
+        InFlight::One => Vectors::OnHost(abc),
+        InFlight::Two => {
+            Vectors::OnDevice { abc: upload_abc(lane, abc, log_n)?, aux: upload_aux(lane, aux)? }
+        }
+    }))
+}
+
+/// a, b and c on the device, each zero-padded to 2^log_n and its host copy
+/// freed once copied (on `lane`).
+pub(super) fn upload_abc(
+    lane: &CopyLane,
+    abc: [Vec<Scalar>; 3],
+    log_n: u32,
+) -> Result<[FrBuffer; 3], GpuError> {
+    let [a, b, c] = abc;
+    let up = |v: Vec<Scalar>| FrBuffer::upload_padded_async(lane, &v, log_n);
+    Ok([up(a)?, up(b)?, up(c)?])
+}
+
+/// The aux assignment on the device (copied on `lane`); `None` without aux
+/// variables.
+pub(super) fn upload_aux(lane: &CopyLane, aux: &[Scalar]) -> Result<Option<CudaSlice<FrRaw>>, GpuError> {
+    if aux.is_empty() {
+        Ok(None)
+    } else {
+        lane.upload(aux).map(Some)
+    }
+}

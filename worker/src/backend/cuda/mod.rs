@@ -1,0 +1,170 @@
+//! The CUDA backend: H by the NTT chain (no bit-reversal pass) and the four G1
+//! MSMs on the GPU, with the bases of several proving keys resident on the
+//! device at once (least recently used evicted when device memory runs short).
+//! B's G2 MSM (`prove_finish`) runs on the device too, its bases resident
+//! beside the G1 ones, unless `G2Placement::Cpu` keeps it on the host.
+//!
+//! By responsibility:
+//! - [`residency`]: what stays on the device and what is evicted (rules
+//!   tested on the CPU against a fake device);
+//! - `device_key`: a key's bases and a circuit's matrices on the device;
+//! - `copy_plan`: which copies go ahead of the device lock;
+//! - `h_chain`: H's scalars by the NTT chain;
+//! - `proof`: one partition's device work, step by step.
+
+mod copy_plan;
+mod device_key;
+mod h_chain;
+mod proof;
+pub(crate) mod residency;
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use provd_kernels::ntt::TwoAdicRoot;
+use provd_kernels::{Gpu, GpuError, Msm, Ntt, Timer};
+
+use super::{Backend, BasesLayout, CudaOptions, G2Placement, InFlight, ProductsPlacement};
+use crate::groth16::prover::{Blinding, Finished, PendingProof, StepTime};
+use crate::groth16::{ProveError, ProvingKey, Synthesized};
+use residency::{Residency, Rules};
+
+// The device's sparse products read columns as the host's matrices encode them.
+const _: () = assert!(crate::groth16::sparse::AUX == provd_kernels::AUX_COLUMN);
+
+/// Proves with one CUDA device.
+pub struct CudaBackend {
+    name: String,
+    gpu: Arc<Gpu>,
+    msm: Msm,
+    options: CudaOptions,
+    state: Mutex<State>,
+    /// Keys (fingerprints) whose circuit matrices did not fit on the device
+    /// the last time they were tried ([`Residency::no_room`]); apart from
+    /// `state`, so that synthesis can ask without waiting for the device.
+    no_room: Arc<Mutex<HashSet<[u8; 32]>>>,
+}
+
+/// What one proof at a time uses on the device.
+struct State {
+    /// NTT engines by the roots of unity their keys were set up on.
+    ntts: HashMap<TwoAdicRoot, Ntt>,
+    /// The keys resident on the device.
+    residency: Residency<Gpu>,
+    /// CUDA events around each piece of device work, for the device's busy time.
+    timer: Timer,
+}
+
+/// Which keys a backend holds on its device, and how often it loaded them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyResidency {
+    /// Every key uploaded at least once; `device_bytes` is 0 once evicted.
+    pub keys: Vec<ResidentKey>,
+    /// Keys evicted to make room for another.
+    pub evictions: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResidentKey {
+    /// [`ProvingKey::fingerprint`].
+    pub fingerprint: [u8; 32],
+    pub device_bytes: u64,
+    pub uploads: u64,
+}
+
+fn backend_error(e: GpuError) -> ProveError {
+    ProveError::Backend { backend: "cuda", source: e.into() }
+}
+
+impl CudaBackend {
+    /// Opens device `ordinal`; kernels are cached under `data_dir/kernels`.
+    pub fn open(ordinal: usize, data_dir: &Path, options: CudaOptions) -> Result<Self, GpuError> {
+        let gpu = Arc::new(Gpu::open(ordinal, &data_dir.join("kernels"))?);
+        let name = format!("cuda:{ordinal}");
+        let rules = Rules {
+            key_memory_limit: options.key_memory_limit,
+            bases: options.bases,
+            g2: options.b_g2_msm,
+            partitions_in_flight: options.partitions_in_flight.count() as u64,
+        };
+        let residency = Residency::new(name.clone(), rules);
+        Ok(Self {
+            no_room: residency.no_room(),
+            state: Mutex::new(State { ntts: HashMap::new(), residency, timer: gpu.timer()? }),
+            msm: Msm::new(gpu.clone()),
+            name,
+            options,
+            gpu,
+        })
+    }
+
+    pub fn gpu(&self) -> Arc<Gpu> {
+        self.gpu.clone()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn prove_start(&self, key: &ProvingKey, witness: Synthesized) -> Result<PendingProof, ProveError> {
+        key.check_matches(&witness)?;
+        if key.domain_size().trailing_zeros() > provd_kernels::ntt::MAX_LOG_N {
+            return Err(ProveError::DomainTooLarge { constraints: witness.num_constraints() });
+        }
+        self.start(key, witness)
+    }
+
+    /// The assembly, and B's G2 MSM on the host's cores first where
+    /// `G2Placement::Cpu` left it out of `prove_start`.
+    fn prove_finish(
+        &self,
+        key: &ProvingKey,
+        pending: PendingProof,
+        blind: Blinding,
+    ) -> Result<Finished, ProveError> {
+        let step = if pending.b_g2.is_some() { "assemble" } else { "msm b_g2 (host) + assemble" };
+        let wall = Instant::now();
+        let mut finished = Finished::on_cpu(key, pending, blind);
+        finished.steps.push(StepTime::on_host_since(step, wall));
+        Ok(finished)
+    }
+
+    fn partitions_in_flight(&self) -> InFlight {
+        self.options.partitions_in_flight
+    }
+
+    /// None beyond the witness while every MSM runs on the device (H, the
+    /// filtered scalars and the staging are device or per-device memory);
+    /// the CPU prover's where B's G2 MSM runs on the host.
+    fn host_working_bytes(&self, key: &ProvingKey) -> u64 {
+        match self.options.b_g2_msm {
+            G2Placement::Gpu => 0,
+            G2Placement::Cpu => super::cpu_working_bytes(key),
+        }
+    }
+
+    /// `gpu.products`, except for a key whose matrices did not fit on the
+    /// device: the host computes its a, b and c, in synthesis.
+    fn products(&self, key: &ProvingKey) -> ProductsPlacement {
+        let no_room = || self.no_room.lock().unwrap_or_else(|e| e.into_inner()).contains(&key.fingerprint());
+        match self.options.products {
+            ProductsPlacement::Gpu if no_room() => ProductsPlacement::Cpu,
+            placement => placement,
+        }
+    }
+
+    fn resident_keys(&self) -> KeyResidency {
+        self.lock().residency.report()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,241 @@
+//! One partition's device work, in order: copies ahead of the device lock,
+//! the key (and its matrices) made resident, a, b and c computed on the
+//! device where they were left to it, the H chain, and the MSMs (H, L, A,
+//! B in G1, and B in G2 unless it runs on the host), each step timed with
+//! CUDA events.
+
+use std::sync::MutexGuard;
+use std::time::Instant;
+
+use blstrs::{G1Projective, G2Projective, Scalar};
+use group::Group;
+use provd_kernels::{select_by_density, CopyLane, CudaSlice, FrRaw, Gpu, GpuError, Timer, Unsatisfied};
+
+use super::copy_plan::{copy_ahead, upload_abc, Prepared, Vectors};
+use super::device_key::DeviceKey;
+use super::h_chain::quotient_on_device;
+use super::{backend_error, CudaBackend, State};
+use crate::groth16::msm::filter;
+use crate::groth16::prover::{split, Assignment, G1Parts, PendingProof, StepTime};
+use crate::groth16::synthesis::{Density, Evaluations, Products};
+use crate::groth16::{ProveError, ProvingKey, Synthesized};
+
+/// a, b, c computed on the device, and their a·b = c check, read once the
+/// MSMs are queued behind it.
+struct Check {
+    unsatisfied: Unsatisfied,
+    products: Products,
+}
+
+impl CudaBackend {
+    /// All five MSMs and H on the device (B's G2 MSM too, unless
+    /// `G2Placement::Cpu` leaves it to `prove_finish`). The aux assignment
+    /// is copied once, during the H chain (or before, with a, b and c to
+    /// compute from it), and the A and B queries' subsets are picked from it
+    /// on the device.
+    pub(super) fn start(&self, key: &ProvingKey, witness: Synthesized) -> Result<PendingProof, ProveError> {
+        let log_n = key.domain_size().trailing_zeros();
+        let (abc, asg, a_aux_density) = split(witness);
+        // The inputs' subset in B is a handful of scalars: filtered here.
+        let b_in = filter(&asg.input, &asg.b_input_density);
+        let wall = Instant::now();
+        // Declared first, so dropped last: every device buffer of this proof
+        // is allocated on the lane and freed on it, never on another proof's.
+        let lane = self.gpu.copy_lane().map_err(backend_error)?;
+        let prepared = copy_ahead(self.options.partitions_in_flight, &lane, log_n, abc, &asg.input, &asg.aux)
+            .map_err(backend_error)?;
+        let copied = (!matches!(prepared, Prepared::Evaluated(Vectors::OnHost(_))))
+            .then(|| StepTime::on_host_since("copies (before the device lock)", wall));
+        let (mut state, slot, prepared, waited) = self.hold_device(key, &lane, log_n, &asg, prepared)?;
+        let State { ntts, residency, timer } = &mut *state;
+        let mut clock = StepClock::new(timer);
+        clock.steps.extend(copied);
+        clock.steps.extend(waited);
+        let resident = residency.get(slot);
+        let (vectors, check) = match prepared {
+            Prepared::Products { products, input, aux } => {
+                let Some((_, matrices)) = &resident.matrices else {
+                    let left = GpuError::Invalid("the circuit's matrices left the device".into());
+                    return Err(backend_error(left));
+                };
+                let gpu = &*self.gpu;
+                let rows = products.matrices.num_constraints();
+                let (abc, unsatisfied) = clock
+                    .time("products", || {
+                        let [a, b, c] = &matrices.0;
+                        let a = a.product(gpu, &input, aux.as_ref(), log_n)?;
+                        let b = b.product(gpu, &input, aux.as_ref(), log_n)?;
+                        let c = c.product(gpu, &input, aux.as_ref(), log_n)?;
+                        let unsatisfied = Unsatisfied::check(gpu, &a, &b, &c, rows)?;
+                        Ok(([a, b, c], unsatisfied))
+                    })
+                    .map_err(backend_error)?;
+                (Vectors::OnDevice { abc, aux }, Some(Check { unsatisfied, products }))
+            }
+            Prepared::Evaluated(v) => (v, None),
+        };
+        let (h_scalars, aux) = clock
+            .time("copies + quotient", || {
+                quotient_on_device(&self.gpu, &lane, ntts, key.reduction, log_n, vectors, &asg.aux)
+            })
+            .map_err(backend_error)?;
+        let h = clock
+            .time("msm h", || self.msm.run_device(&resident.bases.h, h_scalars.raw(), h_scalars.len()))
+            .map_err(backend_error)?;
+        drop(h_scalars);
+        let msms = Msms { backend: self, bases: &resident.bases, asg: &asg, b_in: &b_in, aux: aux.as_ref() };
+        let (g1, b_g2) = msms.run(&mut clock, h, &a_aux_density).map_err(backend_error)?;
+        let unsatisfied = match check {
+            Some(c) => c.unsatisfied.first(&self.gpu).map_err(backend_error)?.map(|_| c.products),
+            None => None,
+        };
+        let (device_seconds, steps) = clock.into_parts();
+        // Naming the bad constraint re-runs the circuit: not while holding the device.
+        drop(state);
+        if let Some(products) = unsatisfied {
+            return Err(products.unsatisfied());
+        }
+        Ok(PendingProof { g1, b_g2, assignment: asg, device_seconds, steps })
+    }
+
+    /// Takes the device with `key` resident and, where a, b and c were left
+    /// to it, the circuit's matrices beside it. With no room for the
+    /// matrices, a, b and c are computed on the host's cores without holding
+    /// the device, then the device is taken again; unless the caller
+    /// released their host memory (the pipeline), which then makes the
+    /// witness again (`ProveError::NoRoomForProducts`). Returns the locked
+    /// state, the key's slot, the vectors as they now are, and the time
+    /// spent waiting (and on the host).
+    fn hold_device<'a>(
+        &'a self,
+        key: &ProvingKey,
+        lane: &CopyLane,
+        log_n: u32,
+        asg: &Assignment,
+        prepared: Prepared,
+    ) -> Result<(MutexGuard<'a, State>, usize, Prepared, Vec<StepTime>), ProveError> {
+        let b_inputs = asg.b_input_density.ones();
+        let wall = Instant::now();
+        let mut state = self.lock();
+        let mut steps = vec![StepTime::on_host_since("wait for device", wall)];
+        let slot = state.residency.make_resident(&*self.gpu, key, b_inputs)?;
+        let Prepared::Products { products, input, aux } = prepared else {
+            return Ok((state, slot, prepared, steps));
+        };
+        if state.residency.make_matrices_resident(&*self.gpu, slot, key, &products.matrices)? {
+            return Ok((state, slot, Prepared::Products { products, input, aux }, steps));
+        }
+        drop(state);
+        let wall = Instant::now();
+        let abc = Evaluations::Products(products).on_host(&asg.input, &asg.aux)?;
+        let abc = upload_abc(lane, abc, log_n).map_err(backend_error)?;
+        steps.push(StepTime::on_host_since("products on the host (no room on the device)", wall));
+        let mut state = self.lock();
+        let slot = state.residency.make_resident(&*self.gpu, key, b_inputs)?;
+        Ok((state, slot, Prepared::Evaluated(Vectors::OnDevice { abc, aux }), steps))
+    }
+}
+
+/// The MSMs after H, over one key's bases and one assignment (its aux part
+/// on the device).
+struct Msms<'a> {
+    backend: &'a CudaBackend,
+    bases: &'a DeviceKey,
+    asg: &'a Assignment,
+    /// The inputs' subset in B.
+    b_in: &'a [Scalar],
+    aux: Option<&'a CudaSlice<FrRaw>>,
+}
+
+impl Msms<'_> {
+    /// Σ over the aux subset `picked` (the scalars and their count), if any.
+    fn over(
+        &self,
+        bases: &provd_kernels::G1Bases,
+        picked: Option<(&CudaSlice<FrRaw>, usize)>,
+    ) -> Result<G1Projective, GpuError> {
+        match picked {
+            Some((scalars, n)) => self.backend.msm.run_device(bases, scalars, n),
+            None => Ok(G1Projective::identity()),
+        }
+    }
+
+    /// L, A and B in G1 (and B in G2 where its bases are on the device), after H.
+    fn run(
+        &self,
+        clock: &mut StepClock,
+        h: G1Projective,
+        a_aux_density: &Density,
+    ) -> Result<(G1Parts, Option<G2Projective>), GpuError> {
+        let (msm, gpu, dk, asg) = (&self.backend.msm, &*self.backend.gpu, self.bases, self.asg);
+        let (naux, b_in) = (asg.aux.len(), self.b_in);
+        let l = clock.time("msm l", || self.over(&dk.l, self.aux.map(|s| (s, naux))))?;
+        let a = clock.time("msm a", || {
+            let picked = pick(gpu, self.aux, naux, a_aux_density)?;
+            Ok(msm.run(&dk.a_inputs, &asg.input)?
+                + self.over(&dk.a_aux, picked.as_ref().map(|(s, n)| (s, *n)))?)
+        })?;
+        // B's aux subset serves both groups: picked once.
+        let (b_g1, b_aux) = clock.time("msm b_g1", || {
+            let picked = pick(gpu, self.aux, naux, &asg.b_aux_density)?;
+            let sum =
+                msm.run(&dk.b_inputs, b_in)? + self.over(&dk.b_aux, picked.as_ref().map(|(s, n)| (s, *n)))?;
+            Ok((sum, picked))
+        })?;
+        let b_g2 = match &dk.b_g2 {
+            Some((g2_inputs, g2_aux)) => Some(clock.time("msm b_g2", || {
+                let mut sum = msm.run(g2_inputs, b_in)?;
+                if let Some((scalars, n)) = &b_aux {
+                    sum += msm.run_device(g2_aux, scalars, *n)?;
+                }
+                Ok(sum)
+            })?),
+            None => None,
+        };
+        Ok((G1Parts { h, l, a, b_g1 }, b_g2))
+    }
+}
+
+/// The subset of the aux assignment (on the device) that `density` selects,
+/// and its length; `None` without aux variables.
+fn pick(
+    gpu: &Gpu,
+    aux: Option<&CudaSlice<FrRaw>>,
+    len: usize,
+    density: &Density,
+) -> Result<Option<(CudaSlice<FrRaw>, usize)>, GpuError> {
+    aux.map(|aux| select_by_density(gpu, aux, len, density.words())).transpose()
+}
+
+/// Times each step of a proof: the device's part between two CUDA events on
+/// the compute stream (its kernels, and the copies they wait for), the wall
+/// time on the host around it.
+pub(super) struct StepClock<'a> {
+    timer: &'a Timer,
+    steps: Vec<StepTime>,
+}
+
+impl<'a> StepClock<'a> {
+    fn new(timer: &'a Timer) -> Self {
+        Self { timer, steps: Vec::new() }
+    }
+
+    fn time<T>(
+        &mut self,
+        step: &'static str,
+        run: impl FnOnce() -> Result<T, GpuError>,
+    ) -> Result<T, GpuError> {
+        let wall = Instant::now();
+        self.timer.start()?;
+        let out = run()?;
+        let device_ms = self.timer.stop()? as f64;
+        self.steps.push(StepTime { step, wall_ms: wall.elapsed().as_secs_f64() * 1e3, device_ms });
+        Ok(out)
+    }
+
+    /// The device's busy seconds over every step, and the steps.
+    fn into_parts(self) -> (Option<f64>, Vec<StepTime>) {
+        let ms: f64 = self.steps.iter().map(|s| s.device_ms).sum();
+        (Some(ms / 1e3), self.steps)
+    }
+}

@@ -1,0 +1,329 @@
+//! What stays on a device: the bases of several proving keys (least recently
+//! used evicted when the key memory limit or the device's free memory leaves
+//! no room) and, beside a key, its circuit's matrices (never at a key's
+//! expense). The rules are written against [`DeviceMemory`], a device's free
+//! memory and its uploads, so that they are tested on the CPU with a fake
+//! device; [`super::CudaBackend`] gives them the real one.
+//!
+//! The rules:
+//! - a key asked for again becomes the most recently used, never uploaded twice;
+//! - shifted bases (`gpu.bases = "shifted"`) only where they fit beside the
+//!   keys already resident: no key is evicted for a faster layout;
+//! - plain bases evict the least recently used keys while the key memory
+//!   limit or the device's free memory (less the working buffers of the
+//!   partitions in flight) leaves no room, and again after an out-of-memory
+//!   upload (another process took memory meanwhile) while any key is left;
+//! - a key larger than the key memory limit is refused, evicting nothing;
+//! - matrices go beside their key only where they fit; otherwise the key is
+//!   listed as having no room until it is uploaded again, and its a, b, c
+//!   are computed on the host.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use provd_kernels::msm::shifted_copies;
+use provd_kernels::{DeviceMatrix, GpuError};
+
+use super::{BasesLayout, G2Placement, KeyResidency, ResidentKey};
+use crate::groth16::{BackendFault, Matrices, ProveError, ProvingKey};
+
+/// Device bytes kept free beside the resident keys for one proof's working
+/// buffers, per domain element: a/b/c and the aux assignment during the H
+/// chain (4 × 32 B), then the aux assignment, a query's subset of it and an
+/// MSM's digits and sorted lists (2 × 32 B + 128 B).
+const WORKING_BYTES_PER_ELEMENT: u64 = 8 * 32;
+/// And a fixed part for the MSM engine's bucket tables.
+const WORKING_BYTES_FIXED: u64 = 512 << 20;
+/// Bytes of one G1 and one G2 base on the device.
+const G1_BASE_BYTES: u64 = std::mem::size_of::<provd_kernels::msm::G1AffineRaw>() as u64;
+const G2_BASE_BYTES: u64 = std::mem::size_of::<provd_kernels::msm::G2AffineRaw>() as u64;
+
+/// Something that takes device memory for as long as it lives.
+pub(super) trait OnDevice {
+    fn bytes(&self) -> u64;
+}
+
+/// What residency needs of a device: how much memory is free, and uploads
+/// that may run out of it ([`GpuError::is_out_of_memory`]).
+pub(super) trait DeviceMemory {
+    /// A key's bases on the device.
+    type Key: OnDevice;
+    /// A circuit's A, B and C on the device.
+    type Matrices: OnDevice;
+    fn free_bytes(&self) -> Result<u64, GpuError>;
+    fn upload_key(
+        &self,
+        key: &ProvingKey,
+        b_inputs: usize,
+        g2: G2Placement,
+        layout: BasesLayout,
+    ) -> Result<Self::Key, GpuError>;
+    fn upload_matrices(&self, matrices: &Matrices) -> Result<Self::Matrices, GpuError>;
+}
+
+/// How a device's memory may be used.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Rules {
+    /// `gpu.key_memory_limit`: device bytes the resident keys may take at most.
+    pub key_memory_limit: Option<u64>,
+    /// The G1 bases' layout asked for.
+    pub bases: BasesLayout,
+    /// Whether B's G2 bases go on the device too.
+    pub g2: G2Placement,
+    /// Partitions in prove_start at once, each with its working buffers.
+    pub partitions_in_flight: u64,
+}
+
+impl Rules {
+    /// Device bytes the partitions in flight need for their working buffers.
+    pub fn working_bytes(&self, key: &ProvingKey) -> u64 {
+        (key.domain_size() as u64 * WORKING_BYTES_PER_ELEMENT + WORKING_BYTES_FIXED)
+            * self.partitions_in_flight
+    }
+}
+
+/// Device bytes `key`'s bases take laid out as `layout`, before uploading
+/// them; `None` where that layout cannot hold them.
+pub(super) fn key_bytes(
+    key: &ProvingKey,
+    b_inputs: usize,
+    g2: G2Placement,
+    layout: BasesLayout,
+) -> Option<u64> {
+    let inputs = key.vk.ic.len();
+    let large = [
+        key.domain_size(),
+        key.l.len(),
+        key.a.len().saturating_sub(inputs),
+        key.b_g1.len().saturating_sub(b_inputs),
+    ];
+    let mut g1 = (inputs + b_inputs) as u64 * G1_BASE_BYTES;
+    for len in large {
+        let copies = match layout {
+            BasesLayout::Plain => 1,
+            BasesLayout::Shifted if len == 0 => 1,
+            BasesLayout::Shifted => shifted_copies(len)?,
+        };
+        g1 += len as u64 * copies as u64 * G1_BASE_BYTES;
+    }
+    let g2 = if g2 == G2Placement::Gpu { key.b_g2.len() as u64 * G2_BASE_BYTES } else { 0 };
+    Some(g1 + g2)
+}
+
+/// Device bytes of `matrices` uploaded, before uploading them.
+pub(super) fn matrices_bytes(matrices: &Matrices) -> u64 {
+    let (abc, _, _) = matrices.parts();
+    abc.iter().map(|m| DeviceMatrix::bytes_for(m.rows(), m.compressed_rows().1.len()) as u64).sum()
+}
+
+/// A resident key: its bases and, once uploaded, its circuit's matrices.
+pub(super) struct Resident<D: DeviceMemory> {
+    pub fingerprint: [u8; 32],
+    pub bases: D::Key,
+    /// The matrices uploaded (the witness's own must be used) and their copy.
+    pub matrices: Option<(Arc<Matrices>, D::Matrices)>,
+}
+
+impl<D: DeviceMemory> Resident<D> {
+    fn bytes(&self) -> u64 {
+        self.bases.bytes() + self.matrices.as_ref().map_or(0, |(_, m)| m.bytes())
+    }
+}
+
+/// The keys one device holds, least recently used first.
+pub(super) struct Residency<D: DeviceMemory> {
+    /// The device's name, for logs.
+    device: String,
+    rules: Rules,
+    keys: Vec<Resident<D>>,
+    /// Uploads per key (by fingerprint), evicted keys included.
+    uploads: HashMap<[u8; 32], u64>,
+    evictions: u64,
+    /// Keys whose matrices did not fit the last time they were tried; its
+    /// own lock, so that synthesis can ask without waiting for the device.
+    no_room: Arc<Mutex<HashSet<[u8; 32]>>>,
+}
+
+fn backend_error(e: GpuError) -> ProveError {
+    ProveError::Backend { backend: "cuda", source: e.into() }
+}
+
+/// An optional upload's result: `None` where the device ran out of memory
+/// (free memory that another process took after it was measured).
+fn unless_out_of_memory<T>(upload: Result<T, GpuError>) -> Result<Option<T>, ProveError> {
+    match upload {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.is_out_of_memory() => Ok(None),
+        Err(e) => Err(backend_error(e)),
+    }
+}
+
+impl<D: DeviceMemory> Residency<D> {
+    pub fn new(device: String, rules: Rules) -> Self {
+        Self {
+            device,
+            rules,
+            keys: Vec::new(),
+            uploads: HashMap::new(),
+            evictions: 0,
+            no_room: Arc::default(),
+        }
+    }
+
+    /// The keys listed as having no room for their matrices (shared with
+    /// whoever must ask without the device's lock).
+    pub fn no_room(&self) -> Arc<Mutex<HashSet<[u8; 32]>>> {
+        self.no_room.clone()
+    }
+
+    pub fn get(&self, slot: usize) -> &Resident<D> {
+        &self.keys[slot]
+    }
+
+    fn resident_bytes(&self) -> u64 {
+        self.keys.iter().map(Resident::bytes).sum()
+    }
+
+    fn evict_oldest(&mut self, why: &str) {
+        let old = self.keys.remove(0);
+        self.evictions += 1;
+        tracing::info!(device = %self.device, mib = old.bytes() >> 20, why, "proving key bases evicted from the device");
+    }
+
+    /// Makes `key`'s bases resident (the most recently used), evicting the
+    /// least recently used keys while the limit or the device's free memory
+    /// leaves no room; returns its slot.
+    pub fn make_resident(&mut self, dev: &D, key: &ProvingKey, b_inputs: usize) -> Result<usize, ProveError> {
+        let fingerprint = key.fingerprint();
+        if let Some(i) = self.keys.iter().position(|k| k.fingerprint == fingerprint) {
+            let k = self.keys.remove(i);
+            self.keys.push(k);
+            return Ok(self.keys.len() - 1);
+        }
+        let g2 = self.rules.g2;
+        if let Some(shifted) = self.shifted_if_room(dev, key, b_inputs)? {
+            return Ok(self.now_resident(fingerprint, BasesLayout::Shifted, shifted));
+        }
+        let need =
+            key_bytes(key, b_inputs, g2, BasesLayout::Plain).expect("plain bases always have a layout");
+        if let Some(limit) = self.rules.key_memory_limit {
+            if need > limit {
+                let source = BackendFault::KeyOverLimit { need, limit };
+                return Err(ProveError::Backend { backend: "cuda", source });
+            }
+            while !self.keys.is_empty() && self.resident_bytes() + need > limit {
+                self.evict_oldest("gpu.key_memory_limit");
+            }
+        }
+        let working = self.rules.working_bytes(key);
+        while !self.keys.is_empty() && dev.free_bytes().map_err(backend_error)? < need + working {
+            self.evict_oldest("device memory short");
+        }
+        let bases = loop {
+            match dev.upload_key(key, b_inputs, g2, BasesLayout::Plain) {
+                Ok(bases) => break bases,
+                Err(e) if e.is_out_of_memory() && !self.keys.is_empty() => {
+                    self.evict_oldest("out of device memory while uploading");
+                }
+                Err(e) => return Err(backend_error(e)),
+            }
+        };
+        Ok(self.now_resident(fingerprint, BasesLayout::Plain, bases))
+    }
+
+    /// Whether `need` more device bytes fit beside the resident keys: within
+    /// the key memory limit, and with the working buffers of `key`'s
+    /// partitions in flight to spare.
+    fn has_room(&self, dev: &D, key: &ProvingKey, need: u64) -> Result<bool, ProveError> {
+        if self.rules.key_memory_limit.is_some_and(|limit| self.resident_bytes() + need > limit) {
+            return Ok(false);
+        }
+        Ok(dev.free_bytes().map_err(backend_error)? >= need + self.rules.working_bytes(key))
+    }
+
+    /// The key with shifted G1 bases, if they are asked for and fit beside
+    /// the keys already resident; no key is evicted for them.
+    fn shifted_if_room(
+        &self,
+        dev: &D,
+        key: &ProvingKey,
+        b_inputs: usize,
+    ) -> Result<Option<D::Key>, ProveError> {
+        if self.rules.bases != BasesLayout::Shifted {
+            return Ok(None);
+        }
+        let Some(need) = key_bytes(key, b_inputs, self.rules.g2, BasesLayout::Shifted) else {
+            return Ok(None);
+        };
+        if !self.has_room(dev, key, need)? {
+            return Ok(None);
+        }
+        // plain bases where another process took the free memory meanwhile
+        unless_out_of_memory(dev.upload_key(key, b_inputs, self.rules.g2, BasesLayout::Shifted))
+    }
+
+    /// Counts an upload and makes it the most recently used key; its slot.
+    fn now_resident(&mut self, fingerprint: [u8; 32], layout: BasesLayout, bases: D::Key) -> usize {
+        *self.uploads.entry(fingerprint).or_default() += 1;
+        // the device may have room for its matrices now
+        self.no_room.lock().unwrap_or_else(|e| e.into_inner()).remove(&fingerprint);
+        tracing::info!(device = %self.device, mib = bases.bytes() >> 20, ?layout,
+            resident = self.keys.len() + 1, "proving key bases resident on the device");
+        self.keys.push(Resident { fingerprint, bases, matrices: None });
+        self.keys.len() - 1
+    }
+
+    /// Makes `matrices` resident beside the key in `slot`, if they are not
+    /// yet and fit beside the resident keys with the working buffers to
+    /// spare; no key is evicted for them. Whether they are resident. If not,
+    /// the key is listed in `no_room` until it is uploaded again.
+    pub fn make_matrices_resident(
+        &mut self,
+        dev: &D,
+        slot: usize,
+        key: &ProvingKey,
+        matrices: &Arc<Matrices>,
+    ) -> Result<bool, ProveError> {
+        if let Some((source, _)) = &self.keys[slot].matrices {
+            if Arc::ptr_eq(source, matrices) {
+                return Ok(true);
+            }
+            // Another circuit served with the same key (its matrices are the
+            // witness's own, which the proof must use): they replace these.
+            self.keys[slot].matrices = None;
+        }
+        let need = matrices_bytes(matrices);
+        let uploaded = if self.has_room(dev, key, need)? {
+            unless_out_of_memory(dev.upload_matrices(matrices))?
+        } else {
+            None
+        };
+        let Some(copy) = uploaded else {
+            tracing::warn!(device = %self.device, mib = need >> 20,
+                "no room for the circuit's matrices on the device: a, b, c computed on the host");
+            self.no_room.lock().unwrap_or_else(|e| e.into_inner()).insert(key.fingerprint());
+            return Ok(false);
+        };
+        tracing::info!(device = %self.device, mib = need >> 20,
+            "circuit matrices resident on the device: a, b, c computed there");
+        self.keys[slot].matrices = Some((matrices.clone(), copy));
+        Ok(true)
+    }
+
+    /// Every key uploaded at least once, with its device bytes now (0 once evicted).
+    pub fn report(&self) -> KeyResidency {
+        let keys = self
+            .uploads
+            .iter()
+            .map(|(fp, uploads)| ResidentKey {
+                fingerprint: *fp,
+                device_bytes: self.keys.iter().find(|k| &k.fingerprint == fp).map_or(0, Resident::bytes),
+                uploads: *uploads,
+            })
+            .collect();
+        KeyResidency { keys, evictions: self.evictions }
+    }
+}
+
+#[cfg(test)]
+mod tests;

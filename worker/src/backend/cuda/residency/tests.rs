@@ -1,0 +1,290 @@
+//! The residency rules on a fake device: memory that uploads take and
+//! dropped keys give back, another process that takes memory between a
+//! measurement and an upload, on the CPU.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use rand::SeedableRng;
+
+use super::*;
+use crate::circuits::BenchCircuit;
+use crate::groth16::keygen;
+
+/// A device of `capacity` bytes; `taken_by_others` bytes of it are used by
+/// another process, which `free_bytes` sees only once `visible` is set.
+struct Fake {
+    capacity: u64,
+    used: Arc<Mutex<u64>>,
+    taken_by_others: u64,
+    visible: bool,
+    /// Uploads made, by kind and layout, in order.
+    log: Mutex<Vec<String>>,
+}
+
+/// Memory taken on the fake device until dropped.
+struct Alloc {
+    bytes: u64,
+    used: Arc<Mutex<u64>>,
+}
+
+impl OnDevice for Alloc {
+    fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for Alloc {
+    fn drop(&mut self) {
+        *self.used.lock().unwrap() -= self.bytes;
+    }
+}
+
+impl Fake {
+    fn new(capacity: u64) -> Self {
+        Self { capacity, used: Arc::default(), taken_by_others: 0, visible: true, log: Mutex::default() }
+    }
+
+    fn take(&self, bytes: u64, what: String) -> Result<Alloc, GpuError> {
+        let mut used = self.used.lock().unwrap();
+        if *used + self.taken_by_others + bytes > self.capacity {
+            return Err(GpuError::out_of_memory(what));
+        }
+        *used += bytes;
+        self.log.lock().unwrap().push(what);
+        Ok(Alloc { bytes, used: self.used.clone() })
+    }
+
+    fn used(&self) -> u64 {
+        *self.used.lock().unwrap()
+    }
+
+    fn uploads(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl DeviceMemory for Fake {
+    type Key = Alloc;
+    type Matrices = Alloc;
+
+    fn free_bytes(&self) -> Result<u64, GpuError> {
+        let others = if self.visible { self.taken_by_others } else { 0 };
+        Ok(self.capacity - self.used() - others)
+    }
+
+    fn upload_key(
+        &self,
+        key: &ProvingKey,
+        b_inputs: usize,
+        g2: G2Placement,
+        layout: BasesLayout,
+    ) -> Result<Alloc, GpuError> {
+        let bytes =
+            key_bytes(key, b_inputs, g2, layout).ok_or_else(|| GpuError::Invalid("no layout".into()))?;
+        self.take(bytes, format!("{} {layout:?}", name(key)))
+    }
+
+    fn upload_matrices(&self, matrices: &Matrices) -> Result<Alloc, GpuError> {
+        self.take(matrices_bytes(matrices), format!("matrices of {} constraints", matrices.num_constraints()))
+    }
+}
+
+/// Test keys of 2^8, 2^9 and 2^10 constraints: each larger than the one before.
+fn keys() -> &'static [ProvingKey; 3] {
+    static KEYS: OnceLock<[ProvingKey; 3]> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        [8, 9, 10].map(|k| keygen::generate_test_key(BenchCircuit::new(k, 2, None), &mut rng).unwrap())
+    })
+}
+
+fn name(key: &ProvingKey) -> String {
+    format!("k{}", key.domain_size().trailing_zeros())
+}
+
+fn plain(key: &ProvingKey) -> u64 {
+    key_bytes(key, 0, G2Placement::Gpu, BasesLayout::Plain).unwrap()
+}
+
+fn shifted(key: &ProvingKey) -> u64 {
+    key_bytes(key, 0, G2Placement::Gpu, BasesLayout::Shifted).unwrap()
+}
+
+fn rules(limit: Option<u64>, bases: BasesLayout) -> Rules {
+    Rules { key_memory_limit: limit, bases, g2: G2Placement::Gpu, partitions_in_flight: 1 }
+}
+
+/// Working bytes a key's partition keeps free (one in flight).
+fn working(key: &ProvingKey) -> u64 {
+    rules(None, BasesLayout::Plain).working_bytes(key)
+}
+
+/// The fingerprints resident, least recently used first.
+fn resident(r: &Residency<Fake>) -> Vec<String> {
+    r.keys
+        .iter()
+        .map(|k| keys().iter().find(|key| key.fingerprint() == k.fingerprint).map(name).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_key_used_again_is_not_uploaded_again_and_becomes_the_most_recent() {
+    let [a, b, c] = keys();
+    let dev = Fake::new(working(c) * 4);
+    let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Plain));
+    assert_eq!(r.make_resident(&dev, a, 0).unwrap(), 0);
+    assert_eq!(r.make_resident(&dev, b, 0).unwrap(), 1);
+    assert_eq!(r.make_resident(&dev, a, 0).unwrap(), 1, "a is now the most recently used");
+    assert_eq!(resident(&r), ["k9", "k8"]);
+    assert_eq!(dev.uploads(), ["k8 Plain", "k9 Plain"]);
+    let report = r.report();
+    assert!(report.keys.iter().all(|k| k.uploads == 1 && k.device_bytes > 0), "{report:?}");
+    assert_eq!(report.evictions, 0);
+}
+
+#[test]
+fn under_the_key_limit_the_least_recently_used_are_evicted_first() {
+    let [a, b, c] = keys();
+    let limit = plain(b) + plain(c);
+    let dev = Fake::new(working(c) * 4);
+    let mut r = Residency::new("fake".into(), rules(Some(limit), BasesLayout::Plain));
+    r.make_resident(&dev, a, 0).unwrap();
+    r.make_resident(&dev, b, 0).unwrap();
+    r.make_resident(&dev, a, 0).unwrap(); // b is now the oldest
+    r.make_resident(&dev, c, 0).unwrap();
+    assert_eq!(resident(&r), ["k8", "k10"], "b went, and a fits beside c");
+    r.make_resident(&dev, b, 0).unwrap();
+    assert_eq!(resident(&r), ["k10", "k9"], "a, the oldest now, made room for b");
+    let report = r.report();
+    assert_eq!(report.evictions, 2);
+    assert_eq!(report.keys.iter().find(|k| k.fingerprint == b.fingerprint()).unwrap().uploads, 2);
+    assert_eq!(report.keys.iter().find(|k| k.fingerprint == a.fingerprint()).unwrap().device_bytes, 0);
+    assert_eq!(dev.used(), plain(b) + plain(c), "evicted keys gave their memory back");
+}
+
+#[test]
+fn a_key_larger_than_the_limit_is_refused_and_evicts_nothing() {
+    let [a, _, c] = keys();
+    let dev = Fake::new(working(c) * 4);
+    let mut r = Residency::new("fake".into(), rules(Some(plain(c) - 1), BasesLayout::Plain));
+    r.make_resident(&dev, a, 0).unwrap();
+    let e = r.make_resident(&dev, c, 0).unwrap_err();
+    assert!(
+        matches!(e, ProveError::Backend { source: BackendFault::KeyOverLimit { need, .. }, .. } if need == plain(c)),
+        "{e}"
+    );
+    assert!(!e.is_bad_input(), "a device's limit, not the request's fault");
+    assert_eq!(resident(&r), ["k8"]);
+}
+
+#[test]
+fn short_device_memory_evicts_until_the_key_and_its_working_buffers_fit() {
+    let [a, b, c] = keys();
+    // room for the working buffers and c, or a and b, not all three
+    let dev = Fake::new(working(c) + plain(c) + plain(a) / 2);
+    let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Plain));
+    r.make_resident(&dev, a, 0).unwrap();
+    r.make_resident(&dev, b, 0).unwrap();
+    r.make_resident(&dev, c, 0).unwrap();
+    assert_eq!(resident(&r), ["k10"], "a and b evicted, oldest first");
+    assert_eq!(r.report().evictions, 2);
+    // Alone, a key is uploaded whatever is free: the upload itself decides.
+    let tiny = Fake::new(plain(c));
+    let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Plain));
+    r.make_resident(&tiny, c, 0).unwrap();
+    assert_eq!(resident(&r), ["k10"]);
+}
+
+#[test]
+fn an_out_of_memory_upload_evicts_the_oldest_and_tries_again_while_keys_are_left() {
+    let [a, b, c] = keys();
+    // Another process holds memory that free_bytes does not yet show.
+    let mut dev = Fake::new(working(c) * 2 + plain(a) + plain(b) + plain(c));
+    dev.taken_by_others = working(c) * 2 + plain(a);
+    dev.visible = false;
+    let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Plain));
+    r.make_resident(&dev, a, 0).unwrap();
+    r.make_resident(&dev, b, 0).unwrap();
+    r.make_resident(&dev, c, 0).unwrap();
+    assert_eq!(resident(&r), ["k9", "k10"], "a evicted after the out-of-memory upload of c");
+    // With no key left to evict, the device's error is the partition's.
+    let mut empty = Residency::<Fake>::new("fake".into(), rules(None, BasesLayout::Plain));
+    let full = Fake { taken_by_others: u64::MAX / 2, visible: false, ..Fake::new(u64::MAX / 2) };
+    let e = empty.make_resident(&full, a, 0).unwrap_err();
+    assert!(
+        matches!(&e, ProveError::Backend { source: BackendFault::Gpu(g), .. } if g.is_out_of_memory()),
+        "{e}"
+    );
+}
+
+#[test]
+fn shifted_bases_only_where_they_fit_beside_the_resident_keys() {
+    let [a, b, c] = keys();
+    let roomy = Fake::new(working(c) * 4);
+    let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Shifted));
+    r.make_resident(&roomy, a, 0).unwrap();
+    assert_eq!(roomy.uploads(), ["k8 Shifted"]);
+    // Room for b's plain bases beside a, not its shifted ones: plain, and a stays.
+    let tight = Fake::new(working(b) + shifted(a) + plain(b) + (shifted(b) - plain(b)) / 2);
+    let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Shifted));
+    r.make_resident(&tight, a, 0).unwrap();
+    r.make_resident(&tight, b, 0).unwrap();
+    assert_eq!(resident(&r), ["k8", "k9"]);
+    assert_eq!(tight.uploads(), ["k8 Shifted", "k9 Plain"]);
+    // Measured room taken meanwhile: the shifted upload runs out, plain bases instead.
+    let mut lying = Fake::new(working(a) + shifted(a));
+    lying.taken_by_others = working(a) + (shifted(a) - plain(a)) / 2;
+    lying.visible = false;
+    let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Shifted));
+    r.make_resident(&lying, a, 0).unwrap();
+    assert_eq!(lying.uploads(), ["k8 Plain"], "the shifted upload ran out of memory");
+}
+
+#[test]
+fn a_key_is_never_evicted_for_its_matrices_which_go_where_they_fit() {
+    let [a, b, c] = keys();
+    let matrices = Arc::new(Matrices::record(BenchCircuit::new(8, 2, None)).unwrap());
+    let need = matrices_bytes(&matrices);
+    let dev = Fake::new(working(a) + plain(a) + plain(b) + need - 1);
+    let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Plain));
+    let no_room = r.no_room();
+    r.make_resident(&dev, b, 0).unwrap();
+    let slot = r.make_resident(&dev, a, 0).unwrap();
+    assert!(!r.make_matrices_resident(&dev, slot, a, &matrices).unwrap());
+    assert_eq!(resident(&r), ["k9", "k8"], "no key evicted for matrices");
+    assert!(no_room.lock().unwrap().contains(&a.fingerprint()), "a's a, b, c go to the host");
+    // On a device with room they go beside the key; uploading the key again
+    // clears the listing.
+    let roomy = Fake::new(working(c) * 4);
+    let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Plain));
+    let no_room = r.no_room();
+    no_room.lock().unwrap().insert(a.fingerprint());
+    let slot = r.make_resident(&roomy, a, 0).unwrap();
+    assert!(no_room.lock().unwrap().is_empty(), "listed until the key is uploaded again");
+    assert!(r.make_matrices_resident(&roomy, slot, a, &matrices).unwrap());
+    assert!(r.make_matrices_resident(&roomy, slot, a, &matrices).unwrap(), "already there");
+    assert_eq!(roomy.uploads().iter().filter(|u| u.starts_with("matrices")).count(), 1);
+    assert_eq!(r.report().keys[0].device_bytes, plain(a) + need, "the key's bytes count its matrices");
+    // Another circuit's matrices on the same key replace them.
+    let other = Arc::new(Matrices::record(BenchCircuit::new(8, 2, None)).unwrap());
+    assert!(r.make_matrices_resident(&roomy, slot, a, &other).unwrap());
+    assert_eq!(roomy.used(), plain(a) + need, "the first copy was freed");
+}
+
+#[test]
+fn each_device_keeps_its_own_keys() {
+    let [a, b, c] = keys();
+    let (big, small) = (Fake::new(working(c) * 4), Fake::new(working(c) * 4));
+    let mut on_big = Residency::new("fake:0".into(), rules(None, BasesLayout::Plain));
+    let mut on_small = Residency::new("fake:1".into(), rules(Some(plain(c)), BasesLayout::Plain));
+    for key in [a, b, c, a] {
+        on_big.make_resident(&big, key, 0).unwrap();
+        on_small.make_resident(&small, key, 0).unwrap();
+    }
+    assert_eq!(resident(&on_big), ["k9", "k10", "k8"]);
+    assert_eq!(on_big.report().evictions, 0);
+    assert_eq!(resident(&on_small), ["k8"], "the limited device evicted on its own");
+    assert_eq!(on_small.report().evictions, 3);
+    assert_eq!(big.used(), plain(a) + plain(b) + plain(c));
+    assert_eq!(small.used(), plain(a));
+}

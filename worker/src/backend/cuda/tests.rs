@@ -1,0 +1,317 @@
+//! The CUDA backend against the CPU on a real device; each test says it
+//! is skipped (and why) where no device can be opened.
+
+use blstrs::Scalar;
+use provd_kernels::Order;
+
+use super::copy_plan::Vectors;
+use super::device_key::h_order;
+use super::h_chain::quotient_on_device;
+use super::residency::{key_bytes, matrices_bytes};
+use super::*;
+use crate::backend::{prove, CpuBackend};
+use crate::circuits::{BenchCircuit, Builtin, Shape};
+use crate::groth16::synthesis::Evaluations;
+use crate::groth16::{domain::Domain, keygen, synthesize, Blinding};
+use crate::groth16::{Matrices, Reduction};
+use ff::Field;
+use rand::SeedableRng;
+
+/// H's scalars in natural order, as the CPU reference returns them.
+fn quotient(
+    gpu: &CudaBackend,
+    r: Reduction,
+    log_n: u32,
+    a: &[Scalar],
+    b: &[Scalar],
+    c: &[Scalar],
+) -> Vec<Scalar> {
+    let mut state = gpu.state.lock().unwrap();
+    let abc = Vectors::OnHost([a, b, c].map(<[Scalar]>::to_vec));
+    let lane = gpu.gpu.copy_lane().unwrap();
+    let (mut h, _) = quotient_on_device(&gpu.gpu, &lane, &mut state.ntts, r, log_n, abc, &[]).unwrap();
+    if h_order(r) == Order::BitReversed {
+        state.ntts[&r.root()].bit_reverse(&mut h).unwrap();
+    }
+    let mut h = h.download(&gpu.gpu).unwrap();
+    h.truncate(r.h_len(1 << log_n));
+    h
+}
+
+fn backend(options: CudaOptions) -> Option<CudaBackend> {
+    match CudaBackend::open(0, &std::env::temp_dir().join("provd-test-data"), options) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn gpu_quotient_matches_cpu() {
+    let Some(gpu) = backend(CudaOptions::default()) else { return };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+    for log_n in [1u32, 6, 12, 18, 22] {
+        let n = 1usize << log_n;
+        // short vectors: zero-padding must match too
+        let len = n - n / 3;
+        let v = |rng: &mut rand_chacha::ChaCha8Rng| {
+            (0..len).map(|_| Scalar::random(&mut *rng)).collect::<Vec<_>>()
+        };
+        let (a, b, c) = (v(&mut rng), v(&mut rng), v(&mut rng));
+        for r in [Reduction::Bellperson, Reduction::Snarkjs] {
+            let domain = Domain::on(log_n, r.root());
+            let want = r.quotient(&domain, a.clone(), b.clone(), c.clone());
+            let got = quotient(&gpu, r, log_n, &a, &b, &c);
+            assert_eq!(got, want, "{r:?}, n=2^{log_n}");
+        }
+    }
+}
+
+#[test]
+fn gpu_prove_start_matches_cpu_and_proofs_verify() {
+    let Some(gpu) = backend(CudaOptions::default()) else { return };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    for k in [4, 10, 14, 16] {
+        let key = keygen::generate_test_key(BenchCircuit::new(k, 4, None), &mut rng).unwrap();
+        let w = synthesize(BenchCircuit::new(k, 4, Some(3))).unwrap();
+        let ours = gpu.prove_start(&key, w.clone()).unwrap();
+        let cpu = CpuBackend.prove_start(&key, w).unwrap();
+        assert_eq!(ours.g1, cpu.g1, "bench-{k}: G1 parts");
+        assert!(ours.device_seconds.is_some_and(|d| d > 0.0));
+        // B's G2 MSM ran on the device, in prove_start, and agrees with blst's
+        let on_host = crate::groth16::msm::b_g2(&key, &cpu.assignment);
+        assert_eq!(ours.b_g2, Some(on_host), "bench-{k}: B in G2");
+        let public = ours.assignment.public_inputs().to_vec();
+        let blind = Blinding::random(&mut rng);
+        let on_cpu = crate::groth16::prover::finish_on_cpu(&key, cpu, blind);
+        let finished = gpu.prove_finish(&key, ours, blind).unwrap();
+        assert_eq!(finished.proof, on_cpu, "bench-{k}: the CPU's proof for the same blinding");
+        assert!(finished.proof.verify(&key.vk, &public), "bench-{k}");
+    }
+    // every key so far stayed resident: one upload each, no eviction
+    let res = gpu.resident_keys();
+    assert_eq!(res.keys.len(), 4);
+    assert!(res.keys.iter().all(|k| k.uploads == 1 && k.device_bytes > 0), "{res:?}");
+    assert_eq!(res.evictions, 0);
+}
+
+/// Two partitions in flight: two threads prove at once on one backend,
+/// each copying its vectors before it locks the device (while the
+/// other's kernels run); every proof equals the CPU's for its blinding.
+#[test]
+fn gpu_two_partitions_in_flight_prove_what_the_cpu_proves() {
+    let options = CudaOptions { partitions_in_flight: InFlight::Two, ..CudaOptions::default() };
+    let Some(gpu) = backend(options) else { return };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+    let dense = Builtin { shape: Shape::Dense, log_size: 14 };
+    let key = keygen::generate_test_key(dense.circuit(None), &mut rng).unwrap();
+    std::thread::scope(|scope| {
+        for thread in 0..2u64 {
+            let (gpu, key) = (&gpu, &key);
+            scope.spawn(move || {
+                let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(thread);
+                for round in 0..4 {
+                    let w = synthesize(dense.circuit(Some(10 * thread + round))).unwrap();
+                    let ours = gpu.prove_start(key, w.clone()).unwrap();
+                    assert!(ours.steps.iter().any(|s| s.step.starts_with("copies (before")));
+                    let cpu = CpuBackend.prove_start(key, w).unwrap();
+                    assert_eq!(ours.g1, cpu.g1, "thread {thread} round {round}");
+                    let public = ours.assignment.public_inputs().to_vec();
+                    let blind = Blinding::random(&mut rng);
+                    let on_cpu = crate::groth16::prover::finish_on_cpu(key, cpu, blind);
+                    let finished = gpu.prove_finish(key, ours, blind).unwrap();
+                    assert_eq!(finished.proof, on_cpu, "thread {thread} round {round}");
+                    assert!(finished.proof.verify(&key.vk, &public));
+                }
+            });
+        }
+    });
+}
+
+/// a, b and c computed on the device from the circuit's matrices
+/// (uploaded once, beside the key) prove what the CPU proves from the
+/// same witness, with one and two partitions in flight, bit-heavy and
+/// dense; a witness that breaks a constraint is refused with the
+/// recorder's name for it; where the matrices do not fit (a key memory
+/// limit that holds the key alone), a, b and c are computed on the host,
+/// from then on in synthesis, and the proofs are the same.
+#[test]
+fn gpu_products_on_the_device_prove_what_the_cpu_proves() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    let prove_both =
+        |gpu: &CudaBackend, key: &ProvingKey, w: Synthesized, rng: &mut rand_chacha::ChaCha8Rng| {
+            let ours = gpu.prove_start(key, w.clone()).unwrap();
+            let cpu = CpuBackend.prove_start(key, w).unwrap();
+            assert_eq!(ours.g1, cpu.g1, "G1 parts");
+            let steps: Vec<&str> = ours.steps.iter().map(|s| s.step).collect();
+            let public = ours.assignment.public_inputs().to_vec();
+            let blind = Blinding::random(rng);
+            let on_cpu = crate::groth16::prover::finish_on_cpu(key, cpu, blind);
+            let finished = gpu.prove_finish(key, ours, blind).unwrap();
+            assert_eq!(finished.proof, on_cpu, "the CPU's proof for the same blinding");
+            assert!(finished.proof.verify(&key.vk, &public));
+            steps
+        };
+    let circuits =
+        [Builtin { shape: Shape::Bits, log_size: 10 }, Builtin { shape: Shape::Dense, log_size: 12 }];
+    let setup: Vec<_> = circuits
+        .iter()
+        .map(|b| {
+            let matrices = Arc::new(Matrices::record(b.circuit(None)).unwrap());
+            (*b, keygen::generate_test_key_for(&matrices, &mut rng).unwrap(), matrices)
+        })
+        .collect();
+    for in_flight in [InFlight::One, InFlight::Two] {
+        let Some(gpu) = backend(CudaOptions { partitions_in_flight: in_flight, ..CudaOptions::default() })
+        else {
+            return;
+        };
+        for (b, key, matrices) in &setup {
+            assert_eq!(gpu.products(key), ProductsPlacement::Gpu);
+            for seed in [1u64, 2] {
+                let w = matrices.assign(b.circuit(Some(seed))).unwrap();
+                assert!(matches!(w.abc, Evaluations::Products(_)));
+                let steps = prove_both(&gpu, key, w, &mut rng);
+                assert!(steps.contains(&"products"), "{b:?} {in_flight:?}: {steps:?}");
+            }
+        }
+        // each key's bytes count its matrices: more than its bases alone
+        let res = gpu.resident_keys();
+        for (_, key, matrices) in &setup {
+            let got = res.keys.iter().find(|k| k.fingerprint == key.fingerprint()).unwrap();
+            assert!(got.device_bytes > matrices_bytes(matrices), "{res:?}");
+        }
+    }
+    let Some(gpu) = backend(CudaOptions::default()) else { return };
+    let (b, key, matrices) = &setup[0];
+    let honest = matrices.assign(b.circuit(Some(3))).unwrap().evaluated().unwrap();
+    let mut wrong = honest.public_inputs().to_vec();
+    wrong[1] += Scalar::ONE;
+    let w = matrices.assign(b.circuit(Some(3)).claiming(wrong)).unwrap();
+    let err = gpu.prove_start(key, w).unwrap_err();
+    assert!(err.to_string().contains("'out1'"), "named as the recorder names it: {err}");
+    assert!(err.is_bad_input(), "{err:?}");
+
+    // a limit that holds the plain bases and no more: the host computes a, b, c
+    let plain =
+        CudaOptions { bases: BasesLayout::Plain, products: ProductsPlacement::Cpu, ..CudaOptions::default() };
+    let Some(gpu) = backend(plain.clone()) else { return };
+    let (b, key, matrices) = &setup[0];
+    prove_both(&gpu, key, matrices.assign(b.circuit(Some(4))).unwrap().evaluated().unwrap(), &mut rng);
+    let limit = gpu.resident_keys().keys[0].device_bytes;
+    let limited = CudaOptions { key_memory_limit: Some(limit), products: ProductsPlacement::Gpu, ..plain };
+    let Some(gpu) = backend(limited.clone()) else { return };
+    assert_eq!(gpu.products(key), ProductsPlacement::Gpu, "until the matrices are tried");
+    let steps = prove_both(&gpu, key, matrices.assign(b.circuit(Some(5))).unwrap(), &mut rng);
+    assert!(steps.iter().any(|s| s.starts_with("products on the host")), "{steps:?}");
+    // from then on synthesis computes them, and the device proves as usual
+    assert_eq!(gpu.products(key), ProductsPlacement::Cpu);
+    let w = gpu.products(key).ready(matrices.assign(b.circuit(Some(6))).unwrap()).unwrap();
+    assert!(matches!(w.abc, Evaluations::Host { .. }));
+    let steps = prove_both(&gpu, key, w, &mut rng);
+    assert!(!steps.iter().any(|s| s.starts_with("products")), "{steps:?}");
+
+    // a, b, c with no host memory held for them (the pipeline's, once
+    // synthesis left them to the device) are refused, not computed on the
+    // host, for the caller to make the witness again
+    let Some(gpu) = backend(limited) else { return };
+    let mut w = matrices.assign(b.circuit(Some(7))).unwrap();
+    assert!(w.release_host_products());
+    let err = gpu.prove_start(key, w).unwrap_err();
+    assert!(matches!(err, ProveError::NoRoomForProducts), "{err:?}");
+    assert!(!err.is_bad_input());
+    assert_eq!(gpu.products(key), ProductsPlacement::Cpu);
+}
+
+/// With `G2Placement::Cpu` prove_start leaves B in G2 to prove_finish,
+/// which computes it on the host; dense witnesses (every aux in A, half
+/// in B: the device picks real subsets) prove the same as on the CPU.
+/// One partition in flight: each vector is copied under the device lock,
+/// while the one before it transforms.
+#[test]
+fn gpu_g2_on_the_host_and_dense_witnesses() {
+    let options = CudaOptions {
+        b_g2_msm: G2Placement::Cpu,
+        partitions_in_flight: InFlight::One,
+        ..CudaOptions::default()
+    };
+    let Some(gpu) = backend(options) else { return };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);
+    for k in [6u32, 12] {
+        let dense = Builtin { shape: Shape::Dense, log_size: k };
+        let key = keygen::generate_test_key(dense.circuit(None), &mut rng).unwrap();
+        let w = synthesize(dense.circuit(Some(7))).unwrap();
+        let ours = gpu.prove_start(&key, w.clone()).unwrap();
+        let cpu = CpuBackend.prove_start(&key, w).unwrap();
+        assert_eq!(ours.g1, cpu.g1, "dense-{k}: G1 parts");
+        assert_eq!(ours.b_g2, None, "dense-{k}: B in G2 is left to prove_finish");
+        let public = ours.assignment.public_inputs().to_vec();
+        let blind = Blinding::random(&mut rng);
+        let on_cpu = crate::groth16::prover::finish_on_cpu(&key, cpu, blind);
+        let finished = gpu.prove_finish(&key, ours, blind).unwrap();
+        assert_eq!(finished.proof, on_cpu, "dense-{k}");
+        assert!(finished.proof.verify(&key.vk, &public), "dense-{k}");
+    }
+}
+
+/// Shifted bases (the default, where they fit) give the sums plain bases
+/// give and take their copies' bytes; a key memory limit too small for
+/// the copies keeps the bases plain instead of refusing the key.
+#[test]
+fn gpu_shifted_bases_prove_what_plain_bases_prove() {
+    let Some(shifted) = backend(CudaOptions::default()) else { return };
+    let plain = backend(CudaOptions { bases: BasesLayout::Plain, ..CudaOptions::default() }).unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
+    // every query has enough terms (2^13 or more) for the shifted layout at 2^14
+    let dense = Builtin { shape: Shape::Dense, log_size: 14 };
+    let key = keygen::generate_test_key(dense.circuit(None), &mut rng).unwrap();
+    let w = synthesize(dense.circuit(Some(1))).unwrap();
+    let cpu = CpuBackend.prove_start(&key, w.clone()).unwrap();
+    let on_host = crate::groth16::msm::b_g2(&key, &cpu.assignment);
+    let bytes = |gpu: &CudaBackend| gpu.resident_keys().keys[0].device_bytes;
+    for (name, gpu) in [("shifted", &shifted), ("plain", &plain)] {
+        let ours = gpu.prove_start(&key, w.clone()).unwrap();
+        assert_eq!(ours.g1, cpu.g1, "{name}: G1 parts");
+        assert_eq!(ours.b_g2, Some(on_host), "{name}: B in G2");
+    }
+    assert!(bytes(&shifted) > 8 * bytes(&plain), "{} against {}", bytes(&shifted), bytes(&plain));
+    let limited = CudaOptions { key_memory_limit: Some(2 * bytes(&plain)), ..CudaOptions::default() };
+    let limited = backend(limited).unwrap();
+    let ours = limited.prove_start(&key, w).unwrap();
+    assert_eq!(ours.g1, cpu.g1, "under a limit: G1 parts");
+    assert_eq!(bytes(&limited), bytes(&plain), "under a limit the bases stay plain");
+}
+
+/// Two keys alternating: both stay resident while they fit (one upload
+/// each); under a limit that holds one, each switch evicts the other and
+/// re-uploads it, and proofs stay right in both cases.
+#[test]
+fn gpu_keeps_several_keys_and_evicts_the_least_recently_used() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    let keys =
+        [12u32, 13].map(|k| keygen::generate_test_key(BenchCircuit::new(k, 4, None), &mut rng).unwrap());
+    let alternate = |gpu: &CudaBackend, rounds: usize| {
+        for r in 0..rounds {
+            let (k, key) = [(12u32, &keys[0]), (13, &keys[1])][r % 2];
+            let (proof, public) = prove(gpu, key, BenchCircuit::new(k, 4, Some(r as u64))).unwrap();
+            assert!(proof.verify(&key.vk, &public), "bench-{k} round {r}");
+        }
+    };
+    let Some(roomy) = backend(CudaOptions::default()) else { return };
+    alternate(&roomy, 6);
+    let res = roomy.resident_keys();
+    assert!(res.keys.iter().all(|k| k.uploads == 1 && k.device_bytes > 0), "{res:?}");
+    assert_eq!(res.evictions, 0);
+
+    // plain bases: how B's bases split between inputs and aux does not change the total
+    let larger = key_bytes(&keys[1], 0, G2Placement::Gpu, BasesLayout::Plain).unwrap();
+    let limited = CudaOptions { key_memory_limit: Some(larger + larger / 4), ..CudaOptions::default() };
+    let Some(short) = backend(limited) else { return };
+    alternate(&short, 6);
+    let res = short.resident_keys();
+    assert_eq!(res.keys.iter().map(|k| k.uploads).sum::<u64>(), 6, "{res:?}");
+    assert_eq!(res.evictions, 5);
+    assert_eq!(res.keys.iter().filter(|k| k.device_bytes > 0).count(), 1, "{res:?}");
+}
