@@ -1,6 +1,7 @@
 //! The service on a GPU: one worker serving two circuits, jobs alternating.
 //! While both keys fit, each is uploaded once (provd_key_uploads_total);
-//! under a gpu.key_memory_limit that holds one, each switch evicts the other.
+//! under a gpu.key_memory_limit that holds one (plain bases, a, b, c on the
+//! host), each switch evicts the other.
 //! Proofs verify in both cases. Skipped (saying why) where there is no GPU.
 
 use provd_e2e::{partition_proof, request, Server};
@@ -56,18 +57,27 @@ fn two_circuits_stay_resident_until_device_memory_is_short() {
         metric(&text, "provd_gpu_busy_seconds_total{device=\"cuda:0\"}") > 0.0,
         "device-measured busy time"
     );
+    drop(server);
+
+    // Room for one key only: every switch evicts the other. Plain bases and
+    // a, b, c on the host, so that a key's device bytes are its bases alone:
+    // shifted bases and matrices go only where they fit beside the resident
+    // keys, so under a limit a second key would stay in a smaller layout.
+    let plain = format!("{TWO_CIRCUITS}[gpu]\nbases = \"plain\"\nproducts = \"cpu\"\n");
+    let server = Server::try_start(&plain, &[], "cuda").unwrap();
+    alternate(&server);
     let (_, circuits) = server.call("GET", "/v1/circuits", None);
-    let largest = circuits["circuits"]
+    let mut sizes: Vec<u64> = circuits["circuits"]
         .as_array()
         .unwrap()
         .iter()
         .map(|c| c["srs_device_bytes"].as_u64().unwrap())
-        .max()
-        .unwrap();
+        .collect();
+    sizes.sort();
     drop(server);
-
-    // Room for one key only: every switch evicts the other.
-    let limited = format!("{TWO_CIRCUITS}[gpu]\nkey_memory_limit = {}\n", largest + largest / 4);
+    let (smallest, largest) = (sizes[0], sizes[1]);
+    assert!(smallest > 0, "both keys were resident: {sizes:?}");
+    let limited = format!("{plain}key_memory_limit = {}\n", largest + smallest / 2);
     let server = Server::try_start(&limited, &[], "cuda").unwrap();
     let text = alternate(&server);
     let uploads: f64 = ["bench-14", "bench-15"]
