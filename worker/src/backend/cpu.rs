@@ -2,7 +2,7 @@
 
 use crate::groth16::domain::Domain;
 use crate::groth16::prover::{split, PendingProof};
-use crate::groth16::{msm, ProveError, ProvingKey, Synthesized};
+use crate::groth16::{ProveError, ProvingKey, Synthesized};
 
 use super::Backend;
 
@@ -21,7 +21,7 @@ impl Backend for CpuBackend {
         let (abc, assignment, a_aux_density) = split(witness);
         let [a, b, c] = abc.on_host(&assignment.input, &assignment.aux)?;
         let h = key.reduction.quotient(&domain, a, b, c);
-        let g1 = msm::g1_parts(key, &h, &assignment, &a_aux_density);
+        let g1 = crate::groth16::prover::g1_parts(key, &h, &assignment, &a_aux_density);
         Ok(PendingProof { g1, b_g2: None, assignment, device_seconds: None, steps: Vec::new() })
     }
 }

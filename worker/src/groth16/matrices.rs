@@ -6,15 +6,13 @@
 //! on the host. [`synthesize`](super::synthesize), the recorder, stays the
 //! reference and serves one-off circuits; both give the same a, b, c.
 
-use std::sync::Arc;
-
 use bellperson::{Circuit, ConstraintSystem, Index, LinearCombination, SynthesisError, Variable};
 use blstrs::Scalar;
 use ff::Field;
 
+use super::density::Density;
 use super::error::ProveError;
 use super::sparse::{Column, SparseMatrix};
-use super::synthesis::{Density, Evaluations, Products, Synthesized};
 
 /// A circuit's recorded R1CS: A, B, C (the `input · 0 = 0` constraints
 /// appended, as the recorder and the key generator do) and the densities.
@@ -85,6 +83,16 @@ impl Matrices {
         self.inputs
     }
 
+    /// Aux variables.
+    pub fn num_aux(&self) -> usize {
+        self.aux
+    }
+
+    /// The A query's aux density, and the B query's input and aux densities.
+    pub fn densities(&self) -> [&Density; 3] {
+        [&self.a_aux_density, &self.b_input_density, &self.b_aux_density]
+    }
+
     /// Host bytes the matrices hold (resident as long as the circuit is served).
     pub fn heap_bytes(&self) -> usize {
         self.a.heap_bytes()
@@ -93,51 +101,6 @@ impl Matrices {
             + self.a_aux_density.heap_bytes()
             + self.b_aux_density.heap_bytes()
             + self.b_input_density.heap_bytes()
-    }
-
-    /// Computes `circuit`'s assignment only, leaving a, b and c as products
-    /// of these matrices with it ([`Evaluations::Products`]): for a GPU
-    /// backend to compute on its device, or [`Synthesized::evaluated`] on the
-    /// host. A witness that does not satisfy the circuit is found there, and
-    /// reported as the recorder reports it (the constraint's index and name,
-    /// found by running the recorder on a clone of the circuit, on that path
-    /// only).
-    pub fn assign<C>(self: &Arc<Self>, circuit: C) -> Result<Synthesized, ProveError>
-    where
-        C: Circuit<Scalar> + Clone + Send + Sync + 'static,
-    {
-        let reference = circuit.clone();
-        let mut cs =
-            WitnessOnly { input: Vec::with_capacity(self.inputs), aux: Vec::with_capacity(self.aux) };
-        cs.alloc_input(|| "ONE", || Ok(Scalar::ONE)).map_err(ProveError::Synthesis)?;
-        circuit.synthesize(&mut cs).map_err(ProveError::Synthesis)?;
-        let WitnessOnly { input, aux } = cs;
-        if input.len() != self.inputs || aux.len() != self.aux {
-            return Err(ProveError::KeyMismatch(format!(
-                "the circuit allocated {} inputs and {} aux variables; its recorded matrices have {} and {}",
-                input.len(),
-                aux.len(),
-                self.inputs,
-                self.aux
-            )));
-        }
-        let explain = Arc::new(move || match super::synthesize(reference.clone()) {
-            Err(e) => e,
-            // The recorder accepts what the products refuse: the circuit's
-            // constraints depend on its witness, so recorded matrices cannot serve it.
-            Ok(_) => ProveError::KeyMismatch(
-                "the circuit's constraints differ from its recorded matrices (they depend on the witness)"
-                    .into(),
-            ),
-        });
-        Ok(Synthesized {
-            abc: Evaluations::Products(Products::new(self.clone(), explain)),
-            input_assignment: input,
-            aux_assignment: aux,
-            a_aux_density: self.a_aux_density.clone(),
-            b_input_density: self.b_input_density.clone(),
-            b_aux_density: self.b_aux_density.clone(),
-        })
     }
 
     /// A, B and C times the assignment, rows in parallel; the assignment
@@ -215,63 +178,12 @@ impl ConstraintSystem<Scalar> for Recording {
     }
 }
 
-/// Computes the assignment only: no linear combination is built.
-struct WitnessOnly {
-    input: Vec<Scalar>,
-    aux: Vec<Scalar>,
-}
-
-impl ConstraintSystem<Scalar> for WitnessOnly {
-    type Root = Self;
-
-    fn alloc<F, A, AR>(&mut self, _: A, f: F) -> Result<Variable, SynthesisError>
-    where
-        F: FnOnce() -> Result<Scalar, SynthesisError>,
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-    {
-        self.aux.push(f()?);
-        Ok(Variable::new_unchecked(Index::Aux(self.aux.len() - 1)))
-    }
-
-    fn alloc_input<F, A, AR>(&mut self, _: A, f: F) -> Result<Variable, SynthesisError>
-    where
-        F: FnOnce() -> Result<Scalar, SynthesisError>,
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-    {
-        self.input.push(f()?);
-        Ok(Variable::new_unchecked(Index::Input(self.input.len() - 1)))
-    }
-
-    fn enforce<A, AR, LA, LB, LC>(&mut self, _: A, _: LA, _: LB, _: LC)
-    where
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-        LA: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-        LB: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-        LC: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-    {
-    }
-
-    fn push_namespace<NR, N>(&mut self, _: N)
-    where
-        NR: Into<String>,
-        N: FnOnce() -> NR,
-    {
-    }
-
-    fn pop_namespace(&mut self) {}
-
-    fn get_root(&mut self) -> &mut Self::Root {
-        self
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::circuits::BenchCircuit;
+    use crate::groth16::synthesis::{Evaluations, Synthesized};
+    use std::sync::Arc;
 
     fn same(got: &Synthesized, want: &Synthesized, what: &str) {
         let (Evaluations::Host { a, b, c }, Evaluations::Host { a: a2, b: b2, c: c2 }) =

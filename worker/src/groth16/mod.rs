@@ -2,6 +2,8 @@
 //! reduction and G1 MSMs (`prove_start`) → the G2 MSM and assembly
 //! (`prove_finish`). The backends in [`crate::backend`] run these steps.
 
+mod assign;
+mod density;
 pub mod domain;
 mod error;
 pub mod key;

@@ -10,9 +10,7 @@ use group::Group;
 use provd_kernels::blst_repr;
 use rayon::prelude::*;
 
-use super::key::ProvingKey;
-use super::prover::{Assignment, G1Parts};
-use super::synthesis::Density;
+use super::density::Density;
 
 /// A group with a Pippenger MSM over its affine points.
 pub trait MsmGroup: Group<Scalar = Scalar> + Send + Sync + std::ops::AddAssign<Self::Affine> {
@@ -119,7 +117,7 @@ pub fn filter(scalars: &[Scalar], density: &Density) -> Vec<Scalar> {
     }
     parts.into_par_iter().zip(words.par_chunks(WORDS)).enumerate().for_each(|(t, (part, chunk))| {
         let mut slots = part.iter_mut();
-        for i in super::synthesis::ones_of_words(chunk, t * WORDS * 64) {
+        for i in super::density::ones_of_words(chunk, t * WORDS * 64) {
             slots.next().expect("a slot per set bit").write(scalars[i]);
         }
         debug_assert!(slots.next().is_none());
@@ -128,26 +126,6 @@ pub fn filter(scalars: &[Scalar], density: &Density) -> Vec<Scalar> {
     // per set bit of its words (its popcount), each written above.
     unsafe { out.set_len(total) };
     out
-}
-
-/// The four G1 MSMs of a proof, given H's coefficients.
-pub fn g1_parts(key: &ProvingKey, h_coeffs: &[Scalar], asg: &Assignment, a_aux_density: &Density) -> G1Parts {
-    let n_in = asg.input.len();
-    let h = msm::<G1Projective>(&key.h, h_coeffs);
-    let l = msm::<G1Projective>(&key.l, &asg.aux);
-    let a = msm::<G1Projective>(&key.a[..n_in], &asg.input)
-        + msm::<G1Projective>(&key.a[n_in..], &filter(&asg.aux, a_aux_density));
-    let (b_in, b_aux) = key.b_g1.split_at(asg.b_input_density.ones());
-    let b_g1 = msm::<G1Projective>(b_in, &filter(&asg.input, &asg.b_input_density))
-        + msm::<G1Projective>(b_aux, &filter(&asg.aux, &asg.b_aux_density));
-    G1Parts { h, l, a, b_g1 }
-}
-
-/// The B-query MSM over G2.
-pub fn b_g2(key: &ProvingKey, asg: &Assignment) -> G2Projective {
-    let (b_in, b_aux) = key.b_g2.split_at(asg.b_input_density.ones());
-    msm::<G2Projective>(b_in, &filter(&asg.input, &asg.b_input_density))
-        + msm::<G2Projective>(b_aux, &filter(&asg.aux, &asg.b_aux_density))
 }
 
 #[cfg(test)]

@@ -1,9 +1,6 @@
 //! Groth16 proofs in bellperson's 192-byte compressed encoding.
 
-use blstrs::{Bls12, G1Affine, G2Affine, Scalar};
-
-use super::key::VerifyingKey;
-use super::verify::Verifier;
+use blstrs::{Bls12, G1Affine, G2Affine};
 
 /// A Groth16 proof: A, C in G1 and B in G2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,11 +47,5 @@ impl Proof {
 
     pub fn to_bellperson(&self) -> bellperson::groth16::Proof<Bls12> {
         bellperson::groth16::Proof { a: self.a, b: self.b, c: self.c }
-    }
-
-    /// Verifies with bellperson's verifier (the reference, not our code).
-    /// Many proofs under one key: prepare a [`Verifier`] once instead.
-    pub fn verify(&self, vk: &VerifyingKey, public_inputs: &[Scalar]) -> bool {
-        Verifier::new(vk).verify(self, public_inputs).is_ok()
     }
 }

@@ -117,7 +117,7 @@ pub fn split(witness: Synthesized) -> (Evaluations, Assignment, Density) {
 /// The B-query MSM over G2, then the assembly.
 pub fn finish_on_cpu(key: &ProvingKey, pending: PendingProof, blind: Blinding) -> Proof {
     let PendingProof { g1, b_g2, assignment, .. } = pending;
-    let b_g2 = b_g2.unwrap_or_else(|| msm::b_g2(key, &assignment));
+    let b_g2 = b_g2.unwrap_or_else(|| self::b_g2(key, &assignment));
     assemble(key, &g1, b_g2, blind)
 }
 
@@ -131,4 +131,24 @@ pub fn assemble(key: &ProvingKey, g1: &G1Parts, b_g2: G2Projective, Blinding { r
     let c = a * s + b1 * r - vk.delta_g1 * (r * s) + g1.h + g1.l;
     debug_assert!(!bool::from(a.is_identity()));
     Proof { a: a.to_affine(), b: b.to_affine(), c: c.to_affine() }
+}
+
+/// The four G1 MSMs of a proof, given H's coefficients.
+pub fn g1_parts(key: &ProvingKey, h_coeffs: &[Scalar], asg: &Assignment, a_aux_density: &Density) -> G1Parts {
+    let n_in = asg.input.len();
+    let h = msm::msm::<G1Projective>(&key.h, h_coeffs);
+    let l = msm::msm::<G1Projective>(&key.l, &asg.aux);
+    let a = msm::msm::<G1Projective>(&key.a[..n_in], &asg.input)
+        + msm::msm::<G1Projective>(&key.a[n_in..], &msm::filter(&asg.aux, a_aux_density));
+    let (b_in, b_aux) = key.b_g1.split_at(asg.b_input_density.ones());
+    let b_g1 = msm::msm::<G1Projective>(b_in, &msm::filter(&asg.input, &asg.b_input_density))
+        + msm::msm::<G1Projective>(b_aux, &msm::filter(&asg.aux, &asg.b_aux_density));
+    G1Parts { h, l, a, b_g1 }
+}
+
+/// The B-query MSM over G2.
+pub fn b_g2(key: &ProvingKey, asg: &Assignment) -> G2Projective {
+    let (b_in, b_aux) = key.b_g2.split_at(asg.b_input_density.ones());
+    msm::msm::<G2Projective>(b_in, &msm::filter(&asg.input, &asg.b_input_density))
+        + msm::msm::<G2Projective>(b_aux, &msm::filter(&asg.aux, &asg.b_aux_density))
 }

@@ -47,3 +47,11 @@ impl std::fmt::Debug for Verifier {
         f.debug_struct("Verifier").field("inputs", &self.inputs).finish_non_exhaustive()
     }
 }
+
+impl Proof {
+    /// Verifies with bellperson's verifier (the reference, not our code).
+    /// Many proofs under one key: prepare a [`Verifier`] once instead.
+    pub fn verify(&self, vk: &VerifyingKey, public_inputs: &[Scalar]) -> bool {
+        Verifier::new(vk).verify(self, public_inputs).is_ok()
+    }
+}

@@ -81,7 +81,7 @@ fn gpu_prove_start_matches_cpu_and_proofs_verify() {
         assert_eq!(ours.g1, cpu.g1, "bench-{k}: G1 parts");
         assert!(ours.device_seconds.is_some_and(|d| d > 0.0));
         // B's G2 MSM ran on the device, in prove_start, and agrees with blst's
-        let on_host = crate::groth16::msm::b_g2(&key, &cpu.assignment);
+        let on_host = crate::groth16::prover::b_g2(&key, &cpu.assignment);
         assert_eq!(ours.b_g2, Some(on_host), "bench-{k}: B in G2");
         let public = ours.assignment.public_inputs().to_vec();
         let blind = Blinding::random(&mut rng);
@@ -269,7 +269,7 @@ fn gpu_shifted_bases_prove_what_plain_bases_prove() {
     let key = keygen::generate_test_key(dense.circuit(None), &mut rng).unwrap();
     let w = synthesize(dense.circuit(Some(1))).unwrap();
     let cpu = CpuBackend.prove_start(&key, w.clone()).unwrap();
-    let on_host = crate::groth16::msm::b_g2(&key, &cpu.assignment);
+    let on_host = crate::groth16::prover::b_g2(&key, &cpu.assignment);
     let bytes = |gpu: &CudaBackend| gpu.resident_keys().keys[0].device_bytes;
     for (name, gpu) in [("shifted", &shifted), ("plain", &plain)] {
         let ours = gpu.prove_start(&key, w.clone()).unwrap();
