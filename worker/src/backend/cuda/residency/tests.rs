@@ -288,3 +288,22 @@ fn each_device_keeps_its_own_keys() {
     assert_eq!(big.used(), plain(a) + plain(b) + plain(c));
     assert_eq!(small.used(), plain(a));
 }
+
+/// The GPU service test's case: under a key limit of 1.25 times the largest
+/// key's shifted bases, the first key is uploaded shifted and the second
+/// stays beside it in plain bases rather than evicting it. The limit holds
+/// throughout: what is resident never exceeds it.
+#[test]
+fn the_key_limit_is_never_exceeded_though_a_second_key_may_stay_in_plain_bases() {
+    let [a, b, _] = keys();
+    let limit = shifted(b) + shifted(b) / 4;
+    let dev = Fake::new(working(b) * 8);
+    let mut r = Residency::new("fake".into(), rules(Some(limit), BasesLayout::Shifted));
+    for key in [a, b, a, b, a, b] {
+        r.make_resident(&dev, key, 0).unwrap();
+        assert!(dev.used() <= limit, "{} resident under a limit of {limit}", dev.used());
+    }
+    assert!(shifted(a) + plain(b) <= limit, "the case this test is about");
+    assert_eq!(dev.uploads(), ["k8 Shifted", "k9 Plain"]);
+    assert_eq!(r.report().evictions, 0);
+}
