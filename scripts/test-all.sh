@@ -72,7 +72,7 @@ sed "s#/usr/local/bin/provd#$PWD/target/release/provd#" deploy/systemd/provd.ser
 analysis=$(systemd-analyze verify "$unit" 2>&1 || true)
 rm -f "$unit"
 [ -z "$analysis" ] || { echo "systemd-analyze verify deploy/systemd/provd.service: $analysis" >&2; exit 1; }
-cargo test --release --workspace
+cargo test --release --workspace --no-fail-fast
 
 # The proving library without the service stack: no HTTP server, CLI or
 # client in its dependencies, and the example of a Rust caller with its own

@@ -434,7 +434,7 @@ fn binary_witness_jobs_run_again_after_a_kill_9() {
 
     let server =
         Server::try_start_in(&config, &[], "cpu", data_dir).unwrap_or_else(|e| panic!("restart: {e}"));
-    let ended = server.wait_all(&ids, std::time::Duration::from_secs(240));
+    let ended = server.wait_all(&ids, provd_e2e::JOBS_DEADLINE);
     for (id, job) in &ended {
         assert_eq!(job["state"], "succeeded", "job {id}: {job}");
     }

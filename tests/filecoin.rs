@@ -4,12 +4,11 @@
 //! parameters generated into a parameter cache of the test's own.
 
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use provd::circuits::filecoin::seal::{seal_sector, SealedSector};
 use provd::circuits::filecoin::{FilecoinPorepConfig, FilecoinPorepKind, Ids};
 use provd::circuits::CircuitKind;
-use provd_e2e::Server;
+use provd_e2e::{Server, JOBS_DEADLINE};
 use serde_json::{json, Value};
 
 const PROOF: &str = "StackedDrg2KiBV1_1";
@@ -73,9 +72,18 @@ fn fixture() -> &'static Fixture {
     })
 }
 
+/// Submits a sector; a refused one answers at once (the status and error),
+/// an accepted one is waited for by polling its job, up to
+/// [`JOBS_DEADLINE`] (the job as it then is).
 fn prove(server: &Server, input: &Value) -> (u16, Value) {
     let body = json!({"circuit": "porep-2k", "input": input});
-    server.call("POST", "/v1/prove?wait=true", Some(&body.to_string()))
+    let (status, reply) = server.call("POST", "/v1/prove", Some(&body.to_string()));
+    if status != 202 {
+        return (status, reply);
+    }
+    let id = reply["job_id"].as_str().expect("an accepted job's id").to_string();
+    let mut done = server.wait_all([&id], JOBS_DEADLINE);
+    (200, done.remove(&id).expect("the job waited for"))
 }
 
 fn seal_proof(job: &Value) -> Vec<u8> {
@@ -207,7 +215,7 @@ fn many_sectors_at_once_stay_within_a_budget_of_a_few_partitions() {
             accepted["job_id"].as_str().unwrap().to_string()
         })
         .collect();
-    let done = server.wait_all(&ids, Duration::from_secs(300));
+    let done = server.wait_all(&ids, JOBS_DEADLINE);
     for (id, sector) in ids.iter().zip(&f.sectors) {
         let job = &done[id];
         assert_eq!(job["state"], "succeeded", "{job}");

@@ -118,7 +118,7 @@ fn a_worker_killed_mid_partition_loses_nothing_and_nothing_is_proved_twice() {
     }
     let killed_at = Instant::now();
     drop(w2.kill_9());
-    let jobs = w0.wait_all(&ids, Duration::from_secs(240));
+    let jobs = w0.wait_all(&ids, provd_e2e::JOBS_DEADLINE);
     eprintln!("all 12 jobs ended {:.1} s after the kill", killed_at.elapsed().as_secs_f64());
     let verifier = w0.verifier(CIRCUIT);
     assert_eq!(check_proofs(&jobs, &verifier), 36);
@@ -189,7 +189,7 @@ fn a_worker_cut_off_from_its_database_is_unready_then_resumes_without_loss() {
     let (_keys, key) = shared_key();
     let w0 = worker(&pg, &key, "w0");
     let first = submit(&w0, &[1, 2], "first");
-    w0.wait_all(std::slice::from_ref(&first), Duration::from_secs(60));
+    w0.wait_all(std::slice::from_ref(&first), provd_e2e::JOBS_DEADLINE);
     assert_eq!(w0.metric("provd_fleet_database_up"), 1.0, "exported, and up");
     // ?wait=true answers with the ended job, read from the queue.
     let body = format!(r#"{{"circuit": "{CIRCUIT}", "partitions": [{{"seed": 3}}]}}"#);
@@ -225,7 +225,7 @@ fn a_worker_cut_off_from_its_database_is_unready_then_resumes_without_loss() {
         assert!(Instant::now() < deadline, "w0 did not become ready again");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let jobs = w0.wait_all(&[first.clone(), second.clone()], Duration::from_secs(120));
+    let jobs = w0.wait_all(&[first.clone(), second.clone()], provd_e2e::JOBS_DEADLINE);
     assert_eq!(check_proofs(&jobs, &w0.verifier(CIRCUIT)), 8);
     let proofs: i64 = pg.client().query_one("SELECT count(*) FROM proofs", &[]).unwrap().get(0);
     assert_eq!(proofs, 9, "every partition proved once");
@@ -248,7 +248,7 @@ fn throughput_with_one_two_and_three_workers() {
         let ids: Vec<String> = (0..JOBS)
             .map(|j| submit(servers[j as usize % servers.len()], &[tag * 1000 + j], &format!("t{tag}-{j}")))
             .collect();
-        let jobs = servers[0].wait_all(&ids, Duration::from_secs(240));
+        let jobs = servers[0].wait_all(&ids, provd_e2e::JOBS_DEADLINE);
         let secs = start.elapsed().as_secs_f64();
         assert!(jobs.values().all(|j| j["state"] == "succeeded"));
         JOBS as f64 / secs
@@ -317,7 +317,7 @@ fn jobs_written_into_the_tables_are_proved_and_bad_ones_fail_once() {
     let bad = "0190f6a0-0000-7000-8000-000000000002";
     insert(&mut db, good, &[r#"{"seed": 5}"#, r#"{"seed": 6}"#]);
     insert(&mut db, bad, &[r#"{"seed": 7}"#, r#"{"seed": "seven"}"#]);
-    let jobs = w0.wait_all(&[good.to_string(), bad.to_string()], Duration::from_secs(60));
+    let jobs = w0.wait_all(&[good.to_string(), bad.to_string()], provd_e2e::JOBS_DEADLINE);
     assert_eq!(
         check_proofs(&BTreeMap::from([(good.to_string(), jobs[good].clone())]), &w0.verifier(CIRCUIT)),
         2

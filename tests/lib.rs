@@ -3,6 +3,11 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+/// How long a test waits for its jobs to end before it fails saying which
+/// are still open: minutes on a shared, busy CI machine, where they take
+/// seconds on an idle one. A test must not fail because the machine is slow.
+pub const JOBS_DEADLINE: std::time::Duration = std::time::Duration::from_secs(1800);
+
 /// The `provd` binary of this build: `PROVD_BIN`, else the one beside the test
 /// executable's `deps/` folder (built by `cargo build --release --bins`).
 pub fn provd_bin() -> PathBuf {

@@ -60,7 +60,7 @@ fn kill_9_mid_run_then_restart_accounts_for_every_accepted_job() {
 
     let server =
         Server::try_start_in(CONFIG, &[], "cpu", data_dir).unwrap_or_else(|e| panic!("restart: {e}"));
-    let ended = server.wait_all(&accepted, Duration::from_secs(240));
+    let ended = server.wait_all(&accepted, provd_e2e::JOBS_DEADLINE);
     for (id, job) in &ended {
         assert_eq!(job["state"], "succeeded", "job {id}: {job}");
         for p in job["partitions"].as_array().unwrap() {
@@ -120,7 +120,7 @@ fn a_restart_keeps_the_proved_partitions_of_an_unfinished_job() {
 
     let server =
         Server::try_start_in(CONFIG, &[], "cpu", data_dir).unwrap_or_else(|e| panic!("restart: {e}"));
-    let ended = server.wait_all(&BTreeSet::from([id.clone()]), Duration::from_secs(240));
+    let ended = server.wait_all(&BTreeSet::from([id.clone()]), provd_e2e::JOBS_DEADLINE);
     let job = &ended[&id];
     assert_eq!(job["state"], "succeeded", "{job}");
     let after = proved(job);
@@ -147,7 +147,7 @@ fn with_on_restart_fail_unfinished_jobs_end_failed_with_the_reason() {
     let data_dir = server.kill_9();
     let server =
         Server::try_start_in(&config, &[], "cpu", data_dir).unwrap_or_else(|e| panic!("restart: {e}"));
-    let ended = server.wait_all(&ids, Duration::from_secs(240));
+    let ended = server.wait_all(&ids, provd_e2e::JOBS_DEADLINE);
     let failed = ended.values().filter(|j| j["state"] == "failed").count();
     assert!(failed > 0, "the kill came after every job: nothing was tested");
     for job in ended.values().filter(|j| j["state"] == "failed") {
