@@ -25,6 +25,23 @@ pub struct LocalJobs {
     idempotent: Mutex<()>,
     /// Partitions queued at most (`server.max_queued_partitions`).
     max_queued: usize,
+    /// Partitions of submissions that passed the queue bound and are being
+    /// decoded and recorded: counted against the bound with those queued, so
+    /// that concurrent submissions cannot pass it together.
+    admitting: Mutex<usize>,
+}
+
+/// Places under the queue bound, held from the bound's check until the
+/// partitions are in the engine's queue (or refused).
+struct Places<'a> {
+    admitting: &'a Mutex<usize>,
+    count: usize,
+}
+
+impl Drop for Places<'_> {
+    fn drop(&mut self) {
+        *self.admitting.lock().unwrap_or_else(|e| e.into_inner()) -= self.count;
+    }
 }
 
 impl LocalJobs {
@@ -34,7 +51,15 @@ impl LocalJobs {
         journal: Option<Arc<dyn Journal>>,
         max_queued: usize,
     ) -> Self {
-        Self { intake, engine, journal, keys: Mutex::default(), idempotent: Mutex::new(()), max_queued }
+        Self {
+            intake,
+            engine,
+            journal,
+            keys: Mutex::default(),
+            idempotent: Mutex::new(()),
+            max_queued,
+            admitting: Mutex::new(0),
+        }
     }
 
     fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<String, (JobId, [u8; 32])>> {
@@ -53,6 +78,17 @@ impl LocalJobs {
         } else {
             Err(RequestError::KeyReused { key: idem.key.clone(), job })
         })
+    }
+
+    /// Takes `count` places under the queue bound, or says it is full.
+    fn places(&self, count: usize) -> Result<Places<'_>, RequestError> {
+        let mut admitting = self.admitting.lock().unwrap_or_else(|e| e.into_inner());
+        let (queued, limit) = (self.engine.queued_partitions() + *admitting, self.max_queued);
+        if queued + count > limit {
+            return Err(RequestError::QueueFull { queued, limit });
+        }
+        *admitting += count;
+        Ok(Places { admitting: &self.admitting, count })
     }
 
     /// Checks, records (journal first) and starts a job under `id`; its
@@ -203,10 +239,7 @@ impl Jobs for LocalJobs {
             }
         }
         self.intake.admit(circuit, &witnesses)?;
-        let (queued, limit) = (self.engine.queued_partitions(), self.max_queued);
-        if queued + witnesses.count() > limit {
-            return Err(RequestError::QueueFull { queued, limit });
-        }
+        let _places = self.places(witnesses.count())?;
         let id = JobId::new();
         self.start(id, circuit, witnesses, idempotency.as_ref(), Vec::new())?;
         Ok(Submitted::New(id))

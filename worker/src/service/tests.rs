@@ -196,3 +196,93 @@ fn verifying_keys_are_offered_in_the_kinds_encodings() {
     assert!(matches!(s.verifying_key("cube", None), Err(super::VkError::UnknownCircuit(_))));
     assert!(matches!(s.verifying_key("square", Some("zz")), Err(super::VkError::Encoding(_))));
 }
+
+/// A gate that synthesis waits at until it is opened.
+#[derive(Default)]
+struct Gate(std::sync::Mutex<bool>, std::sync::Condvar);
+
+impl Gate {
+    fn wait(&self) {
+        let mut open = self.0.lock().unwrap();
+        while !*open {
+            open = self.1.wait(open).unwrap();
+        }
+    }
+
+    fn open(&self) {
+        *self.0.lock().unwrap() = true;
+        self.1.notify_all();
+    }
+}
+
+/// The square kind, slow to decode (widening the time between a
+/// submission's bound check and its queueing) and with synthesis held at a gate.
+struct GatedKind {
+    square: SquareKind,
+    gate: Arc<Gate>,
+}
+
+impl CircuitKind for GatedKind {
+    fn kind(&self) -> &'static str {
+        "square"
+    }
+    fn key(&self) -> &Arc<ProvingKey> {
+        self.square.key()
+    }
+    fn key_source(&self) -> &KeySource {
+        self.square.key_source()
+    }
+    fn constraints(&self) -> usize {
+        self.square.constraints()
+    }
+    fn partition(&self, index: usize, witness: Value) -> Result<SynthesisFn, WitnessError> {
+        std::thread::sleep(Duration::from_millis(20));
+        let inner = self.square.partition(index, witness)?;
+        let gate = self.gate.clone();
+        Ok(Arc::new(move || {
+            gate.wait();
+            inner()
+        }))
+    }
+}
+
+#[test]
+fn concurrent_submissions_never_pass_the_queue_bound_together() {
+    let gate = Arc::new(Gate::default());
+    let mut config = Config::default();
+    config.server.max_queued_partitions = 4;
+    config.pipeline.partition_permits = 1;
+    let square = SquareKind { key: square_key(), source: KeySource::File { path: "square.params".into() } };
+    let kind = GatedKind { square, gate: gate.clone() };
+    let s = Service::start_with(
+        config,
+        vec![("square".into(), Arc::new(kind))],
+        vec![Arc::new(CpuBackend)],
+        None,
+        Vec::new(),
+    )
+    .unwrap();
+    // One partition holds the only permit at the gate; the dispatcher holds
+    // the next one it took waiting for the permit; the rest stay queued.
+    let first = s.submit_witnesses("square", witnesses(&[2, 3]), None).unwrap().id();
+    let deadline = std::time::Instant::now() + Duration::from_secs(600);
+    while s.queued_partitions() > 0 {
+        assert!(std::time::Instant::now() < deadline, "the dispatcher never took the first job's partitions");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let answers: Vec<Result<Submitted, RequestError>> = std::thread::scope(|scope| {
+        let threads: Vec<_> =
+            (0..8).map(|_| scope.spawn(|| s.submit_witnesses("square", witnesses(&[4, 5]), None))).collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let accepted: Vec<JobId> = answers.iter().filter_map(|a| a.as_ref().ok().map(|s| s.id())).collect();
+    assert_eq!(accepted.len(), 2, "two jobs of two fill a bound of four: {answers:?}");
+    assert!(s.queued_partitions() <= 4, "{} queued", s.queued_partitions());
+    for refused in answers.iter().filter_map(|a| a.as_ref().err()) {
+        assert_eq!(refused.refusal(), Refusal::Busy, "{refused}");
+    }
+    gate.open();
+    for id in std::iter::once(first).chain(accepted) {
+        succeeded(&s, id);
+    }
+}
