@@ -170,3 +170,26 @@ fn the_memory_store_is_a_choice_and_loses_jobs_on_restart() {
     let server = Server::try_start_in(&config, &[], "cpu", data_dir).unwrap();
     assert_eq!(state(&server, &id).0, 404);
 }
+
+#[test]
+fn a_cancel_answered_survives_a_kill_9_right_after_it() {
+    let server = Server::start(CONFIG, &[]);
+    let partitions: Vec<String> = (0..24).map(|i| format!(r#"{{"seed": {i}}}"#)).collect();
+    let body = format!(r#"{{"circuit": "bench-12", "partitions": [{}]}}"#, partitions.join(","));
+    let (status, reply) = server.call("POST", "/v1/prove", Some(&body));
+    assert_eq!(status, 202, "{reply}");
+    let id = reply["job_id"].as_str().unwrap().to_string();
+    let (status, cancelled) = server.call("DELETE", &format!("/v1/jobs/{id}"), None);
+    assert_eq!(status, 200, "{cancelled}");
+    let data_dir = server.kill_9();
+
+    let server =
+        Server::try_start_in(CONFIG, &[], "cpu", data_dir).unwrap_or_else(|e| panic!("restart: {e}"));
+    let (status, job) = state(&server, &id);
+    assert_eq!((status, job["state"].as_str()), (200, Some("cancelled")), "{job}");
+    let proved = job["partitions"].as_array().unwrap().iter().filter(|p| p["stage"] == "done").count();
+    assert!(proved < 24, "every partition was proved: the cancel came too late to test anything");
+    // Nothing of it runs after the restart.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(server.metric("provd_partitions_total{outcome=\"succeeded\"}"), 0.0);
+}

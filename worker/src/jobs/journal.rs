@@ -121,6 +121,12 @@ pub trait Journal: JobObserver {
     /// already recorded (run again after a restart) is marked queued, and so
     /// are its partitions but those that ended with a proof, which keep it.
     fn accepted(&self, job: &AcceptedJob) -> Result<(), JournalError>;
+    /// Records a client's cancel of a job that has not ended, durably,
+    /// before the cancel is acknowledged: the job and its partitions not yet
+    /// ended are marked cancelled, so that a restart serves it cancelled
+    /// instead of running it again. (Partitions that end after it, and the
+    /// job's end, are observed as usual.) Whether the job had not ended.
+    fn cancelled(&self, id: JobId) -> Result<bool, JournalError>;
     /// Drops jobs that ended more than `age_ms` ago.
     fn forget_ended(&self, age_ms: u64);
     /// The bytes of a binary witness that [`SqliteJournal::open`] left on disk.
@@ -443,6 +449,41 @@ impl Journal for SqliteJournal {
         written.map_err(|e| JournalError { path: self.path.clone(), source: e.into() })
     }
 
+    fn cancelled(&self, id: JobId) -> Result<bool, JournalError> {
+        let mut conn = self.lock();
+        let write = |conn: &mut Connection| -> rusqlite::Result<(bool, Vec<String>)> {
+            conn.execute_batch("PRAGMA synchronous = FULL")?;
+            let tx = conn.transaction()?;
+            let ended = tx.execute(
+                "UPDATE jobs SET state = 'cancelled', error = 'cancelled by a client', ended_ms = ?2 \
+                 WHERE id = ?1 AND ended_ms IS NULL",
+                params![id.to_string(), now_ms() as i64],
+            )?;
+            if ended == 0 {
+                return Ok((false, Vec::new()));
+            }
+            let files = spooled_files(&tx, id)?;
+            tx.execute(
+                "UPDATE partitions SET state = 'cancelled' WHERE job_id = ?1 AND state NOT IN ('done', 'failed')",
+                params![id.to_string()],
+            )?;
+            // An ended job is never run again: its witnesses are not needed.
+            tx.execute(
+                "UPDATE partitions SET witness_json = NULL, witness_bin = NULL, witness_file = NULL WHERE job_id = ?1",
+                params![id.to_string()],
+            )?;
+            tx.commit()?;
+            conn.execute_batch("PRAGMA synchronous = NORMAL")?;
+            Ok((true, files))
+        };
+        let written = write(&mut conn);
+        drop(conn);
+        let (cancelled, files) =
+            written.map_err(|e| JournalError { path: self.path.clone(), source: e.into() })?;
+        self.unspool(files);
+        Ok(cancelled)
+    }
+
     fn forget_ended(&self, age_ms: u64) {
         let cutoff = now_ms().saturating_sub(age_ms) as i64;
         // (An ended job's witness files went with its end: job_ended.)
@@ -692,5 +733,39 @@ mod tests {
         let e = journal.read_witness(at).unwrap_err();
         assert!(matches!(e.source, JournalFault::WitnessFile(_)), "{e}");
         assert!(e.to_string().contains(&format!("{c}-0.bin")), "the error names the file: {e}");
+    }
+
+    /// A cancel is recorded as the job's end at once; partitions that had
+    /// ended keep their end, the others are cancelled, and a job that had
+    /// ended is left as it was.
+    #[test]
+    fn a_cancel_is_recorded_before_the_partitions_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jobs.sqlite3");
+        let (journal, _) = SqliteJournal::open(&path).unwrap();
+        let (id, done) = (JobId::new(), JobId::new());
+        let two =
+            || vec![StoredWitness::Json(serde_json::json!(1)), StoredWitness::Json(serde_json::json!(2))];
+        for job in [id, done] {
+            journal
+                .accepted(&AcceptedJob { id: job, circuit: "c".into(), witnesses: two(), idempotency: None })
+                .unwrap();
+        }
+        let proof = Proof::from_bytes(&[0u8; 192]).ok();
+        let ended = EndedPartition { stage: Stage::Done, proof, public_inputs: vec![], error: None };
+        journal.partition_ended(id, 0, &ended);
+        journal.job_ended(done, Outcome::Succeeded, None);
+        assert!(journal.cancelled(id).unwrap());
+        assert!(!journal.cancelled(done).unwrap(), "an ended job is not cancelled");
+        assert!(!journal.cancelled(JobId::new()).unwrap(), "nor an unknown one");
+        drop(journal);
+        let (_, recovered) = SqliteJournal::open(&path).unwrap();
+        assert!(recovered.unfinished.is_empty(), "{:?}", recovered.unfinished);
+        let job = &recovered.ended.iter().find(|e| e.job.id == id).unwrap().job;
+        assert_eq!(job.outcome, Outcome::Cancelled);
+        let stages: Vec<Stage> = job.partitions.iter().map(|p| p.stage).collect();
+        assert_eq!(stages, [Stage::Done, Stage::Cancelled]);
+        let other = &recovered.ended.iter().find(|e| e.job.id == done).unwrap().job;
+        assert_eq!(other.outcome, Outcome::Succeeded);
     }
 }

@@ -8,12 +8,19 @@ use std::time::Duration;
 use super::intake::{Idempotency, RequestError, Submitted, Witnesses};
 use super::snapshot::FleetSnapshot;
 use crate::fleet::QueueError;
+use crate::jobs::journal::JournalError;
 use crate::pipeline::{JobId, JobStatus};
 
-/// The job store could not be reached: retry later (503).
+/// The job store could not be reached or written: retry later (503).
 #[derive(Debug, thiserror::Error)]
-#[error(transparent)]
-pub struct Unavailable(#[from] pub QueueError);
+pub enum Unavailable {
+    /// The fleet's queue.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    /// This worker's journal.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+}
 
 /// Submit, look up, cancel and drain jobs, whichever store holds them.
 pub trait Jobs: Send + Sync {

@@ -253,8 +253,16 @@ impl Jobs for LocalJobs {
         Ok(self.engine.outcome(id).map(|o| o.is_some()))
     }
 
+    /// With a journal, the cancel is written down before it is answered,
+    /// so that a crash right after it does not run the job again.
     fn cancel(&self, id: JobId) -> Result<Option<JobStatus>, Unavailable> {
-        Ok(self.engine.cancel(id).then(|| self.engine.status(id)).flatten())
+        if !self.engine.cancel(id) {
+            return Ok(None);
+        }
+        if let Some(journal) = &self.journal {
+            journal.cancelled(id)?;
+        }
+        Ok(self.engine.status(id))
     }
 
     fn drain(&self, grace: Duration) -> (usize, usize) {
