@@ -163,10 +163,21 @@ impl LocalJobs {
         if on_restart == OnRestart::Fail {
             return Err("provd restarted before the job ended (jobs.on_restart = \"fail\")".into());
         }
-        self.intake
+        let served = self
+            .intake
             .circuits
             .get(&circuit)
             .map_err(|_| format!("its circuit '{circuit}' is no longer served"))?;
+        // Proofs kept from before the restart must hold under the key served
+        // now (it may have been replaced meanwhile): those that do not are
+        // proved again, so that a job never mixes proofs of two keys.
+        let (proved, stale): (Vec<_>, Vec<_>) =
+            proved.into_iter().partition(|p| served.verifier.verify(&p.proof, &p.public_inputs).is_ok());
+        if !stale.is_empty() {
+            let partitions: Vec<usize> = stale.iter().map(|p| p.index).collect();
+            tracing::warn!(job = %id, %circuit, ?partitions,
+                "proofs kept from before the restart do not verify under the key served now: proved again");
+        }
         let witnesses = match witnesses.as_slice() {
             // The memory is held before the bytes are read.
             [RecoveredWitness::Binary(at)] => {

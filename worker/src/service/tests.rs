@@ -14,8 +14,8 @@ use crate::circuits::{CircuitKind, KeySource, WitnessError};
 use crate::config::{Config, JobStoreKind, OnRestart};
 use crate::groth16::tests::Square;
 use crate::groth16::{keygen, synthesize, ProvingKey, SynthesisFn};
-use crate::jobs::journal::{AcceptedJob, Journal, SqliteJournal, StoredWitness};
-use crate::pipeline::{JobId, Outcome, SubmitError};
+use crate::jobs::journal::{AcceptedJob, JobObserver, Journal, SqliteJournal, StoredWitness};
+use crate::pipeline::{EndedPartition, JobId, Outcome, Stage, SubmitError};
 
 /// A kind that exists only in tests: witnesses are `{"x": N}`.
 pub(crate) struct SquareKind {
@@ -174,6 +174,28 @@ fn a_restart_runs_unfinished_jobs_again_under_their_ids_or_fails_them_by_config(
     drop(s);
     let (_, recovered) = SqliteJournal::open(&path).unwrap();
     assert!(recovered.unfinished.is_empty(), "the failure is journaled: {:?}", recovered.unfinished);
+}
+
+#[test]
+fn proofs_kept_across_a_restart_that_the_key_served_now_rejects_are_proved_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jobs.sqlite3");
+    let id = journaled(&path, &[3, 4], None);
+    // Partition 0 was proved before the restart, under a key since replaced.
+    let old_key = keygen::generate_test_key(Square(None), &mut rand::rngs::OsRng).unwrap();
+    let (proof, public_inputs) = crate::backend::prove(&CpuBackend, &old_key, Square(Some(3))).unwrap();
+    let (journal, _) = SqliteJournal::open(&path).unwrap();
+    let ended = EndedPartition { stage: Stage::Done, proof: Some(proof), public_inputs, error: None };
+    journal.partition_ended(id, 0, &ended);
+    drop(journal);
+    let s = service(Some(&path), OnRestart::Rerun);
+    let status = s.wait(id).unwrap();
+    assert_eq!(status.outcome, Some(Outcome::Succeeded), "{:?}", status.error);
+    let vk = &square_key().vk;
+    for (i, p) in status.partitions.iter().enumerate() {
+        assert!(p.proof.unwrap().verify(vk, &p.public_inputs), "partition {i} under the key served");
+    }
+    assert_ne!(status.partitions[0].proof, Some(proof), "the stale proof was not kept");
 }
 
 #[test]
