@@ -193,3 +193,36 @@ fn a_cancel_answered_survives_a_kill_9_right_after_it() {
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(server.metric("provd_partitions_total{outcome=\"succeeded\"}"), 0.0);
 }
+
+#[test]
+fn a_second_worker_on_the_same_data_directory_is_refused_naming_the_first() {
+    let server = Server::start(CONFIG, &[]);
+    let config = server.data_dir.path().join("provd.toml");
+    let mut second = std::process::Command::new(provd_e2e::provd_bin())
+        .args(["serve", "--config", &config.to_string_lossy(), "--listen", "127.0.0.1:0", "--backend", "cpu"])
+        .env("PROVD_DATA_DIR", server.data_dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It must exit by itself; a second worker still running after this long
+    // took the directory.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            second.kill().unwrap();
+            panic!("a second provd serve ran on the same data directory");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains("another provd (pid"), "{stderr}");
+    assert!(stderr.contains(&server.data_dir.path().display().to_string()), "{stderr}");
+    // The first goes on serving.
+    assert_eq!(server.call("GET", "/healthz", None).0, 200);
+}

@@ -45,5 +45,5 @@ mod prover;
 pub mod service;
 pub mod telemetry;
 
-pub use data_dir::default_data_dir;
+pub use data_dir::{default_data_dir, Exclusive, LockError};
 pub use prover::{Prover, ProverError, VerifiedProof};

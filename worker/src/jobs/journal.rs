@@ -111,6 +111,8 @@ pub enum JournalFault {
     WitnessFile(#[from] std::io::Error),
     #[error("job {job} has no binary witness for partition {index}")]
     NoWitness { job: JobId, index: usize },
+    #[error(transparent)]
+    Locked(#[from] crate::LockError),
 }
 
 /// Durable record of jobs. It observes the engine's partition and job ends;
@@ -181,12 +183,18 @@ pub struct SqliteJournal {
     /// Where witnesses over `spool_over` bytes go: `<database>.witnesses/`.
     spool: std::path::PathBuf,
     spool_over: usize,
+    /// One process at a time: two running the same jobs after a crash
+    /// would prove them twice and serve two proofs for one id.
+    _lock: crate::Exclusive,
 }
 
 impl SqliteJournal {
-    /// Opens (or creates) the journal and reads what it holds.
+    /// Opens (or creates) the journal and reads what it holds; refused
+    /// while another process has it open.
     pub fn open(path: &Path) -> Result<(Self, Recovered), JournalError> {
         let shown = path.display().to_string();
+        let lock = crate::Exclusive::take(&path.with_extension("lock"), path)
+            .map_err(|e| JournalError { path: shown.clone(), source: e.into() })?;
         let fail = |e: rusqlite::Error| JournalError { path: shown.clone(), source: e.into() };
         let conn = Connection::open(path).map_err(fail)?;
         // WAL with `synchronous = NORMAL`: a commit survives the process's
@@ -207,7 +215,8 @@ impl SqliteJournal {
             conn.execute_batch("ALTER TABLE partitions ADD COLUMN witness_file TEXT").map_err(fail)?;
         }
         let spool = path.with_extension("witnesses");
-        let journal = Self { conn: Mutex::new(conn), path: shown, spool, spool_over: SPOOL_OVER };
+        let journal =
+            Self { conn: Mutex::new(conn), path: shown, spool, spool_over: SPOOL_OVER, _lock: lock };
         let recovered =
             journal.recover().map_err(|e| JournalError { path: journal.path.clone(), source: e.into() })?;
         journal.sweep_spool();

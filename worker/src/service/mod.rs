@@ -63,6 +63,8 @@ pub struct Service {
     fallback: Option<String>,
     gpus: Vec<Arc<provd_kernels::Gpu>>,
     history: Mutex<VecDeque<Snapshot>>,
+    /// The data directory, held by this process alone (see [`Service::start`]).
+    _data_dir: Option<crate::Exclusive>,
 }
 
 use intake::Intake;
@@ -70,9 +72,14 @@ use intake::Intake;
 impl Service {
     /// Loads every configured circuit's key (generating TEST-ONLY keys where
     /// none is named), picks the backend and starts the engine.
+    /// The data directory is held by this process alone: a second one on it
+    /// is refused, saying which holds it (two would race on the TEST-ONLY key
+    /// cache and the journal).
     pub fn start(mut config: Config, data_dir: &Path, backend: BackendChoice) -> anyhow::Result<Arc<Self>> {
+        std::fs::create_dir_all(data_dir)
+            .map_err(|e| anyhow::anyhow!("cannot create the data directory {}: {e}", data_dir.display()))?;
+        let lock = crate::Exclusive::take(&data_dir.join(".provd.lock"), data_dir)?;
         if config.jobs.store == JobStoreKind::Sqlite && config.jobs.path.is_none() {
-            std::fs::create_dir_all(data_dir)?;
             config.jobs.path = Some(data_dir.join("jobs.sqlite3"));
         }
         let kinds = config
@@ -81,7 +88,9 @@ impl Service {
             .map(|c| Ok((c.name().to_string(), c.load(data_dir)?)))
             .collect::<anyhow::Result<Vec<_>>>()?;
         let selected = crate::backend::select(backend, data_dir, &config.gpu.cuda_options()?)?;
-        Self::start_with(config, kinds, selected.backends, selected.fallback, selected.gpus)
+        let service =
+            Self::build(config, kinds, selected.backends, selected.fallback, selected.gpus, Some(lock))?;
+        Ok(Arc::new(service))
     }
 
     /// Starts the service on circuits and a backend the caller made: any
@@ -93,6 +102,17 @@ impl Service {
         fallback: Option<String>,
         gpus: Vec<Arc<provd_kernels::Gpu>>,
     ) -> anyhow::Result<Arc<Self>> {
+        Self::build(config, kinds, backends, fallback, gpus, None).map(Arc::new)
+    }
+
+    fn build(
+        config: Config,
+        kinds: Vec<(String, Arc<dyn CircuitKind>)>,
+        backends: Vec<Arc<dyn Backend>>,
+        fallback: Option<String>,
+        gpus: Vec<Arc<provd_kernels::Gpu>>,
+        data_dir: Option<crate::Exclusive>,
+    ) -> anyhow::Result<Self> {
         anyhow::ensure!(!backends.is_empty(), "the service needs at least one backend");
         let kind_of = |b: &Arc<dyn Backend>| b.name().split(':').next().unwrap_or("").to_string();
         let metrics = Arc::new(Metrics::new());
@@ -161,7 +181,7 @@ impl Service {
                 Box::new(local)
             }
         };
-        Ok(Arc::new(Self {
+        Ok(Self {
             engine,
             intake,
             jobs,
@@ -170,7 +190,8 @@ impl Service {
             fallback,
             gpus,
             history: Mutex::new(VecDeque::with_capacity(snapshot::HISTORY)),
-        }))
+            _data_dir: data_dir,
+        })
     }
 
     /// The circuits served, by name.
