@@ -529,8 +529,12 @@ fn serve(
     let token = config.checked_auth_token()?;
     let listen = config.server.listen;
     let service = provd::service::Service::start(config, &common.data_dir, common.backend)?;
+    // The last reference to the service is dropped here, after the runtime:
+    // the fleet's database connections run a runtime of their own (the
+    // postgres client's), which cannot be shut down from inside this one.
+    let held = service.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
@@ -543,7 +547,10 @@ fn serve(
             println!("provd demo: {circuit} on {}; live view at http://{addr}/", service.backend_names());
         }
         provd::http::serve(service, listener, token).await
-    })
+    });
+    drop(runtime);
+    drop(held);
+    served
 }
 
 fn bench(command: BenchCommand) -> anyhow::Result<()> {
