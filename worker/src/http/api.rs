@@ -274,13 +274,22 @@ pub async fn healthz() -> axum::Json<Health> {
 
 /// Ready when not draining and the queue has room: a load balancer stops
 /// routing to a full worker.
-pub async fn readyz(State(state): State<Arc<AppState>>) -> Result<axum::Json<Ready>, ApiError> {
+/// The reason it is not ready in full (database errors, paths) only to a
+/// caller with the token, where one is set: the route is unauthenticated.
+pub async fn readyz(
+    State(state): State<Arc<AppState>>,
+    headers: axum::http::HeaderMap,
+) -> Result<axum::Json<Ready>, ApiError> {
     let queued = state.service.queued_partitions();
     let limit = state.service.config.server.max_queued_partitions;
     if state.draining.load(Ordering::Acquire) {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down"));
     }
     if let Some(why) = state.service.unready() {
+        let why = match super::authorized(&state, &headers) {
+            true => why.to_string(),
+            false => why.summary().to_string(),
+        };
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why).retry_after(5));
     }
     if queued >= limit {

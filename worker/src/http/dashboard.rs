@@ -12,7 +12,12 @@ use super::ApiError;
 #[exclude = "test/*"]
 struct Assets;
 
-pub async fn asset(uri: Uri, headers: HeaderMap) -> Response {
+pub async fn asset(method: axum::http::Method, uri: Uri, headers: HeaderMap) -> Response {
+    if method != axum::http::Method::GET && method != axum::http::Method::HEAD {
+        let mut res = super::api::method_not_allowed().await.into_response();
+        res.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return res;
+    }
     let path = match uri.path().trim_start_matches('/') {
         "" => "index.html",
         p => p,

@@ -18,6 +18,16 @@ impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for Json<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        // A body declared larger than the limit is refused before any of it
+        // is read (not after waiting for bytes that will be refused anyway).
+        let limit = state.service.config.server.max_body_bytes;
+        let declared = req
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit as u64) {
+            return Err(too_large(limit));
+        }
         match axum::Json::<T>::from_request(req, state).await {
             Ok(axum::Json(v)) => Ok(Json(v)),
             Err(JsonRejection::BytesRejection(e)) if super::stalled(&e) => Err(super::stalled_body(state)),
@@ -32,12 +42,16 @@ fn json_rejection(e: JsonRejection, limit: usize) -> ApiError {
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "send the body as JSON with 'Content-Type: application/json'",
         ),
-        _ if e.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("request body over {limit} bytes (server.max_body_bytes)"),
-        ),
+        _ if e.status() == StatusCode::PAYLOAD_TOO_LARGE => too_large(limit),
         _ => ApiError::bad_request(format!("invalid request body: {}", e.body_text())),
     }
+}
+
+fn too_large(limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("request body over {limit} bytes (server.max_body_bytes)"),
+    )
 }
 
 /// A query string, or a 400 JSON error naming the bad parameter.

@@ -76,8 +76,24 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(state.clone(), same_origin))
         .layer(axum::middleware::from_fn_with_state(state.clone(), body_timeout))
-        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .layer(tower_http::trace::TraceLayer::new_for_http().on_failure(log_failure))
         .with_state(state)
+}
+
+/// Logs a request that failed: at ERROR, except a 503 (draining, full, or a
+/// store away: an answer the worker meant to give, with Retry-After).
+fn log_failure(
+    class: tower_http::classify::ServerErrorsFailureClass,
+    latency: Duration,
+    _span: &tracing::Span,
+) {
+    use tower_http::classify::ServerErrorsFailureClass::StatusCode as Status;
+    match class {
+        Status(StatusCode::SERVICE_UNAVAILABLE) => {
+            tracing::info!(latency_ms = latency.as_millis() as u64, "answered 503 (unavailable for now)")
+        }
+        class => tracing::error!(latency_ms = latency.as_millis() as u64, %class, "request failed"),
+    }
 }
 
 /// Bounds how long a request body may stall between its bytes
@@ -163,22 +179,26 @@ fn is_loopback_host(host: &str) -> bool {
 
 /// Bearer-token check in constant time; the token is never logged.
 async fn auth(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Result<Response, ApiError> {
-    if let Some(token) = &state.token {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map_or("", |(_, t)| t.trim());
-        if !bool::from(given.as_bytes().ct_eq(token.as_bytes())) {
-            return Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "missing or wrong bearer token: send 'Authorization: Bearer <token>'",
-            ));
-        }
+    if !authorized(&state, req.headers()) {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong bearer token: send 'Authorization: Bearer <token>'",
+        ));
     }
     Ok(next.run(req).await)
+}
+
+/// Whether a request may see the API: no token is set, or it carries it
+/// (compared in constant time).
+pub(crate) fn authorized(state: &AppState, headers: &axum::http::HeaderMap) -> bool {
+    let Some(token) = &state.token else { return true };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map_or("", |(_, t)| t.trim());
+    bool::from(given.as_bytes().ct_eq(token.as_bytes()))
 }
 
 /// Serves until SIGTERM or SIGINT, then drains: stops accepting, lets

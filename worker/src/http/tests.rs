@@ -162,6 +162,19 @@ async fn bad_requests_get_json_errors() {
         .await
         .assert_error(StatusCode::METHOD_NOT_ALLOWED, "does not take that method");
     get(&s, "/v2/nothing").await.assert_error(StatusCode::NOT_FOUND, "no such route");
+    // A body declared larger than the limit is refused before any of it is read.
+    let declared = Request::post("/v1/prove")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONTENT_LENGTH, "2147483648")
+        .body(Body::empty())
+        .unwrap();
+    call(&s, declared).await.assert_error(StatusCode::PAYLOAD_TOO_LARGE, "max_body_bytes");
+    // The live view's files answer GET and HEAD only.
+    for method in ["POST", "TRACE", "DELETE"] {
+        let r = call(&s, Request::builder().method(method).uri("/").body(Body::empty()).unwrap()).await;
+        r.assert_error(StatusCode::METHOD_NOT_ALLOWED, "does not take that method");
+        assert_eq!(r.headers[header::ALLOW], "GET, HEAD", "{method}");
+    }
     // draining: 503 with Retry-After for new jobs, and not ready
     s.draining.store(true, Ordering::Release);
     let r = post_json(&s, "/v1/prove", r#"{"circuit":"square","partitions":[{"x":1}]}"#).await;

@@ -52,6 +52,40 @@ pub struct BackendInfo {
     pub out_of_service_reason: Option<String>,
 }
 
+/// Why a worker is not ready for work.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unready {
+    /// Engine threads died (named, with why): only a restart helps.
+    DeadThreads(Vec<String>),
+    /// No device takes work (why).
+    NoDevice(String),
+    /// The job store is unreachable or refusing writes (why).
+    Store(String),
+}
+
+impl Unready {
+    /// The reason without its details (paths, database errors), for a
+    /// caller that has not authenticated.
+    pub fn summary(&self) -> &'static str {
+        match self {
+            Unready::DeadThreads(_) => "engine threads died; restart provd",
+            Unready::NoDevice(_) => "no device is in service",
+            Unready::Store(_) => "the job store is unavailable",
+        }
+    }
+}
+
+impl std::fmt::Display for Unready {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unready::DeadThreads(dead) => {
+                write!(f, "engine threads died: {}; restart provd", dead.join(", "))
+            }
+            Unready::NoDevice(why) | Unready::Store(why) => f.write_str(why),
+        }
+    }
+}
+
 /// The one facade over the engine, the circuits and the job store.
 pub struct Service {
     engine: Arc<Engine>,
@@ -329,12 +363,12 @@ impl Service {
     }
 
     /// Why this worker should not be sent work now: an engine thread died,
-    /// no device is in service, or (fleet mode) its queue is unreachable.
-    pub fn unready(&self) -> Option<String> {
+    /// no device is in service, or its job store is unreachable.
+    pub fn unready(&self) -> Option<Unready> {
         let dead = self.engine.dead_threads();
         if !dead.is_empty() {
-            return Some(format!("engine threads died: {}; restart provd", dead.join(", ")));
+            return Some(Unready::DeadThreads(dead));
         }
-        self.none_in_service().or_else(|| self.jobs.unready())
+        self.none_in_service().map(Unready::NoDevice).or_else(|| self.jobs.unready().map(Unready::Store))
     }
 }

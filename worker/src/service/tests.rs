@@ -308,3 +308,12 @@ fn concurrent_submissions_never_pass_the_queue_bound_together() {
         succeeded(&s, id);
     }
 }
+
+#[test]
+fn the_unready_summary_keeps_the_details_back() {
+    let store = super::Unready::Store("job journal /var/lib/provd/jobs.sqlite3: disk I/O error".into());
+    assert!(store.to_string().contains("/var/lib/provd"));
+    assert!(!store.summary().contains('/'), "{}", store.summary());
+    let dead = super::Unready::DeadThreads(vec!["dispatch (boom)".into()]);
+    assert!(dead.to_string().contains("dispatch (boom)") && !dead.summary().contains("boom"));
+}
