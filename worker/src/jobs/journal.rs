@@ -131,6 +131,12 @@ pub trait Journal: JobObserver {
     fn cancelled(&self, id: JobId) -> Result<bool, JournalError>;
     /// Drops jobs that ended more than `age_ms` ago.
     fn forget_ended(&self, age_ms: u64);
+    /// Writes again, in order, the ends that could not be written when they
+    /// happened (a full disk, say).
+    fn flush(&self);
+    /// Why ends are waiting to be written, while any are: the worker must
+    /// not take work it could not record the end of.
+    fn behind(&self) -> Option<String>;
     /// The bytes of a binary witness that [`SqliteJournal::open`] left on disk.
     fn read_witness(&self, at: &OnDisk) -> Result<Vec<u8>, JournalError>;
 }
@@ -186,6 +192,19 @@ pub struct SqliteJournal {
     /// One process at a time: two running the same jobs after a crash
     /// would prove them twice and serve two proofs for one id.
     _lock: crate::Exclusive,
+    /// Ends not written yet, oldest first, and why the last try failed.
+    unwritten: Mutex<(std::collections::VecDeque<Unwritten>, String)>,
+    /// Makes every write of an end fail, as a full disk would (tests).
+    #[cfg(test)]
+    disk_full: std::sync::atomic::AtomicBool,
+}
+
+/// An end the journal could not write when it happened, kept to be written
+/// again in order.
+#[derive(Debug)]
+enum Unwritten {
+    Partition { job: JobId, index: usize, end: Box<EndedPartition> },
+    Job { job: JobId, outcome: Outcome, error: Option<String>, ended_ms: u64 },
 }
 
 impl SqliteJournal {
@@ -215,8 +234,16 @@ impl SqliteJournal {
             conn.execute_batch("ALTER TABLE partitions ADD COLUMN witness_file TEXT").map_err(fail)?;
         }
         let spool = path.with_extension("witnesses");
-        let journal =
-            Self { conn: Mutex::new(conn), path: shown, spool, spool_over: SPOOL_OVER, _lock: lock };
+        let journal = Self {
+            conn: Mutex::new(conn),
+            path: shown,
+            spool,
+            spool_over: SPOOL_OVER,
+            _lock: lock,
+            unwritten: Mutex::default(),
+            #[cfg(test)]
+            disk_full: Default::default(),
+        };
         let recovered =
             journal.recover().map_err(|e| JournalError { path: journal.path.clone(), source: e.into() })?;
         journal.sweep_spool();
@@ -493,6 +520,23 @@ impl Journal for SqliteJournal {
         Ok(cancelled)
     }
 
+    fn flush(&self) {
+        let mut unwritten = self.unwritten.lock().unwrap_or_else(|e| e.into_inner());
+        self.write_unwritten(&mut unwritten);
+    }
+
+    fn behind(&self) -> Option<String> {
+        let unwritten = self.unwritten.lock().unwrap_or_else(|e| e.into_inner());
+        (!unwritten.0.is_empty()).then(|| {
+            format!(
+                "the job journal {} cannot record {} job and partition ends ({}); no new work until it can",
+                self.path,
+                unwritten.0.len(),
+                unwritten.1
+            )
+        })
+    }
+
     fn forget_ended(&self, age_ms: u64) {
         let cutoff = now_ms().saturating_sub(age_ms) as i64;
         // (An ended job's witness files went with its end: job_ended.)
@@ -525,8 +569,9 @@ impl Journal for SqliteJournal {
     }
 }
 
-impl JobObserver for SqliteJournal {
-    fn partition_ended(&self, id: JobId, index: usize, ended: &EndedPartition) {
+impl SqliteJournal {
+    fn write_partition_end(&self, id: JobId, index: usize, ended: &EndedPartition) -> rusqlite::Result<()> {
+        self.fail_if_disk_full()?;
         let state = match ended.stage {
             Stage::Done => "done",
             Stage::Failed => "failed",
@@ -534,37 +579,103 @@ impl JobObserver for SqliteJournal {
         };
         let proof = ended.proof.map(|p| p.to_bytes().to_vec());
         let public = (!ended.public_inputs.is_empty()).then(|| inputs_to_text(&ended.public_inputs));
-        let r = self.lock().execute(
+        self.lock().execute(
             "UPDATE partitions SET state = ?3, error = ?4, proof = ?5, public_inputs = ?6 WHERE job_id = ?1 AND idx = ?2",
             params![id.to_string(), index as i64, state, ended.error, proof, public],
-        );
-        if let Err(e) = r {
-            self.log_failure("a partition's end", e);
+        )?;
+        Ok(())
+    }
+
+    fn write_job_end(
+        &self,
+        id: JobId,
+        outcome: Outcome,
+        error: Option<&str>,
+        ended_ms: u64,
+    ) -> rusqlite::Result<()> {
+        self.fail_if_disk_full()?;
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let files = spooled_files(&tx, id)?;
+        tx.execute(
+            "UPDATE jobs SET state = ?2, error = ?3, ended_ms = ?4 WHERE id = ?1",
+            params![id.to_string(), outcome.name(), error, ended_ms as i64],
+        )?;
+        // An ended job is never run again: its witnesses are not needed.
+        tx.execute(
+            "UPDATE partitions SET witness_json = NULL, witness_bin = NULL, witness_file = NULL WHERE job_id = ?1",
+            params![id.to_string()],
+        )?;
+        tx.commit()?;
+        drop(conn);
+        self.unspool(files);
+        Ok(())
+    }
+
+    fn write(&self, end: &Unwritten) -> rusqlite::Result<()> {
+        match end {
+            Unwritten::Partition { job, index, end } => self.write_partition_end(*job, *index, end),
+            Unwritten::Job { job, outcome, error, ended_ms } => {
+                self.write_job_end(*job, *outcome, error.as_deref(), *ended_ms)
+            }
         }
     }
 
-    fn job_ended(&self, id: JobId, outcome: Outcome, error: Option<&str>) {
-        let mut conn = self.lock();
-        let r = (|| -> rusqlite::Result<Vec<String>> {
-            let tx = conn.transaction()?;
-            let files = spooled_files(&tx, id)?;
-            tx.execute(
-                "UPDATE jobs SET state = ?2, error = ?3, ended_ms = ?4 WHERE id = ?1",
-                params![id.to_string(), outcome.name(), error, now_ms() as i64],
-            )?;
-            // An ended job is never run again: its witnesses are not needed.
-            tx.execute(
-                "UPDATE partitions SET witness_json = NULL, witness_bin = NULL, witness_file = NULL WHERE job_id = ?1",
-                params![id.to_string()],
-            )?;
-            tx.commit()?;
-            Ok(files)
-        })();
-        drop(conn);
-        match r {
-            Ok(files) => self.unspool(files),
-            Err(e) => self.log_failure("a job's end", e),
+    /// Writes `end` now, after any left unwritten before it; what cannot be
+    /// written waits, in order, for [`Journal::flush`].
+    fn record(&self, end: Unwritten) {
+        let mut unwritten = self.unwritten.lock().unwrap_or_else(|e| e.into_inner());
+        unwritten.0.push_back(end);
+        self.write_unwritten(&mut unwritten);
+    }
+
+    /// Writes the ends waiting, oldest first, up to the first that fails.
+    fn write_unwritten(&self, unwritten: &mut (std::collections::VecDeque<Unwritten>, String)) {
+        while let Some(next) = unwritten.0.front() {
+            match self.write(next) {
+                Ok(()) => {
+                    unwritten.0.pop_front();
+                }
+                Err(e) => {
+                    if unwritten.1.is_empty() {
+                        tracing::error!(journal = %self.path, waiting = unwritten.0.len(),
+                            "could not record a job's or partition's end ({e}); kept to write again, and the worker is unready until it can");
+                    }
+                    unwritten.1 = e.to_string();
+                    return;
+                }
+            }
         }
+        if !unwritten.1.is_empty() {
+            tracing::info!(journal = %self.path, "the ends kept back are written; ready again");
+            unwritten.1.clear();
+        }
+    }
+
+    #[cfg(test)]
+    fn fail_if_disk_full(&self) -> rusqlite::Result<()> {
+        match self.disk_full.load(std::sync::atomic::Ordering::Acquire) {
+            true => Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+                Some("database or disk is full (test)".into()),
+            )),
+            false => Ok(()),
+        }
+    }
+
+    #[cfg(not(test))]
+    fn fail_if_disk_full(&self) -> rusqlite::Result<()> {
+        Ok(())
+    }
+}
+
+impl JobObserver for SqliteJournal {
+    fn partition_ended(&self, job: JobId, index: usize, end: &EndedPartition) {
+        self.record(Unwritten::Partition { job, index, end: Box::new(end.clone()) });
+    }
+
+    fn job_ended(&self, job: JobId, outcome: Outcome, error: Option<&str>) {
+        self.record(Unwritten::Job { job, outcome, error: error.map(String::from), ended_ms: now_ms() });
     }
 }
 
@@ -776,5 +887,37 @@ mod tests {
         assert_eq!(stages, [Stage::Done, Stage::Cancelled]);
         let other = &recovered.ended.iter().find(|e| e.job.id == done).unwrap().job;
         assert_eq!(other.outcome, Outcome::Succeeded);
+    }
+
+    /// Ends that cannot be written (a full disk) are kept, in order, the
+    /// journal says it is behind, and they are written once it can.
+    #[test]
+    fn ends_that_cannot_be_written_wait_and_are_written_in_order_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jobs.sqlite3");
+        let (journal, _) = SqliteJournal::open(&path).unwrap();
+        let id = JobId::new();
+        let witnesses =
+            vec![StoredWitness::Json(serde_json::json!(1)), StoredWitness::Json(serde_json::json!(2))];
+        journal.accepted(&AcceptedJob { id, circuit: "c".into(), witnesses, idempotency: None }).unwrap();
+        assert!(journal.behind().is_none());
+        journal.disk_full.store(true, std::sync::atomic::Ordering::Release);
+        let done = EndedPartition { stage: Stage::Done, proof: None, public_inputs: vec![], error: None };
+        journal.partition_ended(id, 0, &done);
+        journal.partition_ended(id, 1, &done);
+        journal.job_ended(id, Outcome::Succeeded, None);
+        let behind = journal.behind().expect("behind while the disk is full");
+        assert!(behind.contains("3 job and partition ends") && behind.contains("disk is full"), "{behind}");
+        journal.flush();
+        assert!(journal.behind().is_some(), "still full");
+        journal.disk_full.store(false, std::sync::atomic::Ordering::Release);
+        journal.flush();
+        assert!(journal.behind().is_none());
+        drop(journal);
+        let (_, recovered) = SqliteJournal::open(&path).unwrap();
+        assert!(recovered.unfinished.is_empty(), "the job's end was written: {:?}", recovered.unfinished);
+        let job = &recovered.ended[0].job;
+        assert_eq!(job.outcome, Outcome::Succeeded);
+        assert!(job.partitions.iter().all(|p| p.stage == Stage::Done));
     }
 }

@@ -82,7 +82,7 @@ impl Jobs for FleetJobs {
         self.fleet.unready()
     }
 
-    fn forget_ended(&self, age: Duration) {
+    fn maintain(&self, age: Duration) {
         // Local runs of claims; the queue expires the fleet's jobs itself.
         self.engine.forget_ended(age);
     }

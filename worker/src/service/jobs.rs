@@ -51,8 +51,9 @@ pub trait Jobs: Send + Sync {
     /// Why this store should not be sent work now, if it should not.
     fn unready(&self) -> Option<String>;
 
-    /// Forgets jobs that ended more than `age` ago.
-    fn forget_ended(&self, age: Duration);
+    /// What the store does once a tick: writes what it could not write
+    /// before, and forgets jobs that ended more than `retention` ago.
+    fn maintain(&self, retention: Duration);
 
     /// In fleet mode: this worker's claims and the fleet's queue.
     fn fleet(&self) -> Option<FleetSnapshot> {

@@ -277,14 +277,23 @@ impl Jobs for LocalJobs {
     }
 
     fn drain(&self, grace: Duration) -> (usize, usize) {
-        self.engine.drain(grace)
+        let ended = self.engine.drain(grace);
+        if let Some(journal) = &self.journal {
+            journal.flush();
+        }
+        ended
     }
 
+    /// Unready while the journal holds back ends it could not write: work
+    /// accepted now could not have its end recorded either.
     fn unready(&self) -> Option<String> {
-        None
+        self.journal.as_ref().and_then(|j| j.behind())
     }
 
-    fn forget_ended(&self, age: Duration) {
+    fn maintain(&self, age: Duration) {
+        if let Some(journal) = &self.journal {
+            journal.flush();
+        }
         let forgotten = self.engine.forget_ended(age);
         if !forgotten.is_empty() {
             self.keys().retain(|_, (id, _)| !forgotten.contains(id));

@@ -185,7 +185,7 @@ impl Service {
         }
         h.push_back(snap.clone());
         drop(h);
-        self.jobs.forget_ended(Duration::from_secs(self.config.server.job_retention_seconds));
+        self.jobs.maintain(Duration::from_secs(self.config.server.job_retention_seconds));
         snap
     }
 
