@@ -14,27 +14,15 @@ use serde_json::{json, Value};
 use tower::ServiceExt;
 
 use super::{router, AppState};
-use crate::backend::CpuBackend;
-use crate::circuits::KeySource;
 use crate::config::Config;
 use crate::groth16::VerifyingKey;
-use crate::service::tests::{square_key, SquareKind};
-use crate::service::Service;
+use crate::service::tests::{serve, square, square_key};
 
 fn state(token: Option<&str>) -> Arc<AppState> {
     let mut config = Config::default();
     config.server.max_body_bytes = 2048;
     config.server.max_queued_partitions = 4;
-    let kind = SquareKind { key: square_key(), source: KeySource::File { path: "square.params".into() } };
-    let service = Service::start_with(
-        config,
-        vec![("square".into(), Arc::new(kind))],
-        vec![Arc::new(CpuBackend)],
-        None,
-        Vec::new(),
-    )
-    .unwrap();
-    AppState::new(service, token.map(String::from))
+    AppState::new(serve(config, square()), token.map(String::from))
 }
 
 struct Reply {

@@ -393,6 +393,15 @@ impl SqliteJournal {
     }
 }
 
+/// Drops an ended job's witnesses: it is never run again.
+fn drop_witnesses(conn: &Connection, id: JobId) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE partitions SET witness_json = NULL, witness_bin = NULL, witness_file = NULL WHERE job_id = ?1",
+        params![id.to_string()],
+    )?;
+    Ok(())
+}
+
 /// The spooled witness files of one job's partitions.
 fn spooled_files(conn: &Connection, id: JobId) -> rusqlite::Result<Vec<String>> {
     let mut q =
@@ -503,11 +512,7 @@ impl Journal for SqliteJournal {
                 "UPDATE partitions SET state = 'cancelled' WHERE job_id = ?1 AND state NOT IN ('done', 'failed')",
                 params![id.to_string()],
             )?;
-            // An ended job is never run again: its witnesses are not needed.
-            tx.execute(
-                "UPDATE partitions SET witness_json = NULL, witness_bin = NULL, witness_file = NULL WHERE job_id = ?1",
-                params![id.to_string()],
-            )?;
+            drop_witnesses(&tx, id)?;
             tx.commit()?;
             conn.execute_batch("PRAGMA synchronous = NORMAL")?;
             Ok((true, files))
@@ -601,11 +606,7 @@ impl SqliteJournal {
             "UPDATE jobs SET state = ?2, error = ?3, ended_ms = ?4 WHERE id = ?1",
             params![id.to_string(), outcome.name(), error, ended_ms as i64],
         )?;
-        // An ended job is never run again: its witnesses are not needed.
-        tx.execute(
-            "UPDATE partitions SET witness_json = NULL, witness_bin = NULL, witness_file = NULL WHERE job_id = ?1",
-            params![id.to_string()],
-        )?;
+        drop_witnesses(&tx, id)?;
         tx.commit()?;
         drop(conn);
         self.unspool(files);

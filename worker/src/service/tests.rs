@@ -51,6 +51,23 @@ pub(crate) fn square_key() -> Arc<ProvingKey> {
         .clone()
 }
 
+/// `kind` served as "square" on the CPU under `config`.
+pub(crate) fn serve(config: Config, kind: impl CircuitKind + 'static) -> Arc<Service> {
+    Service::start_with(
+        config,
+        vec![("square".into(), Arc::new(kind))],
+        vec![Arc::new(CpuBackend)],
+        None,
+        Vec::new(),
+    )
+    .unwrap()
+}
+
+/// The square kind, its key from a (named, not read) file.
+pub(crate) fn square() -> SquareKind {
+    SquareKind { key: square_key(), source: KeySource::File { path: "square.params".into() } }
+}
+
 /// A service of the square circuit with its journal at `journal` (none: no journal).
 fn service(journal: Option<&Path>, on_restart: OnRestart) -> Arc<Service> {
     let mut config = Config::default();
@@ -274,16 +291,7 @@ fn concurrent_submissions_never_pass_the_queue_bound_together() {
     let mut config = Config::default();
     config.server.max_queued_partitions = 4;
     config.pipeline.partition_permits = 1;
-    let square = SquareKind { key: square_key(), source: KeySource::File { path: "square.params".into() } };
-    let kind = GatedKind { square, gate: gate.clone() };
-    let s = Service::start_with(
-        config,
-        vec![("square".into(), Arc::new(kind))],
-        vec![Arc::new(CpuBackend)],
-        None,
-        Vec::new(),
-    )
-    .unwrap();
+    let s = serve(config, GatedKind { square: square(), gate: gate.clone() });
     // One partition holds the only permit at the gate; the dispatcher holds
     // the next one it took waiting for the permit; the rest stay queued.
     let first = s.submit_witnesses("square", witnesses(&[2, 3]), None).unwrap().id();
