@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use provd::fleet::{Claim, PartitionResult, Queue, Written};
+use provd::fleet::{Claim, PartitionResult, Queue, QueueError, Written};
 use provd::groth16::Verifier;
 use provd::jobs::journal::{AcceptedJob, StoredWitness};
 use provd::pipeline::JobId;
@@ -180,6 +180,41 @@ fn check_fleet_scrape(w: &Server) {
         let said =
             format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(out.status.success() && said.trim().is_empty(), "promtool check metrics: {said}");
+    }
+}
+
+/// Submissions through several connections at once never pass the fleet's
+/// queue bound together: of six jobs of 200 partitions against a bound of
+/// 256, with no worker claiming, exactly one is accepted.
+#[test]
+fn the_fleets_queue_bound_holds_under_concurrent_submissions() {
+    let Some(pg) = Postgres::start() else { return };
+    drop(Queue::connect_and_migrate(&pg.url()).unwrap());
+    let url = pg.url();
+    let answers: Vec<Result<(JobId, bool), QueueError>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..6)
+            .map(|t| {
+                let url = url.clone();
+                scope.spawn(move || {
+                    let mut queue = Queue::connect(&url).unwrap();
+                    let witnesses = (0..200)
+                        .map(|p| StoredWitness::Json(serde_json::json!({"seed": 1000 * t + p})))
+                        .collect();
+                    let job = AcceptedJob {
+                        id: JobId::new(),
+                        circuit: CIRCUIT.into(),
+                        witnesses,
+                        idempotency: None,
+                    };
+                    queue.submit(&job, "client", 256)
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    assert_eq!(answers.iter().filter(|a| a.is_ok()).count(), 1, "{answers:?}");
+    for refused in answers.iter().filter_map(|a| a.as_ref().err()) {
+        assert!(matches!(refused, QueueError::Full { queued: 200, limit: 256 }), "{refused}");
     }
 }
 
@@ -407,7 +442,7 @@ impl BothClaimed {
             let witnesses =
                 (0..2).map(|p| StoredWitness::Json(serde_json::json!({"seed": 2 * j + p}))).collect();
             let job = AcceptedJob { id: JobId::new(), circuit: CIRCUIT.into(), witnesses, idempotency: None };
-            ids.push(queues[0].submit(&job, "a").unwrap().0);
+            ids.push(queues[0].submit(&job, "a", 256).unwrap().0);
             for (w, name) in Self::WORKERS.into_iter().enumerate() {
                 let claim = queues[w].claim(name, &circuits, 60_000).unwrap().expect("a queued partition");
                 assert_eq!((claim.job, claim.index), (ids[j], w));

@@ -32,6 +32,12 @@ mod migrations {
 const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
 /// Why the queue could not be used.
+/// The advisory lock that submissions take to count the queue and insert
+/// as one step (any constant no other lock of the schema uses; idempotency
+/// keys lock on `hashtext(key)`, an int4, in the one-argument key space too,
+/// so this one lies outside the int4 range).
+const QUEUE_BOUND_LOCK: i64 = 0x7072_6f76_6471_0001;
+
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
     /// The database is unreachable or refused a statement: retry later.
@@ -52,6 +58,9 @@ pub enum QueueError {
         "idempotency key '{key}' was used for another request (job {job}); use a new key for a new request"
     )]
     KeyReused { key: String, job: JobId },
+    /// The fleet's queue holds its bound of waiting partitions: retry later.
+    #[error("{queued} partitions are already waiting in the fleet's queue (limit {limit}); retry later")]
+    Full { queued: usize, limit: usize },
     /// A witness larger than one PostgreSQL value holds: no retry helps.
     #[error(
         "partition {index}'s witness is {bytes} bytes; the fleet's PostgreSQL queue holds at most {MAX_WITNESS_BYTES} bytes in one value: prove it on a worker with its own journal (jobs.store = \"sqlite\")"
@@ -231,7 +240,17 @@ impl Queue {
     /// Adds a job and its partitions, queued, in one transaction. With an
     /// idempotency key already used by the same request, returns that
     /// job's id instead (`Ok((id, false))`).
-    pub fn submit(&mut self, job: &AcceptedJob, worker: &str) -> Result<(JobId, bool), QueueError> {
+    ///
+    /// At most `max_queued` partitions wait in the queue, the fleet over:
+    /// the count and the insert are one transaction under one advisory
+    /// lock, so that submissions through several workers at once cannot
+    /// pass the bound together.
+    pub fn submit(
+        &mut self,
+        job: &AcceptedJob,
+        worker: &str,
+        max_queued: usize,
+    ) -> Result<(JobId, bool), QueueError> {
         let witnesses: Vec<(Option<String>, Option<&[u8]>)> = job
             .witnesses
             .iter()
@@ -257,6 +276,12 @@ impl Queue {
                     false => Err(QueueError::KeyReused { key: key.clone(), job: id }),
                 };
             }
+        }
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&QUEUE_BOUND_LOCK])?;
+        let queued: i64 = tx.query_one("SELECT count(*) FROM partitions WHERE state = 'queued'", &[])?.get(0);
+        let queued = queued as usize;
+        if queued + job.witnesses.len() > max_queued {
+            return Err(QueueError::Full { queued, limit: max_queued });
         }
         let id = job.id.to_string();
         let (key, digest) = match &job.idempotency {

@@ -17,11 +17,13 @@ pub struct FleetJobs {
     intake: Arc<Intake>,
     engine: Arc<Engine>,
     fleet: Arc<Fleet>,
+    /// Partitions waiting in the fleet's queue at most (`server.max_queued_partitions`).
+    max_queued: usize,
 }
 
 impl FleetJobs {
-    pub fn new(intake: Arc<Intake>, engine: Arc<Engine>, fleet: Arc<Fleet>) -> Self {
-        Self { intake, engine, fleet }
+    pub fn new(intake: Arc<Intake>, engine: Arc<Engine>, fleet: Arc<Fleet>, max_queued: usize) -> Self {
+        Self { intake, engine, fleet, max_queued }
     }
 }
 
@@ -43,11 +45,12 @@ impl Jobs for FleetJobs {
             idempotency: idempotency.map(|i| (i.key, i.digest)),
         };
         let worker = self.fleet.worker_id().to_string();
-        match self.fleet.with_queue(|q| q.submit(&job, &worker)) {
+        match self.fleet.with_queue(|q| q.submit(&job, &worker, self.max_queued)) {
             Ok((id, true)) => Ok(Submitted::New(id)),
             Ok((id, false)) => Ok(Submitted::Existing(id)),
             Err(QueueError::KeyReused { key, job }) => Err(RequestError::KeyReused { key, job }),
             Err(e @ QueueError::WitnessTooLarge { .. }) => Err(RequestError::TooLarge(e.to_string())),
+            Err(QueueError::Full { queued, limit }) => Err(RequestError::QueueFull { queued, limit }),
             Err(e) => Err(RequestError::Queue(e)),
         }
     }
@@ -76,6 +79,10 @@ impl Jobs for FleetJobs {
         let left = self.engine.drain(grace);
         self.fleet.join(grace.saturating_sub(start.elapsed()).max(Duration::from_secs(1)));
         left
+    }
+
+    fn queued(&self) -> usize {
+        self.fleet.stats().queued_partitions as usize
     }
 
     fn unready(&self) -> Option<String> {

@@ -284,6 +284,10 @@ impl Jobs for LocalJobs {
         ended
     }
 
+    fn queued(&self) -> usize {
+        self.engine.queued_partitions()
+    }
+
     /// Unready while the journal holds back ends it could not write: work
     /// accepted now could not have its end recorded either.
     fn unready(&self) -> Option<String> {

@@ -207,7 +207,7 @@ impl Service {
                     &metrics.registry,
                 )
                 .map_err(|e| anyhow::anyhow!("fleet mode: the job queue at {url:?}: {e}"))?;
-                Box::new(fleet::FleetJobs::new(intake.clone(), engine.clone(), fleet))
+                Box::new(fleet::FleetJobs::new(intake.clone(), engine.clone(), fleet, limit))
             }
             JobStoreKind::Sqlite | JobStoreKind::Memory => {
                 let local = local::LocalJobs::new(intake.clone(), engine.clone(), journal, limit);
@@ -351,9 +351,11 @@ impl Service {
         self.jobs.cancel(id)
     }
 
-    /// Partitions accepted but not yet admitted.
+    /// Partitions waiting for a worker: accepted here and not yet admitted,
+    /// or, in fleet mode, waiting in the fleet's queue (as its last
+    /// heartbeat read it). `/readyz` compares it with the bound.
     pub fn queued_partitions(&self) -> usize {
-        self.engine.queued_partitions()
+        self.jobs.queued()
     }
 
     /// Stops taking jobs and waits up to `grace` for accepted ones; returns
