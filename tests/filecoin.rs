@@ -72,9 +72,9 @@ fn fixture() -> &'static Fixture {
     })
 }
 
-/// Submits a sector; a refused one answers at once (the status and error),
-/// an accepted one is waited for by polling its job, up to
-/// [`JOBS_DEADLINE`] (the job as it then is).
+/// Submits a sector: the submission's status, and the error of a refused
+/// one, or the job of an accepted one once it has ended (polled, up to
+/// [`JOBS_DEADLINE`]).
 fn prove(server: &Server, input: &Value) -> (u16, Value) {
     let body = json!({"circuit": "porep-2k", "input": input});
     let (status, reply) = server.call("POST", "/v1/prove", Some(&body.to_string()));
@@ -83,7 +83,7 @@ fn prove(server: &Server, input: &Value) -> (u16, Value) {
     }
     let id = reply["job_id"].as_str().expect("an accepted job's id").to_string();
     let mut done = server.wait_all([&id], JOBS_DEADLINE);
-    (200, done.remove(&id).expect("the job waited for"))
+    (status, done.remove(&id).expect("the job waited for"))
 }
 
 fn seal_proof(job: &Value) -> Vec<u8> {
@@ -97,7 +97,7 @@ fn a_sealed_sector_is_proved_over_http_and_verify_seal_accepts_the_proof() {
     let server = Server::start(&f.config(""), &[]);
     let sector = &f.sectors[0];
     let (status, job) = prove(&server, &sector.input());
-    assert_eq!((status, job["state"].as_str()), (200, Some("succeeded")), "{job}");
+    assert_eq!((status, job["state"].as_str()), (202, Some("succeeded")), "{job}");
     let proof = seal_proof(&job);
     assert_eq!(proof.len(), 192, "one partition's proof at 2 KiB");
     assert!(sector.verify(&proof).unwrap(), "filecoin-proofs' verify_seal rejects provd's proof");

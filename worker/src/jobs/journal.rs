@@ -393,6 +393,26 @@ impl SqliteJournal {
     }
 }
 
+/// Runs `write` in one transaction committed with `synchronous = FULL`
+/// (fsynced: it survives a power loss, and carries the ends written before
+/// it), then back to `NORMAL` whatever `write` did, so that a write that
+/// returned early or failed leaves no later write paying for an fsync.
+fn durably<T>(
+    conn: &mut Connection,
+    write: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    conn.execute_batch("PRAGMA synchronous = FULL")?;
+    let written = conn.transaction().and_then(|tx| {
+        let out = write(&tx)?;
+        tx.commit()?;
+        Ok(out)
+    });
+    let normal = conn.execute_batch("PRAGMA synchronous = NORMAL");
+    let out = written?;
+    normal?;
+    Ok(out)
+}
+
 /// Drops an ended job's witnesses: it is never run again.
 fn drop_witnesses(conn: &Connection, id: JobId) -> rusqlite::Result<()> {
     conn.execute(
@@ -449,10 +469,7 @@ impl Journal for SqliteJournal {
                 _ => None,
             });
         }
-        let mut conn = self.lock();
-        let write = |conn: &mut Connection| -> rusqlite::Result<()> {
-            conn.execute_batch("PRAGMA synchronous = FULL")?;
-            let tx = conn.transaction()?;
+        let written = durably(&mut self.lock(), |tx| {
             let id = job.id.to_string();
             let exists: Option<i64> =
                 tx.query_row("SELECT 1 FROM jobs WHERE id = ?1", params![id], |r| r.get(0)).optional()?;
@@ -483,11 +500,8 @@ impl Journal for SqliteJournal {
                     insert.execute(params![id, i as i64, json, bin, file])?;
                 }
             }
-            tx.commit()?;
-            conn.execute_batch("PRAGMA synchronous = NORMAL")
-        };
-        let written = write(&mut conn);
-        drop(conn);
+            Ok(())
+        });
         if written.is_err() {
             self.unspool(files.into_iter().flatten().collect());
         }
@@ -495,10 +509,7 @@ impl Journal for SqliteJournal {
     }
 
     fn cancelled(&self, id: JobId) -> Result<bool, JournalError> {
-        let mut conn = self.lock();
-        let write = |conn: &mut Connection| -> rusqlite::Result<(bool, Vec<String>)> {
-            conn.execute_batch("PRAGMA synchronous = FULL")?;
-            let tx = conn.transaction()?;
+        let written = durably(&mut self.lock(), |tx| {
             let ended = tx.execute(
                 "UPDATE jobs SET state = 'cancelled', error = 'cancelled by a client', ended_ms = ?2 \
                  WHERE id = ?1 AND ended_ms IS NULL",
@@ -507,18 +518,14 @@ impl Journal for SqliteJournal {
             if ended == 0 {
                 return Ok((false, Vec::new()));
             }
-            let files = spooled_files(&tx, id)?;
+            let files = spooled_files(tx, id)?;
             tx.execute(
                 "UPDATE partitions SET state = 'cancelled' WHERE job_id = ?1 AND state NOT IN ('done', 'failed')",
                 params![id.to_string()],
             )?;
-            drop_witnesses(&tx, id)?;
-            tx.commit()?;
-            conn.execute_batch("PRAGMA synchronous = NORMAL")?;
+            drop_witnesses(tx, id)?;
             Ok((true, files))
-        };
-        let written = write(&mut conn);
-        drop(conn);
+        });
         let (cancelled, files) =
             written.map_err(|e| JournalError { path: self.path.clone(), source: e.into() })?;
         self.unspool(files);
@@ -878,6 +885,8 @@ mod tests {
         journal.job_ended(done, Outcome::Succeeded, None);
         assert!(journal.cancelled(id).unwrap());
         assert!(!journal.cancelled(done).unwrap(), "an ended job is not cancelled");
+        let synchronous: i64 = journal.lock().query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
+        assert_eq!(synchronous, 1, "NORMAL again after a durable write that changed nothing");
         assert!(!journal.cancelled(JobId::new()).unwrap(), "nor an unknown one");
         drop(journal);
         let (_, recovered) = SqliteJournal::open(&path).unwrap();

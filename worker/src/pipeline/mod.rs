@@ -334,7 +334,6 @@ impl Engine {
 
     /// Accepts a job under a new id; its partitions queue for admission in order.
     pub fn submit(&self, spec: JobSpec) -> Result<JobId, SubmitError> {
-        self.check(&spec)?;
         let id = JobId::new();
         self.submit_as(id, spec, Vec::new())?;
         Ok(id)
@@ -360,7 +359,8 @@ impl Engine {
 
     /// Accepts a job under `id` (one [`Engine::check`] passed, or one run
     /// again after a restart); the partitions in `proved` keep their proofs
-    /// and are not queued.
+    /// and are not queued. Checked again here: the engine may have begun to
+    /// drain since the caller's check.
     pub fn submit_as(
         &self,
         id: JobId,

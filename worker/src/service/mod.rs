@@ -37,6 +37,7 @@ use crate::pipeline::memory::HeldWitness;
 use crate::pipeline::{Engine, JobId, JobObserver, JobStatus};
 use crate::telemetry::Metrics;
 pub use circuits::{Served, UnknownCircuit, VkError};
+use intake::Intake;
 pub use intake::{Idempotency, JobInput, Refusal, RequestError, Submitted, Witnesses};
 pub use jobs::{Jobs, Unavailable};
 pub use snapshot::{FleetSnapshot, GpuMemory, Snapshot};
@@ -100,8 +101,6 @@ pub struct Service {
     /// The data directory, held by this process alone (see [`Service::start`]).
     _data_dir: Option<crate::Exclusive>,
 }
-
-use intake::Intake;
 
 impl Service {
     /// Loads every configured circuit's key (generating TEST-ONLY keys where

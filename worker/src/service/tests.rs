@@ -74,15 +74,7 @@ fn service(journal: Option<&Path>, on_restart: OnRestart) -> Arc<Service> {
     config.jobs.store = JobStoreKind::Sqlite;
     config.jobs.path = journal.map(Path::to_path_buf);
     config.jobs.on_restart = on_restart;
-    let kind = SquareKind { key: square_key(), source: KeySource::File { path: "square.params".into() } };
-    Service::start_with(
-        config,
-        vec![("square".into(), Arc::new(kind))],
-        vec![Arc::new(CpuBackend)],
-        None,
-        Vec::new(),
-    )
-    .unwrap()
+    serve(config, square())
 }
 
 fn witnesses(xs: &[u64]) -> Witnesses {

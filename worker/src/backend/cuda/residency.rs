@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use provd_kernels::msm::shifted_copies;
 use provd_kernels::{DeviceMatrix, GpuError};
 
-use super::{BasesLayout, G2Placement, KeyResidency, ResidentKey};
+use super::{backend_error, BasesLayout, G2Placement, KeyResidency, ResidentKey};
 use crate::groth16::{BackendFault, Matrices, ProveError, ProvingKey};
 
 /// Device bytes kept free beside the resident keys for one proof's working
@@ -142,10 +142,6 @@ pub(super) struct Residency<D: DeviceMemory> {
     /// Keys whose matrices did not fit the last time they were tried; its
     /// own lock, so that synthesis can ask without waiting for the device.
     no_room: Arc<Mutex<HashSet<[u8; 32]>>>,
-}
-
-fn backend_error(e: GpuError) -> ProveError {
-    ProveError::Backend { backend: "cuda", source: e.into() }
 }
 
 /// An optional upload's result: `None` where the device ran out of memory
