@@ -244,22 +244,91 @@ fn connections_and_event_streams_are_capped() {
     // The refused stream's connection must be gone from the server's count
     // before the cap is filled (on a loaded CI machine its close can lag).
     std::thread::sleep(Duration::from_secs(1));
-    // With both streams and two idle connections open, the cap (4) is reached:
-    // a fifth connection is closed at once.
-    let _idle: Vec<_> = (0..2).map(|_| std::net::TcpStream::connect(addr).unwrap()).collect();
+    // With both streams and two uploads under way (every one being served,
+    // none waiting on its client), the cap (4) is reached: a fifth
+    // connection is closed at once.
+    let uploads: Vec<_> = (0..2)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.write_all(
+                b"POST /v1/prove HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+                  Content-Length: 100\r\n\r\n{\"circuit\": ",
+            )
+            .unwrap();
+            s
+        })
+        .collect();
     std::thread::sleep(Duration::from_millis(200));
     let mut fifth = std::net::TcpStream::connect(addr).unwrap();
     let _ = fifth.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     assert!(closed_within(&mut fifth, Duration::from_secs(1)), "over the cap, a connection is closed");
+    drop(uploads);
     drop(streams);
-    // Once the idle ones time out and the streams are gone, connections are
-    // served again; the refused one was counted.
-    std::thread::sleep(Duration::from_secs(3));
+    // Once the uploads and the streams are gone, connections are served
+    // again; the refused one was counted.
+    std::thread::sleep(Duration::from_secs(1));
     let (status, _, _) = raw_request(addr, "GET", "/healthz", None, &[]);
     assert_eq!(status, 200);
     let (_, _, metrics) = raw_request(addr, "GET", "/metrics", None, &[]);
     let refused = metrics.lines().find_map(|l| l.strip_prefix("provd_connections_refused_total "));
     assert!(refused.and_then(|v| v.parse::<u64>().ok()).is_some_and(|n| n >= 1), "refused: {refused:?}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Clients that pipeline requests and never read the answers (the flood of
+/// the reliability report): with every connection slot theirs, a new client
+/// is still answered (one of them gives way), and each is closed once its
+/// writes have made no progress for `server.write_timeout_seconds`.
+#[test]
+fn clients_that_never_read_give_way_and_are_closed_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = CONFIG.replace(
+        "[server]\n",
+        "[server]\nmax_connections = 8\nwrite_timeout_seconds = 2\nheader_read_timeout_seconds = 60\n",
+    );
+    let (mut child, addr, stderr) = start_with(dir.path(), &config);
+    std::thread::spawn(move || std::io::copy(&mut BufReader::new(stderr), &mut std::io::sink()));
+    // Megabytes of answers per connection: far more than socket buffers hold.
+    let flood = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".repeat(100_000);
+    let stalled: Vec<_> = (0..8)
+        .map(|_| {
+            let s = std::net::TcpStream::connect(addr).unwrap();
+            let mut writer = s.try_clone().unwrap();
+            let flood = flood.clone();
+            // The server stops reading once its answers back up; so does this write.
+            writer.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
+            std::thread::spawn(move || writer.write_all(flood.as_bytes()));
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    for _ in 0..3 {
+        let (status, _, _) = raw_request(addr, "GET", "/healthz", None, &[]);
+        assert_eq!(status, 200, "a liveness probe is answered while every slot is held by a non-reader");
+    }
+    // Each non-reader is closed: displaced, or at its write timeout.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let closed = |reason: &str, metrics: &str| {
+        let line = format!("provd_connections_closed_total{{reason=\"{reason}\"}} ");
+        metrics.lines().find_map(|l| l.strip_prefix(line.as_str())?.parse::<u64>().ok()).unwrap_or(0)
+    };
+    let (displaced, timed_out) = loop {
+        let (_, _, metrics) = raw_request(addr, "GET", "/metrics", None, &[]);
+        let counts = (closed("displaced", &metrics), closed("write_timeout", &metrics));
+        if counts.0 + counts.1 >= 8 || Instant::now() > deadline {
+            break counts;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // The first probe found every slot held and displaced a non-reader (the
+    // next ones may find its slot free again).
+    assert!(displaced >= 1, "a probe displaced a non-reader: {displaced}");
+    assert!(
+        displaced + timed_out >= 8,
+        "within 60 s of a 2 s write timeout, all 8 non-readers closed: {displaced} displaced, {timed_out} timed out"
+    );
+    drop(stalled);
     let _ = child.kill();
     let _ = child.wait();
 }

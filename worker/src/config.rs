@@ -222,7 +222,11 @@ pub struct ServerConfig {
     /// stalls longer is refused with 408 (its size is bounded apart, by
     /// `max_body_bytes` or the circuit's witness size).
     pub body_read_timeout_seconds: u64,
-    /// Connections open at once; more are closed as they arrive.
+    /// Seconds a write to a client may make no progress (the client reads
+    /// nothing) before its connection is closed.
+    pub write_timeout_seconds: u64,
+    /// Connections open at once; beyond it, a connection waiting on its
+    /// client gives way to a new one, or the new one is closed.
     pub max_connections: usize,
     /// `/v1/events` streams open at once; more get 503.
     pub max_event_streams: usize,
@@ -240,6 +244,7 @@ impl Default for ServerConfig {
             job_retention_seconds: 3600,
             header_read_timeout_seconds: 10,
             body_read_timeout_seconds: 30,
+            write_timeout_seconds: 30,
             max_connections: 1024,
             max_event_streams: 64,
         }

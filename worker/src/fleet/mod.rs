@@ -13,10 +13,14 @@
 //!   lost its lease stops its local run), leases that ran out anywhere put
 //!   back, the queue's length read for the metrics.
 //!
+//! A third, the ends watcher, reads whether the jobs clients wait on have
+//! ended, all of them in one query every `poll_ms` (see [`ends`]).
+//!
 //! While the database cannot be reached a worker claims nothing and reports
 //! itself unready; local runs go on, and their results are written when it
 //! comes back (or dropped, if their leases ran out and others took them).
 
+mod ends;
 pub mod queue;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -202,6 +206,8 @@ struct Shared {
     quit: AtomicBool,
     /// The API's connection (submissions, job documents, cancellation).
     api: Mutex<Option<Queue>>,
+    /// The jobs clients wait on, read by the ends watcher.
+    ends: ends::Ends,
 }
 
 /// A running fleet worker: its two threads and the API's view of the queue.
@@ -246,6 +252,7 @@ impl Fleet {
             stop: AtomicBool::new(false),
             quit: AtomicBool::new(false),
             api: Mutex::new(Some(queue)),
+            ends: ends::Ends::default(),
         });
         tracing::info!(worker = %shared.worker, max_claimed = shared.max_claimed,
             lease_s = shared.config.lease_seconds, "fleet worker joined the queue");
@@ -259,7 +266,11 @@ impl Fleet {
                 }
             })
         };
-        let threads = vec![spawn("fleet-claimer", claimer)?, spawn("fleet-heartbeat", heartbeat)?];
+        let threads = vec![
+            spawn("fleet-claimer", claimer)?,
+            spawn("fleet-heartbeat", heartbeat)?,
+            spawn("fleet-ends", watch_ends)?,
+        ];
         Ok(Arc::new(Self { shared, threads: Mutex::new(threads) }))
     }
 
@@ -293,6 +304,18 @@ impl Fleet {
             *api = None;
         }
         out
+    }
+
+    /// Whether a job has ended (`None`: no such job), for a client waiting
+    /// on it: answered from the ends watcher's last read while it is
+    /// recent, so that waiters do not queue on the API's connection.
+    pub fn has_ended(&self, id: JobId) -> Result<Option<bool>, QueueError> {
+        if let Some(ended) = self.shared.ends.cached(id) {
+            return Ok(Some(ended));
+        }
+        let ended = self.with_queue(|q| q.has_ended(id))?;
+        self.shared.ends.record(id, ended);
+        Ok(ended)
     }
 
     /// Stops claiming; partitions still held are handed back when their
@@ -546,6 +569,24 @@ fn heartbeat(s: &Shared) {
         let until = Instant::now() + s.config.heartbeat();
         while Instant::now() < until && !s.done() {
             std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Reads the ended state of the jobs clients wait on, every `poll_ms`, on a
+/// connection of its own. Failures only make answers go stale, and a stale
+/// answer sends the waiter to the database itself (which says why).
+fn watch_ends(s: &Shared) {
+    let mut conn: Option<Queue> = None;
+    let poll = Duration::from_millis(s.config.poll_ms.max(1));
+    while !s.quit.load(Ordering::Acquire) {
+        std::thread::sleep(poll);
+        if s.ends.is_empty() {
+            continue;
+        }
+        if let Err(e) = s.connected(&mut conn).and_then(|q| s.ends.poll(q)) {
+            tracing::debug!(worker = %s.worker, "reading waited-on jobs failed: {e}");
+            conn = None;
         }
     }
 }

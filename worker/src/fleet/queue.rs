@@ -16,6 +16,8 @@
 //! PostgreSQL aborts one ("deadlock detected"), its worker is unready for a
 //! beat and retries, and finds its claim fenced; the job fails once.
 
+use std::collections::HashMap;
+
 use blstrs::Scalar;
 use postgres::{Client, NoTls, Transaction};
 
@@ -508,6 +510,15 @@ impl Queue {
             .client
             .query_opt("SELECT ended_ms IS NOT NULL FROM jobs WHERE id = $1", &[&id.to_string()])?;
         Ok(row.map(|r| r.get(0)))
+    }
+
+    /// Which of `ids` have ended, for those still in the queue (one query
+    /// for all of them).
+    pub fn ended_among(&mut self, ids: &[JobId]) -> Result<HashMap<JobId, bool>, QueueError> {
+        let text: Vec<String> = ids.iter().map(JobId::to_string).collect();
+        let rows =
+            self.client.query("SELECT id, ended_ms IS NOT NULL FROM jobs WHERE id = ANY($1)", &[&text])?;
+        Ok(rows.iter().filter_map(|r| Some((r.get::<_, &str>(0).parse().ok()?, r.get(1)))).collect())
     }
 
     /// A job's state as the API shows it; `None` if there is no such job.

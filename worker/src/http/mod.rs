@@ -2,6 +2,7 @@
 //! Prometheus metrics, health, and graceful shutdown.
 
 mod api;
+mod connections;
 mod dashboard;
 mod error;
 mod extract;
@@ -270,9 +271,14 @@ pub async fn serve(
         tracing::info!(done, cancelled, "accepted jobs ended");
         let _ = shutdown_state.closing.send(true);
     };
-    let refused = service.metrics().connections_refused.clone();
-    let connections =
-        accept_until(listener, router(state.clone()), &service.config.server, refused, drained).await;
+    let connections = connections::accept_until(
+        listener,
+        router(state.clone()),
+        &service.config.server,
+        service.metrics().clone(),
+        drained,
+    )
+    .await;
     // Connections get a moment to finish; one that does not (a client holding
     // a half-sent request) is dropped, so that shutdown ends within the grace
     // whatever clients do.
@@ -285,70 +291,6 @@ pub async fn serve(
     ticker.abort();
     Ok(())
 }
-
-/// Serves connections from `listener` until `stop` completes; returns the
-/// connections still open, to be shut down gracefully. Each connection has
-/// `server.header_read_timeout_seconds` to send a request's headers (idle
-/// kept-alive connections included); beyond `server.max_connections` open at
-/// once, new connections are closed as they arrive, counted in `refused`
-/// and logged at most every [`REFUSALS_LOGGED_EVERY`] (a flood of them
-/// must not flood the log too).
-async fn accept_until(
-    listener: tokio::net::TcpListener,
-    app: Router,
-    limits: &crate::config::ServerConfig,
-    refused: prometheus::IntCounter,
-    stop: impl std::future::Future<Output = ()>,
-) -> hyper_util::server::graceful::GracefulShutdown {
-    let mut unlogged = 0u64;
-    let mut logged_at: Option<tokio::time::Instant> = None;
-    let open = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
-    let header_timeout = Duration::from_secs(limits.header_read_timeout_seconds.max(1));
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    tokio::pin!(stop);
-    loop {
-        let (stream, _peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of file descriptors, say: wait a little rather than spin.
-                    tracing::warn!("accepting a connection failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut stop => return graceful,
-        };
-        let Ok(permit) = open.clone().try_acquire_owned() else {
-            drop(stream);
-            refused.inc();
-            unlogged += 1;
-            if logged_at.is_none_or(|t| t.elapsed() >= REFUSALS_LOGGED_EVERY) {
-                tracing::warn!(
-                    limit = limits.max_connections,
-                    refused = unlogged,
-                    "connections refused: too many open (server.max_connections); \
-                     provd_connections_refused_total counts them all"
-                );
-                (unlogged, logged_at) = (0, Some(tokio::time::Instant::now()));
-            }
-            continue;
-        };
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
-        let conn = hyper::server::conn::http1::Builder::new()
-            .timer(hyper_util::rt::TokioTimer::new())
-            .header_read_timeout(header_timeout)
-            .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            let _ = conn.await;
-            drop(permit);
-        });
-    }
-}
-
-/// At most one warning per this long for connections refused over the cap.
-const REFUSALS_LOGGED_EVERY: Duration = Duration::from_secs(10);
 
 /// How long open connections may outlive the last accepted job at shutdown.
 const CONNECTIONS_GRACE: Duration = Duration::from_secs(5);

@@ -60,7 +60,7 @@ impl Jobs for FleetJobs {
     }
 
     fn has_ended(&self, id: JobId) -> Result<Option<bool>, Unavailable> {
-        Ok(self.fleet.with_queue(|q| q.has_ended(id))?)
+        Ok(self.fleet.has_ended(id)?)
     }
 
     /// The workers holding its partitions stop them at their next heartbeat.

@@ -16,6 +16,7 @@ pub struct Metrics {
     pub witness_bytes: IntGauge,
     pub log_lines_dropped: IntCounter,
     pub connections_refused: IntCounter,
+    pub connections_closed: IntCounterVec,
     pub panics: IntCounter,
     pub memory_budget_bytes: IntGauge,
     pub gpu_queue_depth: IntGauge,
@@ -98,6 +99,19 @@ impl Metrics {
                 IntCounter::new(
                     "provd_connections_refused_total",
                     "Connections closed as they arrived because server.max_connections were open.",
+                )
+                .unwrap(),
+            ),
+            connections_closed: reg(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "provd_connections_closed_total",
+                        "Connections the worker closed on a client that waited: reason=write_timeout (it read \
+                         nothing for server.write_timeout_seconds), reason=displaced (it gave its slot to a new \
+                         connection while server.max_connections were open).",
+                    ),
+                    &["reason"],
                 )
                 .unwrap(),
             ),
