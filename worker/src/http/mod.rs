@@ -6,6 +6,7 @@ mod connections;
 mod dashboard;
 mod error;
 mod extract;
+mod strict_json;
 pub mod wire;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -131,6 +131,14 @@ async fn bad_requests_get_json_errors() {
     post_json(&s, "/v1/prove", r#"{"circuit":"square","partitions":[{"x":1},{"y":2}]}"#)
         .await
         .assert_error(StatusCode::BAD_REQUEST, "partition 1: expected {\"x\": N}");
+    // A key given twice, at the top or inside a witness: two readers could
+    // read it two ways, so neither is taken.
+    post_json(&s, "/v1/prove", r#"{"circuit":"square","circuit":"square","partitions":[{"x":1}]}"#)
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "duplicate field `circuit`");
+    post_json(&s, "/v1/prove", r#"{"circuit":"square","partitions":[{"x":1,"x":2}]}"#)
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "the key \"x\" is given twice in one object");
     post_json(
         &s,
         "/v1/prove",

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::strict_json::StrictValue;
 use crate::circuits::KeySource;
 use crate::pipeline::{JobStatus, Stage, StageTimes};
 use crate::service::{BackendInfo, JobInput, Service, Snapshot};
@@ -16,19 +17,19 @@ pub struct ProveRequest {
     /// One witness per partition, in the circuit kind's shape
     /// (`{"seed": N}` for bench circuits).
     #[serde(default)]
-    pub partitions: Option<Vec<Value>>,
+    pub partitions: Option<Vec<StrictValue>>,
     /// The job's input, for kinds that split it into partitions themselves
     /// (`filecoin-porep`: one sector's C1 output and ids).
     #[serde(default)]
-    pub input: Option<Value>,
+    pub input: Option<StrictValue>,
 }
 
 impl ProveRequest {
     /// The job's witnesses: exactly one of `partitions` and `input`.
     pub fn job(self) -> Result<JobInput, &'static str> {
         match (self.partitions, self.input) {
-            (Some(p), None) => Ok(JobInput::Partitions(p)),
-            (None, Some(i)) => Ok(JobInput::Input(i)),
+            (Some(p), None) => Ok(JobInput::Partitions(p.into_iter().map(|w| w.0).collect())),
+            (None, Some(i)) => Ok(JobInput::Input(i.0)),
             _ => Err(
                 "a job has either \"partitions\" (one witness each) or an \"input\" that its circuit splits",
             ),
