@@ -266,6 +266,23 @@ impl Server {
         let _ = self.child.wait();
         std::mem::replace(&mut self.data_dir, tempfile::tempdir().unwrap())
     }
+
+    /// Stops the worker with SIGTERM (it drains) and waits up to `within`
+    /// for it to exit 0; returns its data directory.
+    pub fn terminate(mut self, within: std::time::Duration) -> tempfile::TempDir {
+        let term = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        assert!(term.success());
+        let deadline = std::time::Instant::now() + within;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(std::time::Instant::now() < deadline, "still running {within:?} after SIGTERM");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        assert_eq!(status.code(), Some(0), "{}", self.stderr());
+        std::mem::replace(&mut self.data_dir, tempfile::tempdir().unwrap())
+    }
 }
 
 impl Drop for Server {

@@ -24,8 +24,30 @@ fn state(server: &Server, id: &str) -> (u16, Value) {
     server.call("GET", &format!("/v1/jobs/{id}"), None)
 }
 
+/// How the first process ends.
+#[derive(Clone, Copy, Debug)]
+enum Stop {
+    Kill9,
+    /// SIGTERM: the worker drains (every accepted job ends) and exits 0.
+    Term,
+}
+
 #[test]
 fn kill_9_mid_run_then_restart_accounts_for_every_accepted_job() {
+    restart_accounts_for_every_accepted_job(Stop::Kill9);
+}
+
+#[test]
+fn a_clean_stop_then_restart_runs_nothing_again() {
+    restart_accounts_for_every_accepted_job(Stop::Term);
+}
+
+/// 24 jobs accepted, the process stopped while they run, started again on
+/// the same data directory: every accepted job ends succeeded with valid
+/// proofs (lost: 0); a job that had ended keeps the very proofs it was
+/// served (a proof is randomised, so one proved again would differ:
+/// proved twice: 0); retries get their jobs and new jobs new ids.
+fn restart_accounts_for_every_accepted_job(stop: Stop) {
     let server = Server::start(CONFIG, &[]);
     let verifier = server.verifier("bench-12");
     let mut accepted = BTreeSet::new();
@@ -44,20 +66,28 @@ fn kill_9_mid_run_then_restart_accounts_for_every_accepted_job() {
         keyed.insert(key, (body, id.clone()));
         accepted.insert(id);
     }
-    // Some jobs finish, most do not: then the process dies at once.
+    // Some jobs finish, most do not: then the process stops.
     let deadline = Instant::now() + Duration::from_secs(120);
-    let finished_before = loop {
-        let finished: BTreeSet<String> =
-            accepted.iter().filter(|id| state(&server, id).1["state"] == "succeeded").cloned().collect();
-        if finished.len() >= 3 {
-            break finished;
-        }
+    while accepted.iter().filter(|id| state(&server, id).1["state"] == "succeeded").count() < 3 {
         assert!(Instant::now() < deadline, "no job finished");
         std::thread::sleep(Duration::from_millis(50));
+    }
+    // Each succeeded job's proofs, as served.
+    let proofs = |server: &Server| -> BTreeMap<String, Vec<String>> {
+        accepted
+            .iter()
+            .filter_map(|id| {
+                let job = state(server, id).1;
+                let proofs = job["partitions"].as_array()?.iter().map(|p| p["proof"].to_string()).collect();
+                (job["state"] == "succeeded").then(|| (id.clone(), proofs))
+            })
+            .collect()
     };
-    assert!(finished_before.len() < accepted.len(), "every job finished before the kill: nothing was tested");
-    let data_dir = server.kill_9();
-
+    let served_before = proofs(&server);
+    let data_dir = match stop {
+        Stop::Kill9 => server.kill_9(),
+        Stop::Term => server.terminate(provd_e2e::JOBS_DEADLINE),
+    };
     let server =
         Server::try_start_in(CONFIG, &[], "cpu", data_dir).unwrap_or_else(|e| panic!("restart: {e}"));
     let ended = server.wait_all(&accepted, provd_e2e::JOBS_DEADLINE);
@@ -67,6 +97,27 @@ fn kill_9_mid_run_then_restart_accounts_for_every_accepted_job() {
             let (proof, inputs) = partition_proof(p);
             verifier.verify(&proof, &inputs).unwrap_or_else(|e| panic!("job {id}: {e}"));
         }
+    }
+    let served_after = proofs(&server);
+    let proved_twice = served_before.iter().filter(|(id, p)| served_after.get(*id) != Some(p)).count();
+    let lost = accepted.len() - ended.len();
+    // Partitions the second process proved (ends restored from the journal are not counted).
+    let (_, _, metrics) = provd_e2e::raw_request(server.addr, "GET", "/metrics", None, &[]);
+    let proved_after_restart: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("provd_partitions_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    eprintln!(
+        "{stop:?}: accepted {}, lost {lost}, succeeded before the stop {}, of them proved again {proved_twice}; \
+         partitions proved after the restart {proved_after_restart}",
+        accepted.len(),
+        served_before.len()
+    );
+    assert_eq!((lost, proved_twice), (0, 0));
+    if let Stop::Term = stop {
+        // The drain ended every job before the exit: nothing is left to run.
+        assert_eq!(proved_after_restart, 0.0, "a clean restart ran partitions again");
     }
     // A client retrying after the restart gets its job, not a second one.
     for (key, (body, id)) in keyed.iter().take(5) {

@@ -344,10 +344,14 @@ impl SqliteJournal {
                             RecoveredWitness::Json(serde_json::from_str(&json).unwrap_or_default())
                         }
                         (None, true, _) => RecoveredWitness::Binary(OnDisk::Row { job: job_id, index }),
-                        (None, false, Some(name)) => {
+                        // A file of the spool, named by the journal: a bare name
+                        // (a path or ".." is not one of its files).
+                        (None, false, Some(name)) if is_spool_name(&name) => {
                             RecoveredWitness::Binary(OnDisk::File(self.spool.join(name)))
                         }
-                        (None, false, None) => RecoveredWitness::Json(serde_json::Value::Null),
+                        // None kept (or a name that is no spool file's): the
+                        // job fails when it is decoded, saying so.
+                        (None, false, _) => RecoveredWitness::Json(serde_json::Value::Null),
                     };
                     let stage = stage_from(&r.get::<_, String>(2)?);
                     let proof = r.get::<_, Option<Vec<u8>>>(4)?.and_then(|b| Proof::from_bytes(&b).ok());
@@ -411,6 +415,13 @@ fn durably<T>(
     let out = written?;
     normal?;
     Ok(out)
+}
+
+/// Whether a witness file's name, as a row gives it, names a file inside
+/// the spool (the journal writes `<job>-<index>.bin`).
+fn is_spool_name(name: &str) -> bool {
+    let path = Path::new(name);
+    path.file_name().is_some_and(|f| f == path.as_os_str()) && name != ".." && name != "."
 }
 
 /// Drops an ended job's witnesses: it is never run again.
