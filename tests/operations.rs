@@ -140,8 +140,10 @@ fn every_metric_the_dashboard_and_alerts_use_exists() {
             }
         }
     }
+    // The rules' expressions (their annotations name labels, not metrics).
     let rules = std::fs::read_to_string(repo().join("deploy/prometheus/provd-rules.yml")).unwrap();
-    let mut used = metric_names(&rules);
+    let exprs: Vec<&str> = rules.lines().filter(|l| !l.trim_start().starts_with("runbook_url:")).collect();
+    let mut used = metric_names(&exprs.join("\n"));
     for (_, expr) in panel_queries() {
         used.extend(metric_names(&expr));
     }
@@ -253,6 +255,40 @@ fn every_panel_returns_data_from_a_real_prometheus_scraping_a_demo() {
     assert!(empty.is_empty(), "panels without data:\n{}", empty.join("\n"));
 }
 
+/// A worker whose API needs a token, scraped by a real Prometheus through
+/// its metrics listener (`server.metrics_listen`), which serves the metrics
+/// and nothing else without the token: Prometheus never holds the API's
+/// token, and annotation-driven scrapes (which send none) work.
+#[test]
+fn prometheus_scrapes_a_token_protected_worker_through_its_metrics_listener() {
+    let Some(bin) = tool("prometheus", "prometheus") else { return };
+    let port = free_port();
+    let server = Server::start(
+        &format!("[server]\nmetrics_listen = \"127.0.0.1:{port}\"\n[[circuits]]\nkind = \"bench\"\nname = \"bench-8\"\n"),
+        &[("PROVD_AUTH_TOKEN", "s3cret")],
+    );
+    let metrics: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let (status, _, _) = provd_e2e::raw_request(server.addr, "GET", "/metrics", None, &[]);
+    assert_eq!(status, 401, "the API's /metrics still needs the token");
+    let (status, _, text) = provd_e2e::raw_request(metrics, "GET", "/metrics", None, &[]);
+    assert_eq!(status, 200);
+    assert!(text.contains("provd_memory_limit_bytes "), "{text}");
+    for path in ["/v1/status", "/v1/jobs/x", "/"] {
+        let (status, _, _) = provd_e2e::raw_request(metrics, "GET", path, None, &[]);
+        assert_eq!(status, 404, "{path} is not served on the metrics listener");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "global: {{ scrape_interval: 1s, evaluation_interval: 1s }}\n\
+         scrape_configs:\n  - job_name: provd\n    static_configs: [{{ targets: ['{metrics}'] }}]\n"
+    );
+    let (_prom, prom) = prometheus(&bin, dir.path(), &config);
+    wait_until(Duration::from_secs(60), "provd_build_info scraped without a token", || {
+        let v = query(prom, "up{job=\"provd\"} == 1 and on (instance) provd_build_info");
+        v["data"]["result"].as_array().is_some_and(|r| !r.is_empty())
+    });
+}
+
 /// A webhook receiver on loopback: collects the bodies POSTed to it.
 fn webhook() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -284,9 +320,11 @@ fn webhook() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
     (addr, got)
 }
 
-/// A provd whose resident memory is over 90% of its (tiny) budget, scraped by
-/// Prometheus with the shipped rules (their `for:` shortened to seconds so
-/// the test ends), whose Alertmanager delivers ProvdRssNearBudget to a webhook.
+/// A provd whose resident memory is over 92% of its (tiny, configured)
+/// memory limit, scraped by Prometheus with the shipped rules (their `for:`
+/// shortened to seconds so the test ends), whose Alertmanager delivers
+/// ProvdMemoryNearLimit to a webhook, its runbook link absolute, on the
+/// worker itself.
 #[test]
 fn an_alert_on_memory_reaches_a_webhook_through_alertmanager() {
     let (Some(prom_bin), Some(am_bin)) =
@@ -295,7 +333,7 @@ fn an_alert_on_memory_reaches_a_webhook_through_alertmanager() {
         return;
     };
     let server = Server::start(
-        "[[circuits]]\nkind = \"bench\"\nname = \"bench-8\"\n[pipeline]\nmemory_budget = \"6MiB\"\n",
+        "[[circuits]]\nkind = \"bench\"\nname = \"bench-8\"\n[pipeline]\nmemory_limit = \"8MiB\"\n",
         &[],
     );
     let dir = tempfile::tempdir().unwrap();
@@ -339,7 +377,7 @@ fn an_alert_on_memory_reaches_a_webhook_through_alertmanager() {
     let (_prom, _) = prometheus(&prom_bin, dir.path(), &config);
     let deadline = Instant::now() + Duration::from_secs(90);
     let alert = loop {
-        let found = received.lock().unwrap().iter().find(|b| b.contains("ProvdRssNearBudget")).cloned();
+        let found = received.lock().unwrap().iter().find(|b| b.contains("ProvdMemoryNearLimit")).cloned();
         if let Some(body) = found {
             break body;
         }
@@ -354,6 +392,54 @@ fn an_alert_on_memory_reaches_a_webhook_through_alertmanager() {
     let a = &v["alerts"][0];
     assert_eq!(a["status"], "firing", "{v}");
     assert_eq!(a["labels"]["instance"], server.addr.to_string());
-    assert_eq!(a["labels"]["severity"], "warning");
-    assert!(a["annotations"]["runbook_url"].as_str().unwrap().ends_with("#provdrssnearbudget"));
+    assert_eq!(a["labels"]["severity"], "critical");
+    let runbook = a["annotations"]["runbook_url"].as_str().unwrap();
+    assert_eq!(runbook, format!("http://{}/runbook#provdmemorynearlimit", server.addr));
+    let (status, _, text) = provd_e2e::raw_request(server.addr, "GET", "/runbook", None, &[]);
+    assert_eq!(status, 200);
+    assert!(text.contains("### ProvdMemoryNearLimit"), "the link leads to the alert's section");
+}
+
+/// The systemd unit's sandbox scores at most 4 in `systemd-analyze
+/// security` (8.5 before it was hardened), and keeps Filecoin's parameter
+/// cache readable: `PrivateTmp` gives the unit a /var/tmp of its own, so
+/// the host's `/var/tmp/filecoin-proof-parameters` must be bound into it
+/// (read-only), and nothing may hide it again. (Where systemd runs as PID 1
+/// a transient unit could prove the read; CI's containers have none, so the
+/// properties are checked.)
+#[test]
+fn the_systemd_unit_is_sandboxed_and_reads_the_parameter_cache() {
+    let Some(analyze) = tool("systemd-analyze", "systemd") else { return };
+    let path = repo().join("deploy/systemd/provd.service");
+    let out = Command::new(analyze).args(["security", "--offline=true"]).arg(&path).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let exposure: f64 = text
+        .lines()
+        .find_map(|l| l.split("Overall exposure level for provd.service: ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no exposure level in:\n{text}{}", String::from_utf8_lossy(&out.stderr)));
+    assert!(exposure <= 4.0, "exposure {exposure} > 4:\n{text}");
+    let unit = std::fs::read_to_string(&path).unwrap();
+    let values = |key: &str| -> Vec<String> {
+        unit.lines().filter_map(|l| l.strip_prefix(&format!("{key}="))).map(str::to_string).collect()
+    };
+    let cache = "/var/tmp/filecoin-proof-parameters";
+    assert_eq!(values("PrivateTmp"), ["true"]);
+    assert!(
+        values("BindReadOnlyPaths").iter().any(|v| v.trim_start_matches('-') == cache),
+        "the parameter cache is bound into the unit's private /var/tmp"
+    );
+    for hiding in ["InaccessiblePaths", "TemporaryFileSystem"] {
+        assert!(
+            values(hiding)
+                .iter()
+                .all(|v| !cache.starts_with(v.trim_start_matches('-').split(':').next().unwrap())),
+            "{hiding} hides the parameter cache"
+        );
+    }
+    assert!(values("ProcSubset").is_empty(), "provd reads /proc/meminfo for its memory limit");
+    assert!(
+        values("PrivateDevices").iter().all(|v| v != "true"),
+        "the NVIDIA device nodes must stay reachable"
+    );
 }

@@ -202,6 +202,10 @@ impl GpuConfig {
 pub struct ServerConfig {
     /// Address to listen on (loopback by default: expose it on purpose).
     pub listen: SocketAddr,
+    /// A second address serving `/metrics` (and `/healthz`) alone, without
+    /// the token: what Prometheus scrapes, so that it never holds the API's
+    /// token. Unset: metrics are served on `listen` only (behind the token).
+    pub metrics_listen: Option<SocketAddr>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
     /// Partitions accepted but not yet admitted, beyond which new jobs get 429.
@@ -236,6 +240,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             listen: "127.0.0.1:8080".parse().unwrap(),
+            metrics_listen: None,
             max_body_bytes: 1 << 20,
             max_queued_partitions: 256,
             auth_token_file: None,

@@ -12,7 +12,7 @@ use provd::circuits::{Builtin, CircuitConfig};
 use provd::{bench, default_data_dir};
 
 #[derive(Parser)]
-#[command(name = "provd", version, about = "GPU proving worker: split Groth16 over BLS12-381")]
+#[command(name = "provd", version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("PROVD_COMMIT"), ")"), about = "GPU proving worker: split Groth16 over BLS12-381")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -38,6 +38,14 @@ pub async fn asset(method: axum::http::Method, uri: Uri, headers: HeaderMap) -> 
     (cache, [(header::CONTENT_TYPE, mime), (header::ETAG, etag)], file.data.into_owned()).into_response()
 }
 
+/// The operations guide of this very build (docs/operations.md), which the
+/// alert rules' `runbook_url`s point at by default: whoever gets paged
+/// reads the runbook that matches the worker that paged them.
+pub async fn runbook() -> Response {
+    let text = include_str!("../../../docs/operations.md");
+    ([(header::CONTENT_TYPE, "text/markdown; charset=utf-8")], text).into_response()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

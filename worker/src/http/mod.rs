@@ -73,11 +73,28 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
         .route("/healthz", get(api::healthz))
         .route("/readyz", get(api::readyz))
+        .route("/runbook", get(dashboard::runbook))
         .fallback(dashboard::asset)
         .method_not_allowed_fallback(api::method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(state.clone(), same_origin))
         .layer(axum::middleware::from_fn_with_state(state.clone(), body_timeout))
+        .layer(tower_http::trace::TraceLayer::new_for_http().on_failure(log_failure))
+        .with_state(state)
+}
+
+/// The metrics listener's routes (`server.metrics_listen`): the Prometheus
+/// exposition and liveness, no token, nothing else.
+pub fn metrics_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/metrics", get(api::metrics))
+        .route("/healthz", get(api::healthz))
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "this listener (server.metrics_listen) serves /metrics and /healthz only",
+            )
+        })
         .layer(tower_http::trace::TraceLayer::new_for_http().on_failure(log_failure))
         .with_state(state)
 }
@@ -238,7 +255,29 @@ pub async fn serve(
         })
     };
     let out = crate::telemetry::logging::stdout_line;
+    // Bound before the first line, so that a taken port fails the start.
+    let metrics_listener = match service.config.server.metrics_listen {
+        Some(at) => Some(
+            tokio::net::TcpListener::bind(at)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {at} (server.metrics_listen): {e}"))?,
+        ),
+        None => None,
+    };
     out(&format!("provd listening on http://{addr}"));
+    if let Some(listener) = metrics_listener {
+        out(&format!("  metrics on http://{}/metrics (no token)", listener.local_addr()?));
+        let mut closing = state.closing.subscribe();
+        let (routes, limits, metrics) =
+            (metrics_router(state.clone()), service.config.server.clone(), service.metrics().clone());
+        tokio::spawn(async move {
+            let stop = async move {
+                let _ = closing.wait_for(|c| *c).await;
+            };
+            // Its connections end with the process.
+            drop(connections::accept_until(listener, routes, &limits, metrics, stop).await);
+        });
+    }
     for (name, c) in service.circuits() {
         out(&format!(
             "  serving {name} ({} kind, {} constraints, key: {})",

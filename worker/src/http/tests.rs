@@ -237,7 +237,21 @@ async fn get_head(state: &Arc<AppState>, uri: &str) -> (StatusCode, String) {
     (res.status(), res.headers()[header::CONTENT_TYPE].to_str().unwrap().to_string())
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tokio::test]
+async fn the_runbook_is_served_outside_the_token_with_every_alert_s_section() {
+    let s = state(Some("t0ken"));
+    let reply = get(&s, "/runbook").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let rules = include_str!("../../../deploy/prometheus/provd-rules.yml");
+    for alert in rules.lines().filter_map(|l| l.trim().strip_prefix("- alert: ")) {
+        let anchor = format!("#{}", alert.to_lowercase());
+        assert!(rules.contains(&format!("/runbook{{{{ end }}}}{anchor}'")), "{alert}'s runbook_url");
+        let text = String::from_utf8_lossy(&reply.body);
+        assert!(text.contains(&format!("### {alert}\n")), "the runbook has no section for {alert}");
+    }
+}
+
+#[tokio::test]
 async fn the_token_guards_the_api_but_not_health_or_the_page() {
     let s = state(Some("t0ken"));
     get(&s, "/v1/status").await.assert_error(StatusCode::UNAUTHORIZED, "bearer token");

@@ -18,9 +18,13 @@ pub struct PipelineConfig {
     /// Threads running prove_finish (the G2 MSM and assembly); as many more
     /// partitions may wait for them before the GPU workers block.
     pub finalize_threads: usize,
-    /// Memory partitions are admitted against: "80%" of the machine's (or
-    /// cgroup's) memory, or a size such as "64GiB" or a number of bytes.
+    /// Memory partitions are admitted against: "80%" of the memory limit,
+    /// or a size such as "64GiB" or a number of bytes.
     pub memory_budget: MemoryBudget,
+    /// The memory the process may use, when less than its cgroup's limit
+    /// (or the machine's memory, without one): a worker sharing a machine
+    /// that does not confine it. Unset: the detected limit.
+    pub memory_limit: Option<MemoryLimit>,
     /// Check every proof with the verifying key before returning it; a proof
     /// that fails fails its partition (and counts in provd_proofs_invalid_total).
     pub verify_proofs: bool,
@@ -40,6 +44,7 @@ impl Default for PipelineConfig {
             synthesis_threads: 0,
             finalize_threads: 2,
             memory_budget: MemoryBudget::Fraction(0.8),
+            memory_limit: None,
             verify_proofs: true,
             device_fault_limit: 3,
             max_attempts: 3,
@@ -62,10 +67,27 @@ impl PipelineConfig {
         if self.device_fault_limit == 0 || self.max_attempts == 0 {
             return Err("pipeline.device_fault_limit and pipeline.max_attempts must be at least 1".into());
         }
-        if self.memory_budget.bytes() == 0 {
+        if self.budget_bytes() == 0 {
             return Err("pipeline.memory_budget must be more than zero".into());
         }
         Ok(())
+    }
+
+    /// The memory the process may use before the kernel acts: the cgroup's
+    /// limit (the lowest on its path) or the machine's memory, or
+    /// `memory_limit` when that is less. Exported as
+    /// `provd_memory_limit_bytes`, which the memory alerts compare RSS with.
+    pub fn memory_limit_bytes(&self) -> u64 {
+        let detected = available_memory();
+        self.memory_limit.map_or(detected, |l| l.0.min(detected))
+    }
+
+    /// The budget in bytes (a percentage is of [`Self::memory_limit_bytes`]).
+    pub fn budget_bytes(&self) -> u64 {
+        match self.memory_budget {
+            MemoryBudget::Fraction(f) => (self.memory_limit_bytes() as f64 * f) as u64,
+            MemoryBudget::Bytes(b) => b,
+        }
     }
 
     pub fn synthesis_threads(&self) -> usize {
@@ -84,11 +106,20 @@ pub enum MemoryBudget {
     Bytes(u64),
 }
 
-impl MemoryBudget {
-    pub fn bytes(&self) -> u64 {
-        match *self {
-            MemoryBudget::Fraction(f) => (available_memory() as f64 * f) as u64,
-            MemoryBudget::Bytes(b) => b,
+/// A memory size (`pipeline.memory_limit`): "96GiB" or a number of bytes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MemoryLimit(pub u64);
+
+impl<'de> Deserialize<'de> for MemoryLimit {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match MemoryBudget::deserialize(d)? {
+            MemoryBudget::Bytes(0) => {
+                Err(serde::de::Error::custom("pipeline.memory_limit must be more than zero"))
+            }
+            MemoryBudget::Bytes(b) => Ok(MemoryLimit(b)),
+            MemoryBudget::Fraction(_) => Err(serde::de::Error::custom(
+                "pipeline.memory_limit is a size such as \"96GiB\", not a percentage",
+            )),
         }
     }
 }
@@ -155,6 +186,15 @@ mod tests {
         assert_eq!(c.gpu_queue_capacity, PipelineConfig::default().gpu_queue_capacity);
         let c: PipelineConfig = toml::from_str("memory_budget = 1000").unwrap();
         assert_eq!(c.memory_budget, MemoryBudget::Bytes(1000));
+        // A configured limit below the detected one is the limit, and the
+        // budget's percentage is of it; one above it changes nothing.
+        let c: PipelineConfig = toml::from_str("memory_limit = \"1GiB\"\nmemory_budget = \"50%\"").unwrap();
+        assert_eq!((c.memory_limit_bytes(), c.budget_bytes()), (1 << 30, 1 << 29));
+        let c: PipelineConfig = toml::from_str("memory_limit = \"1000TiB\"").unwrap();
+        assert_eq!(c.memory_limit_bytes(), available_memory());
+        for bad in ["memory_limit = \"50%\"", "memory_limit = 0"] {
+            assert!(toml::from_str::<PipelineConfig>(bad).is_err(), "{bad}");
+        }
         assert!(toml::from_str::<PipelineConfig>("partition_permit = 2").is_err(), "typos are errors");
         assert!(PipelineConfig { partition_permits: 0, ..Default::default() }.validate().is_err());
     }

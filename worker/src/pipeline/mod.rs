@@ -288,7 +288,7 @@ impl Engine {
         };
         let shared = Arc::new(Shared {
             ledger: Ledger::new(metrics.clone()),
-            budget: Budget::new(config.memory_budget.bytes(), metrics.clone()),
+            budget: Budget::new(config.budget_bytes(), metrics.clone()),
             queue: Mutex::new(VecDeque::new()),
             queued: Condvar::new(),
             permits: Arc::new(Semaphore::new(

@@ -157,6 +157,8 @@ impl Service {
                 &kind_of(&backends[0]),
             ])
             .set(1);
+        metrics.memory_limit_bytes.set(config.pipeline.memory_limit_bytes() as i64);
+        metrics.backend_fallback.set(i64::from(fallback.is_some()));
         // The journal (when the config names one: `Service::start` does for
         // the SQLite store) is read before the engine starts, and observes
         // every end the engine reports.

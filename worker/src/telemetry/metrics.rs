@@ -19,6 +19,8 @@ pub struct Metrics {
     pub connections_closed: IntCounterVec,
     pub panics: IntCounter,
     pub memory_budget_bytes: IntGauge,
+    pub memory_limit_bytes: IntGauge,
+    pub backend_fallback: IntGauge,
     pub gpu_queue_depth: IntGauge,
     pub gpu_queue_capacity: IntGauge,
     pub partitions_waiting: IntGauge,
@@ -139,6 +141,24 @@ impl Metrics {
                 )
                 .unwrap(),
             ),
+            memory_limit_bytes: reg(
+                r,
+                IntGauge::new(
+                    "provd_memory_limit_bytes",
+                    "The memory the process may use before the kernel acts: its cgroup's memory.max (the lowest \
+                     on its path) where there is one, else the machine's memory.",
+                )
+                .unwrap(),
+            ),
+            backend_fallback: reg(
+                r,
+                IntGauge::new(
+                    "provd_backend_fallback",
+                    "1 when the worker looked for a GPU (--backend auto or cuda) and proves on the CPU instead \
+                     (/v1/status says why); 0 otherwise.",
+                )
+                .unwrap(),
+            ),
             gpu_queue_depth: reg(
                 r,
                 IntGauge::new("provd_gpu_queue_depth", "Synthesized partitions waiting for a GPU worker.")
@@ -178,7 +198,8 @@ impl Metrics {
                         "provd_stage_duration_seconds",
                         "Time a partition spends in each stage.",
                     )
-                    .buckets(prometheus::exponential_buckets(0.001, 2.0, 18).unwrap()),
+                    // 1 ms to 2.3 h: a 32 GiB sector's stages take minutes.
+                    .buckets(prometheus::exponential_buckets(0.001, 2.0, 24).unwrap()),
                     &["stage"],
                 )
                 .unwrap(),
@@ -190,7 +211,8 @@ impl Metrics {
                         "provd_job_duration_seconds",
                         "Time from acceptance to the end of a job.",
                     )
-                    .buckets(prometheus::exponential_buckets(0.01, 2.0, 18).unwrap()),
+                    // 10 ms to 23 h: a job of many large partitions takes hours.
+                    .buckets(prometheus::exponential_buckets(0.01, 2.0, 24).unwrap()),
                 )
                 .unwrap(),
             ),
