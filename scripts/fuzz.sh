@@ -14,7 +14,10 @@
 #
 # This is what `cargo bolero test` does, limited to the fuzz test binary
 # (cargo-bolero builds every test target of the package, and those without
-# bolero do not link with coverage instrumentation). No sanitizer: address
+# bolero do not link with coverage instrumentation), built without the
+# service feature for the same reason (an integration test builds the
+# package's `provd` binary too): fuzz_http_requests, which needs the HTTP
+# stack, runs in `cargo test` only. No sanitizer: address
 # sanitizing needs a nightly compiler, and safe Rust's panics, which the
 # targets look for, need none. The first build takes a while (everything is
 # compiled again with instrumentation, into target/fuzz).
@@ -25,7 +28,7 @@ shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
     targets=(fuzz_zkey fuzz_wtns fuzz_r1cs fuzz_bellperson_key fuzz_verifying_key_and_proof
-             fuzz_request_witnesses fuzz_porep_input fuzz_journal_rows fuzz_http_requests)
+             fuzz_request_witnesses fuzz_porep_input fuzz_journal_rows)
 fi
 host="$(rustc -vV | sed -n 's/^host: //p')"
 flags="--cfg fuzzing --cfg fuzzing_libfuzzer -Cpasses=sancov-module \
@@ -33,7 +36,8 @@ flags="--cfg fuzzing --cfg fuzzing_libfuzzer -Cpasses=sancov-module \
 -Cllvm-args=-sanitizer-coverage-pc-table -Cllvm-args=-sanitizer-coverage-trace-compares \
 -Cllvm-args=-sanitizer-coverage-stack-depth"
 # --target keeps the instrumentation off build scripts and proc macros.
-build=(cargo test -p provd --test fuzz --profile fuzz --target "$host" --target-dir target/fuzz)
+build=(cargo test -p provd --test fuzz --no-default-features --features filecoin --profile fuzz
+       --target "$host" --target-dir target/fuzz)
 RUSTFLAGS="$flags" "${build[@]}" --no-run
 exe="$(RUSTFLAGS="$flags" "${build[@]}" --no-run --message-format=json 2>/dev/null |
     sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)"

@@ -47,11 +47,16 @@ export PROVD_REQUIRE_PROMTOOL=1 PROVD_REQUIRE_PROMETHEUS=1 PROVD_REQUIRE_BROWSER
 # The deployment files against their schemas: Kubernetes manifests
 # (kubernetes-validate, schemas bundled), the compose file (check-jsonschema's
 # vendored compose spec), the ServiceMonitor (the Prometheus Operator's
-# models, from npm), the systemd unit (systemd-analyze, which warns without
+# models, from npm) and every pod against Pod Security "restricted"
+# (deploy/test/podsecurity.test.js), the systemd unit (systemd-analyze, which warns without
 # failing: any output fails here).
 python3 -m pip install --quiet --disable-pip-version-check "kubernetes-validate==1.37.*" "check-jsonschema==0.39.*"
 python3 -m kubernetes_validate --strict --quiet deploy/kubernetes/provd.yaml deploy/kubernetes/fleet/provd-fleet.yaml
+# compose resolves its secret from deploy/provd-token: a generated one here.
+made_token=""
+[ -e deploy/provd-token ] || { head -c 32 /dev/urandom | base64 > deploy/provd-token; made_token=1; }
 python3 -m check_jsonschema --builtin-schema vendor.compose-spec deploy/compose.yaml
+[ -z "$made_token" ] || rm -f deploy/provd-token
 (cd deploy/test && npm ci --no-audit --no-fund --silent)
 node --test deploy/test/
 

@@ -333,6 +333,56 @@ fn clients_that_never_read_give_way_and_are_closed_in_time() {
     let _ = child.wait();
 }
 
+/// The listener is up from the first second: while the service starts
+/// (here a bench-18 key is generated, seconds on any machine), `/healthz`
+/// answers 200 and `/readyz` 503 saying what start-up is doing; once
+/// started, the worker serves as usual on the same address.
+#[test]
+fn a_starting_worker_is_live_and_says_it_is_starting() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("provd.toml");
+    std::fs::write(&config, "[[circuits]]\nkind = \"bench\"\nname = \"bench-18\"\n").unwrap();
+    let mut child = Command::new(provd_bin())
+        .args(["serve", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0", "--backend", "cpu"])
+        .env("PROVD_DATA_DIR", dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    assert!(out.read_line(&mut line).unwrap() > 0, "provd exited before listening");
+    let addr: std::net::SocketAddr = line
+        .trim()
+        .strip_prefix("provd starting on http://")
+        .and_then(|rest| rest.split(':').take(2).collect::<Vec<_>>().join(":").parse().ok())
+        .unwrap_or_else(|| panic!("the first line: {line}"));
+    let (status, _, _) = raw_request(addr, "GET", "/healthz", None, &[]);
+    assert_eq!(status, 200, "live while starting");
+    let (status, head, body) = raw_request(addr, "GET", "/readyz", None, &[]);
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("starting: loading the circuits' keys"), "{body}");
+    assert!(head.to_ascii_lowercase().contains("retry-after"), "{head}");
+    let (status, _, _) = raw_request(addr, "GET", "/v1/status", None, &[]);
+    assert_eq!(status, 503, "nothing else is served yet");
+    // Then it starts, on the same address.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let mut next = String::new();
+        assert!(out.read_line(&mut next).unwrap() > 0, "provd exited while starting");
+        if next.starts_with("provd listening on http://") {
+            assert!(next.contains(&addr.to_string()), "{next}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "not started within 10 minutes");
+    }
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    let (status, _, body) = raw_request(addr, "GET", "/readyz", None, &[]);
+    assert_eq!(status, 200, "{body}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// A body that stops arriving is refused with 408 once it has sent nothing
 /// for `server.body_read_timeout_seconds`, and the connection is let go;
 /// one that keeps sending is read to its end.

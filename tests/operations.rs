@@ -443,3 +443,36 @@ fn the_systemd_unit_is_sandboxed_and_reads_the_parameter_cache() {
         "the NVIDIA device nodes must stay reachable"
     );
 }
+
+/// The container image's own configuration (deploy/container/provd.toml,
+/// which deploy/Dockerfile installs and runs by default) starts a worker
+/// that answers `/readyz`, wants the token from the mounted secret on the
+/// API and serves metrics without it. (No container engine runs in CI: the
+/// file is run as the image runs it, with the secret's path, the metrics
+/// port and the circuit's size swapped for the test's.)
+#[test]
+fn the_container_configuration_starts_behind_its_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("provd-token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let metrics_port = free_port();
+    let text = std::fs::read_to_string(repo().join("deploy/container/provd.toml")).unwrap();
+    for needed in ["listen = \"0.0.0.0:8080\"", "metrics_listen = \"0.0.0.0:9464\"", "/run/secrets/provd-token"] {
+        assert!(text.contains(needed), "{needed}");
+    }
+    let text = text
+        .replace("/run/secrets/provd-token", token.to_str().unwrap())
+        .replace("0.0.0.0:9464", &format!("127.0.0.1:{metrics_port}"))
+        .replace("bench-20", "bench-8");
+    let server = Server::start(&text, &[]);
+    let bearer = [("Authorization", "Bearer s3cret")];
+    let (status, _, body) = provd_e2e::raw_request(server.addr, "GET", "/readyz", None, &bearer);
+    assert_eq!(status, 200, "{body}");
+    let (status, _, _) = provd_e2e::raw_request(server.addr, "GET", "/v1/status", None, &[]);
+    assert_eq!(status, 401, "the API wants the token");
+    let (status, _, _) = provd_e2e::raw_request(server.addr, "GET", "/v1/status", None, &bearer);
+    assert_eq!(status, 200);
+    let metrics: std::net::SocketAddr = format!("127.0.0.1:{metrics_port}").parse().unwrap();
+    let (status, _, _) = provd_e2e::raw_request(metrics, "GET", "/metrics", None, &[]);
+    assert_eq!(status, 200, "metrics need no token");
+}

@@ -528,16 +528,30 @@ fn serve(
 ) -> anyhow::Result<()> {
     let token = config.checked_auth_token()?;
     let listen = config.server.listen;
-    let service = provd::service::Service::start(config, &common.data_dir, common.backend)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // Listening from the first second: while the service starts (keys load,
+    // kernels compile), /healthz answers and /readyz says so.
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(listen))
+        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+    provd::telemetry::logging::stdout_line(&format!(
+        "provd starting on http://{}: /healthz answers, /readyz says what start-up is doing",
+        listener.local_addr()?
+    ));
+    let limits = config.server.clone();
+    // On a thread of its own, outside the runtime: the fleet's database
+    // client runs a runtime of its own, which cannot start inside this one.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new().name("start".into()).spawn(move || {
+        let _ = tx.send(provd::service::Service::start(config, &common.data_dir, common.backend));
+    })?;
+    let started = runtime.block_on(provd::http::answer_while_starting(&listener, &limits, rx));
+    let service = started.map_err(|_| anyhow::anyhow!("start-up stopped without a result (see the log)"))??;
     // The last reference to the service is dropped here, after the runtime:
     // the fleet's database connections run a runtime of their own (the
     // postgres client's), which cannot be shut down from inside this one.
     let held = service.clone();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let served = runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
         let addr = listener.local_addr()?;
         if let Some((circuit, partitions)) = demo {
             let low_water = 2 * service.config.pipeline.partition_permits;

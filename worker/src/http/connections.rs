@@ -171,7 +171,7 @@ const REFUSALS_LOGGED_EVERY: Duration = Duration::from_secs(10);
 /// counted and logged at most every [`REFUSALS_LOGGED_EVERY`] (a flood of
 /// them must not flood the log too).
 pub(super) async fn accept_until(
-    listener: tokio::net::TcpListener,
+    listener: &tokio::net::TcpListener,
     app: Router,
     limits: &ServerConfig,
     metrics: Arc<Metrics>,

@@ -83,6 +83,41 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
+/// Answers on `listener` while `starting` runs (the service loading its
+/// keys and compiling its kernels: seconds, or minutes for a large key), and
+/// returns its output: `/healthz` is 200, so that a liveness probe sees a
+/// live process, and `/readyz` (every other route too) 503, saying what
+/// start-up is doing and for how long. Connections still open when it ends
+/// are closed.
+pub async fn answer_while_starting<T>(
+    listener: &tokio::net::TcpListener,
+    limits: &crate::config::ServerConfig,
+    starting: impl std::future::Future<Output = T>,
+) -> T {
+    let since = std::time::Instant::now();
+    let unready = move || async move {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "starting: loading the circuits' keys and compiling the GPU kernels ({} s so far)",
+                since.elapsed().as_secs()
+            ),
+        )
+        .retry_after(5)
+    };
+    let routes = Router::new()
+        .route("/healthz", get(|| async { axum::Json(serde_json::json!({"status": "ok", "starting": true})) }))
+        .fallback(unready);
+    let metrics = Arc::new(crate::telemetry::Metrics::new());
+    let (done, out) = tokio::sync::oneshot::channel();
+    let starting = async move {
+        let _ = done.send(starting.await);
+    };
+    let waiting = connections::accept_until(listener, routes, limits, metrics, starting);
+    drop(waiting.await);
+    out.await.expect("start-up ends before its listener stops")
+}
+
 /// The metrics listener's routes (`server.metrics_listen`): the Prometheus
 /// exposition and liveness, no token, nothing else.
 pub fn metrics_router(state: Arc<AppState>) -> Router {
@@ -275,7 +310,7 @@ pub async fn serve(
                 let _ = closing.wait_for(|c| *c).await;
             };
             // Its connections end with the process.
-            drop(connections::accept_until(listener, routes, &limits, metrics, stop).await);
+            drop(connections::accept_until(&listener, routes, &limits, metrics, stop).await);
         });
     }
     for (name, c) in service.circuits() {
@@ -312,7 +347,7 @@ pub async fn serve(
         let _ = shutdown_state.closing.send(true);
     };
     let connections = connections::accept_until(
-        listener,
+        &listener,
         router(state.clone()),
         &service.config.server,
         service.metrics().clone(),
