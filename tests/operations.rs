@@ -457,7 +457,9 @@ fn the_container_configuration_starts_behind_its_token() {
     std::fs::write(&token, "s3cret\n").unwrap();
     let metrics_port = free_port();
     let text = std::fs::read_to_string(repo().join("deploy/container/provd.toml")).unwrap();
-    for needed in ["listen = \"0.0.0.0:8080\"", "metrics_listen = \"0.0.0.0:9464\"", "/run/secrets/provd-token"] {
+    for needed in
+        ["listen = \"0.0.0.0:8080\"", "metrics_listen = \"0.0.0.0:9464\"", "/run/secrets/provd-token"]
+    {
         assert!(text.contains(needed), "{needed}");
     }
     let text = text

@@ -546,7 +546,8 @@ fn serve(
         let _ = tx.send(provd::service::Service::start(config, &common.data_dir, common.backend));
     })?;
     let started = runtime.block_on(provd::http::answer_while_starting(&listener, &limits, rx));
-    let service = started.map_err(|_| anyhow::anyhow!("start-up stopped without a result (see the log)"))??;
+    let service =
+        started.map_err(|_| anyhow::anyhow!("start-up stopped without a result (see the log)"))??;
     // The last reference to the service is dropped here, after the runtime:
     // the fleet's database connections run a runtime of their own (the
     // postgres client's), which cannot be shut down from inside this one.

@@ -14,7 +14,7 @@
 //!   back, the queue's length read for the metrics.
 //!
 //! A third, the ends watcher, reads whether the jobs clients wait on have
-//! ended, all of them in one query every `poll_ms` (see [`ends`]).
+//! ended, all of them in one query every `poll_ms` (see `fleet/ends.rs`).
 //!
 //! While the database cannot be reached a worker claims nothing and reports
 //! itself unready; local runs go on, and their results are written when it

@@ -106,7 +106,10 @@ pub async fn answer_while_starting<T>(
         .retry_after(5)
     };
     let routes = Router::new()
-        .route("/healthz", get(|| async { axum::Json(serde_json::json!({"status": "ok", "starting": true})) }))
+        .route(
+            "/healthz",
+            get(|| async { axum::Json(serde_json::json!({"status": "ok", "starting": true})) }),
+        )
         .fallback(unready);
     let metrics = Arc::new(crate::telemetry::Metrics::new());
     let (done, out) = tokio::sync::oneshot::channel();
