@@ -20,6 +20,47 @@ fn prove_generates_a_key_then_proves_and_verifies() {
     assert!(err.contains("loaded cached key") && !err.contains("TEST-ONLY"), "{err}");
 }
 
+/// A prove → verify loop from the command line alone: `prove` writes the
+/// proof and its public inputs, `vk export` the verifying key, and `verify`
+/// accepts them (and refuses other inputs).
+#[test]
+fn a_proof_from_prove_is_checked_by_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let (proof, public, vk) =
+        (dir.path().join("p.hex"), dir.path().join("pub.json"), dir.path().join("vk.bin"));
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let o = provd(
+        dir.path(),
+        &[
+            "prove",
+            "--circuit",
+            "bench-8",
+            "--backend",
+            "cpu",
+            "--proof",
+            &path(&proof),
+            "--public",
+            &path(&public),
+        ],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("public inputs: [\"0x"), "{out}");
+    let o = provd(dir.path(), &["vk", "export", "--circuit", "bench-8", "--out", &path(&vk)]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let o = provd(
+        dir.path(),
+        &["verify", "--vk", &path(&vk), "--proof", &path(&proof), "--public", &path(&public)],
+    );
+    assert_eq!((o.status.code(), text(&o).0.trim()), (Some(0), "valid"), "{}", text(&o).1);
+    std::fs::write(&public, "[\"0x01\"]").unwrap();
+    let o = provd(
+        dir.path(),
+        &["verify", "--vk", &path(&vk), "--proof", &path(&proof), "--public", &path(&public)],
+    );
+    assert_eq!(o.status.code(), Some(1), "other inputs: {}", text(&o).0);
+}
+
 #[test]
 fn auto_backend_says_why_the_gpu_is_unused() {
     let dir = tempfile::tempdir().unwrap();

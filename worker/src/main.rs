@@ -54,13 +54,21 @@ impl Common {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Prove one witness of a built-in circuit and verify the proof.
+    /// Prove one witness of a built-in circuit and verify the proof; prints
+    /// the proof (hex) and its public inputs, and with --proof/--public
+    /// writes them as `provd verify` reads them.
     Prove {
         #[arg(long, default_value = "bench-16")]
         circuit: Builtin,
         /// Seed of the bench witness.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Write the proof here (hex of bellperson's 192 bytes).
+        #[arg(long)]
+        proof: Option<PathBuf>,
+        /// Write the public inputs here (a JSON array of "0x…" strings).
+        #[arg(long)]
+        public: Option<PathBuf>,
         #[command(flatten)]
         common: Common,
     },
@@ -327,18 +335,24 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
         .init();
     provd::telemetry::logging::install_panic_hook();
     match Cli::parse().command {
-        Command::Prove { circuit, seed, common } => {
+        Command::Prove { circuit, seed, proof, public, common } => {
             let key = key_cache::load_or_generate(&common.data_dir, circuit)?;
             let prover =
                 provd::Prover::with_options(common.backend, &common.data_dir, &common.cuda_options())?;
             let t = Instant::now();
             let proved = prover.prove(&key, circuit.circuit(Some(seed)))?;
+            let proof_hex = hex::encode(proved.proof.to_bytes());
+            let inputs = provd::jobs::journal::inputs_to_text(&proved.public_inputs);
             println!(
-                "{circuit}: proof verified ({} backend, {:.1} ms): {}",
+                "{circuit}: proof verified ({} backend, {:.1} ms): {proof_hex}\npublic inputs: {inputs}",
                 prover.backend_name(),
                 t.elapsed().as_secs_f64() * 1e3,
-                hex::encode(proved.proof.to_bytes())
             );
+            for (path, text) in [(proof, proof_hex), (public, inputs)] {
+                if let Some(path) = path {
+                    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+                }
+            }
         }
         Command::Vk { command: VkCommand::Export { circuit, config, encoding, out, data_dir } } => {
             let entry = match config {
@@ -367,7 +381,14 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
                         path.display()
                     );
                 }
-                None => std::io::Write::write_all(&mut std::io::stdout().lock(), &bytes)?,
+                None => {
+                    use std::io::IsTerminal;
+                    anyhow::ensure!(
+                        !std::io::stdout().is_terminal(),
+                        "the verifying key is binary: write it to a file (--out vk.bin) or a pipe, not the terminal"
+                    );
+                    std::io::Write::write_all(&mut std::io::stdout().lock(), &bytes)?
+                }
             }
         }
         Command::Verify { vk, proof, public } => return verify(&vk, &proof, &public),
