@@ -87,7 +87,7 @@ service_deps=$(cargo tree -p provd --no-default-features -e normal --prefix none
 [ -z "$service_deps" ] || { echo "the library pulls in the service stack: $service_deps" >&2; exit 1; }
 cargo run --release -q -p provd --no-default-features --example sha256_preimage -- cpu
 
-echo "GPU tests here (on a GPU machine they run for real: scripts/gpu-run.sh):"
+echo "GPU tests here, ignored with their reason (on a GPU machine they run for real: scripts/gpu-run.sh):"
 {
   cargo test --release -q -p provd-kernels --test gpu --test msm -- --nocapture --test-threads=1
   cargo test --release -q -p provd --lib backend::cuda:: -- --nocapture --test-threads=1

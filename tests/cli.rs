@@ -10,8 +10,9 @@ fn prove_generates_a_key_then_proves_and_verifies() {
     assert!(o.status.success(), "stdout: {out}\nstderr: {err}");
     assert!(out.contains("bench-10: proof verified (cpu backend"), "{out}");
     assert!(err.contains("TEST-ONLY"), "key generation must say the key is test-only: {err}");
-    // The proof is 192 bytes of hex at the end of the line.
-    let hex = out.trim().rsplit(' ').next().unwrap();
+    // The proof is 192 bytes of hex at the end of the first line (the
+    // public inputs follow on the next).
+    let hex = out.lines().next().unwrap().rsplit(' ').next().unwrap();
     assert_eq!(hex.len(), 384, "{out}");
     // Second run: the cached key is reused.
     let o = provd(dir.path(), &["prove", "--circuit", "bench-10", "--backend", "cpu", "--seed", "7"]);

@@ -31,6 +31,7 @@ fn alternate(server: &Server) -> String {
 }
 
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn two_circuits_stay_resident_until_device_memory_is_short() {
     let server = match Server::try_start(TWO_CIRCUITS, &[], "cuda") {
         Ok(s) => s,

@@ -37,6 +37,7 @@ fn gpu_function(gpu: &Gpu, name: &str) -> cudarc::driver::CudaFunction {
 }
 
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn fr_arithmetic_matches_blst() {
     let Some(gpu) = gpu_for_tests() else { return };
     let mut r = rng(1);
@@ -77,6 +78,7 @@ fn fp_op(
 }
 
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn fp_arithmetic_matches_blst() {
     let Some(gpu) = gpu_for_tests() else { return };
     let mut r = rng(2);
@@ -161,6 +163,7 @@ fn check_evals(coeffs: &[Scalar], out: &[Scalar], order: Order, shift: Scalar, w
 }
 
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn ntt_forward_inverse_and_cosets() {
     let Some(gpu) = gpu_for_tests() else { return };
     let mut ntt = Ntt::new(gpu.clone());
@@ -217,6 +220,7 @@ fn ntt_forward_inverse_and_cosets() {
 }
 
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn quotient_chain_matches_definition() {
     let Some(gpu) = gpu_for_tests() else { return };
     let mut ntt = Ntt::new(gpu.clone());
@@ -252,6 +256,7 @@ fn quotient_chain_matches_definition() {
 }
 
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn bad_lengths_are_errors() {
     let Some(gpu) = gpu_for_tests() else { return };
     let err = FrBuffer::upload(&gpu, &random_scalars(3, 1)).err().unwrap();
@@ -261,6 +266,7 @@ fn bad_lengths_are_errors() {
 /// The copy-stream upload and the per-vector chain give what the one-call
 /// chain gives, with uploads interleaved with transforms as the prover does.
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn interleaved_uploads_match_the_one_call_quotient() {
     let Some(gpu) = gpu_for_tests() else { return };
     let mut ntt = Ntt::new(gpu.clone());
@@ -286,6 +292,7 @@ fn interleaved_uploads_match_the_one_call_quotient() {
 /// select_by_density picks what a host filter picks, in order, at densities
 /// from empty to full and lengths that end mid-word.
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn density_selection_matches_a_host_filter() {
     let Some(gpu) = gpu_for_tests() else { return };
     let mut r = rng(7);
@@ -349,6 +356,7 @@ fn random_matrix(
 /// the a·b = c check finds the first row that breaks it, and none in a
 /// satisfied system.
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn sparse_products_match_the_host_and_the_check_finds_the_first_bad_row() {
     let Some(gpu) = gpu_for_tests() else { return };
     for (rows, inputs, aux, log_n) in
@@ -393,6 +401,7 @@ fn sparse_products_match_the_host_and_the_check_finds_the_first_bad_row() {
 /// vector over several slots and not a multiple of one, then back to back
 /// so that the slots are reused while earlier copies may be in flight.
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn staged_uploads_round_trip() {
     let Some(gpu) = gpu_for_tests() else { return };
     let per_slot = (8 << 20) / 32;
@@ -408,6 +417,7 @@ fn staged_uploads_round_trip() {
 /// own lanes at once (through the one staging pair) and every vector
 /// arrives whole.
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn uploads_on_two_lanes_at_once_round_trip() {
     let Some(gpu) = gpu_for_tests() else { return };
     std::thread::scope(|scope| {

@@ -62,6 +62,7 @@ fn check(msm: &Msm, gpu: &provd_kernels::Gpu, points: &[G1Projective], scalars: 
 }
 
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn msm_matches_blst_at_many_sizes() {
     let Some(gpu) = gpu_for_tests() else { return };
     let msm = Msm::new(gpu.clone());
@@ -72,6 +73,7 @@ fn msm_matches_blst_at_many_sizes() {
 }
 
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn msm_edge_cases() {
     let Some(gpu) = gpu_for_tests() else { return };
     let msm = Msm::new(gpu.clone());
@@ -109,6 +111,7 @@ fn msm_edge_cases() {
 }
 
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn msm_with_mostly_bit_scalars() {
     // Witnesses are mostly 0/1: nearly every digit lands in one bucket, which
     // the equal-segment accumulation and the partial-sum fixup must handle
@@ -137,6 +140,7 @@ fn msm_with_mostly_bit_scalars() {
 }
 
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn msm_with_bases_streamed_from_pinned_memory() {
     let Some(gpu) = gpu_for_tests() else { return };
     let msm = Msm::new(gpu.clone());
@@ -159,6 +163,7 @@ fn msm_with_bases_streamed_from_pinned_memory() {
 /// H's are), sum as the reordered bases do, plain and shifted; over several
 /// chunks and a partial one.
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn msm_with_bases_written_a_chunk_at_a_time() {
     let Some(gpu) = gpu_for_tests() else { return };
     let msm = Msm::new(gpu.clone());
@@ -193,6 +198,7 @@ fn check_g2(msm: &Msm, gpu: &provd_kernels::Gpu, points: &[G2Projective], scalar
 }
 
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn g2_msm_matches_blst() {
     let Some(gpu) = gpu_for_tests() else { return };
     let msm = Msm::new(gpu.clone());

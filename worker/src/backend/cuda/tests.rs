@@ -49,6 +49,7 @@ fn backend(options: CudaOptions) -> Option<CudaBackend> {
 }
 
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn gpu_quotient_matches_cpu() {
     let Some(gpu) = backend(CudaOptions::default()) else { return };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
@@ -70,6 +71,7 @@ fn gpu_quotient_matches_cpu() {
 }
 
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn gpu_prove_start_matches_cpu_and_proofs_verify() {
     let Some(gpu) = backend(CudaOptions::default()) else { return };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
@@ -101,6 +103,7 @@ fn gpu_prove_start_matches_cpu_and_proofs_verify() {
 /// each copying its vectors before it locks the device (while the
 /// other's kernels run); every proof equals the CPU's for its blinding.
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn gpu_two_partitions_in_flight_prove_what_the_cpu_proves() {
     let options = CudaOptions { partitions_in_flight: InFlight::Two, ..CudaOptions::default() };
     let Some(gpu) = backend(options) else { return };
@@ -138,6 +141,7 @@ fn gpu_two_partitions_in_flight_prove_what_the_cpu_proves() {
 /// limit that holds the key alone), a, b and c are computed on the host,
 /// from then on in synthesis, and the proofs are the same.
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn gpu_products_on_the_device_prove_what_the_cpu_proves() {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
     let prove_both =
@@ -231,6 +235,7 @@ fn gpu_products_on_the_device_prove_what_the_cpu_proves() {
 /// One partition in flight: each vector is copied under the device lock,
 /// while the one before it transforms.
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn gpu_g2_on_the_host_and_dense_witnesses() {
     let options = CudaOptions {
         b_g2_msm: G2Placement::Cpu,
@@ -260,6 +265,7 @@ fn gpu_g2_on_the_host_and_dense_witnesses() {
 /// give and take their copies' bytes; a key memory limit too small for
 /// the copies keeps the bases plain instead of refusing the key.
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn gpu_shifted_bases_prove_what_plain_bases_prove() {
     let Some(shifted) = backend(CudaOptions::default()) else { return };
     let plain = backend(CudaOptions { bases: BasesLayout::Plain, ..CudaOptions::default() }).unwrap();
@@ -288,6 +294,7 @@ fn gpu_shifted_bases_prove_what_plain_bases_prove() {
 /// each); under a limit that holds one, each switch evicts the other and
 /// re-uploads it, and proofs stay right in both cases.
 #[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn gpu_keeps_several_keys_and_evicts_the_least_recently_used() {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
     let keys =
