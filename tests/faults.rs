@@ -48,6 +48,15 @@ fn start_with(dir: &std::path::Path, text: &str) -> (Child, std::net::SocketAddr
     (child, addr, err)
 }
 
+/// `provd serve` with `server` lines added to the `[server]` table, its
+/// stderr read and dropped.
+fn start_serving(dir: &std::path::Path, server: &str) -> (Child, std::net::SocketAddr) {
+    let (child, addr, stderr) =
+        start_with(dir, &CONFIG.replace("[server]\n", &format!("[server]\n{server}")));
+    std::thread::spawn(move || std::io::copy(&mut BufReader::new(stderr), &mut std::io::sink()));
+    (child, addr)
+}
+
 fn signal(child: &Child, name: &str) {
     let ok = Command::new("kill").args([&format!("-{name}"), &child.id().to_string()]).status().unwrap();
     assert!(ok.success());
@@ -202,9 +211,7 @@ fn closed_within(stream: &mut std::net::TcpStream, within: Duration) -> bool {
 #[test]
 fn slow_and_idle_connections_are_closed_and_others_served() {
     let dir = tempfile::tempdir().unwrap();
-    let config = CONFIG.replace("[server]\n", "[server]\nheader_read_timeout_seconds = 1\n");
-    let (mut child, addr, stderr) = start_with(dir.path(), &config);
-    std::thread::spawn(move || std::io::copy(&mut BufReader::new(stderr), &mut std::io::sink()));
+    let (mut child, addr) = start_serving(dir.path(), "header_read_timeout_seconds = 1\n");
     let mut idle: Vec<_> = (0..20).map(|_| std::net::TcpStream::connect(addr).unwrap()).collect();
     let mut slow = std::net::TcpStream::connect(addr).unwrap();
     slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n").unwrap(); // and never the end
@@ -221,12 +228,10 @@ fn slow_and_idle_connections_are_closed_and_others_served() {
 #[test]
 fn connections_and_event_streams_are_capped() {
     let dir = tempfile::tempdir().unwrap();
-    let config = CONFIG.replace(
-        "[server]\n",
-        "[server]\nmax_connections = 4\nmax_event_streams = 2\nheader_read_timeout_seconds = 2\n",
+    let (mut child, addr) = start_serving(
+        dir.path(),
+        "max_connections = 4\nmax_event_streams = 2\nheader_read_timeout_seconds = 2\n",
     );
-    let (mut child, addr, stderr) = start_with(dir.path(), &config);
-    std::thread::spawn(move || std::io::copy(&mut BufReader::new(stderr), &mut std::io::sink()));
     // Two event streams take their places; a third is refused with 503.
     let streams: Vec<_> = (0..2)
         .map(|_| {
@@ -283,12 +288,10 @@ fn connections_and_event_streams_are_capped() {
 #[test]
 fn clients_that_never_read_give_way_and_are_closed_in_time() {
     let dir = tempfile::tempdir().unwrap();
-    let config = CONFIG.replace(
-        "[server]\n",
-        "[server]\nmax_connections = 8\nwrite_timeout_seconds = 2\nheader_read_timeout_seconds = 60\n",
+    let (mut child, addr) = start_serving(
+        dir.path(),
+        "max_connections = 8\nwrite_timeout_seconds = 2\nheader_read_timeout_seconds = 60\n",
     );
-    let (mut child, addr, stderr) = start_with(dir.path(), &config);
-    std::thread::spawn(move || std::io::copy(&mut BufReader::new(stderr), &mut std::io::sink()));
     // Megabytes of answers per connection: far more than socket buffers hold.
     let flood = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".repeat(100_000);
     let stalled: Vec<_> = (0..8)
@@ -365,6 +368,9 @@ fn a_starting_worker_is_live_and_says_it_is_starting() {
     assert!(head.to_ascii_lowercase().contains("retry-after"), "{head}");
     let (status, _, _) = raw_request(addr, "GET", "/v1/status", None, &[]);
     assert_eq!(status, 503, "nothing else is served yet");
+    // A client that keeps its connection alive across the start.
+    let mut kept = std::net::TcpStream::connect(addr).unwrap();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
     // Then it starts, on the same address.
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
@@ -377,6 +383,9 @@ fn a_starting_worker_is_live_and_says_it_is_starting() {
         assert!(Instant::now() < deadline, "not started within 10 minutes");
     }
     std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    // Closed once started (well before the 10 s idle timeout), so that it
+    // does not go on answering "starting".
+    assert!(closed_within(&mut kept, Duration::from_secs(5)), "the start-up connection is let go");
     let (status, _, body) = raw_request(addr, "GET", "/readyz", None, &[]);
     assert_eq!(status, 200, "{body}");
     let _ = child.kill();
@@ -390,9 +399,7 @@ fn a_starting_worker_is_live_and_says_it_is_starting() {
 fn a_stalled_request_body_is_refused_in_time() {
     use std::io::Read;
     let dir = tempfile::tempdir().unwrap();
-    let config = CONFIG.replace("[server]\n", "[server]\nbody_read_timeout_seconds = 1\n");
-    let (mut child, addr, stderr) = start_with(dir.path(), &config);
-    std::thread::spawn(move || std::io::copy(&mut BufReader::new(stderr), &mut std::io::sink()));
+    let (mut child, addr) = start_serving(dir.path(), "body_read_timeout_seconds = 1\n");
     let body = r#"{"circuit": "bench-14", "partitions": [{"seed": 1}]}"#;
     let head = format!(
         "POST /v1/prove HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",

@@ -116,8 +116,10 @@ pub async fn answer_while_starting<T>(
     let starting = async move {
         let _ = done.send(starting.await);
     };
-    let waiting = connections::accept_until(listener, routes, limits, metrics, starting);
-    drop(waiting.await);
+    let open = connections::accept_until(listener, routes, limits, metrics, starting).await;
+    // A kept-alive connection must not go on answering "starting": each is
+    // closed once its answer is out (a second at most).
+    let _ = tokio::time::timeout(Duration::from_secs(1), open.shutdown()).await;
     out.await.expect("start-up ends before its listener stops")
 }
 
