@@ -210,7 +210,8 @@ struct Shared {
     ends: ends::Ends,
 }
 
-/// A running fleet worker: its two threads and the API's view of the queue.
+/// A running fleet worker: its threads (claimer, heartbeat, ends watcher)
+/// and the API's view of the queue.
 pub struct Fleet {
     shared: Arc<Shared>,
     threads: Mutex<Vec<JoinHandle<()>>>,

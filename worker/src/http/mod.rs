@@ -6,6 +6,7 @@ mod connections;
 mod dashboard;
 mod error;
 mod extract;
+mod starting;
 mod strict_json;
 pub mod wire;
 
@@ -23,6 +24,7 @@ use subtle::ConstantTimeEq;
 use tokio::sync::{broadcast, watch};
 
 pub use error::ApiError;
+pub use starting::answer_while_starting;
 
 #[cfg(test)]
 mod tests;
@@ -81,46 +83,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(state.clone(), body_timeout))
         .layer(tower_http::trace::TraceLayer::new_for_http().on_failure(log_failure))
         .with_state(state)
-}
-
-/// Answers on `listener` while `starting` runs (the service loading its
-/// keys and compiling its kernels: seconds, or minutes for a large key), and
-/// returns its output: `/healthz` is 200, so that a liveness probe sees a
-/// live process, and `/readyz` (every other route too) 503, saying what
-/// start-up is doing and for how long. Connections still open when it ends
-/// are closed.
-pub async fn answer_while_starting<T>(
-    listener: &tokio::net::TcpListener,
-    limits: &crate::config::ServerConfig,
-    starting: impl std::future::Future<Output = T>,
-) -> T {
-    let since = std::time::Instant::now();
-    let unready = move || async move {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "starting: loading the circuits' keys and compiling the GPU kernels ({} s so far)",
-                since.elapsed().as_secs()
-            ),
-        )
-        .retry_after(5)
-    };
-    let routes = Router::new()
-        .route(
-            "/healthz",
-            get(|| async { axum::Json(serde_json::json!({"status": "ok", "starting": true})) }),
-        )
-        .fallback(unready);
-    let metrics = Arc::new(crate::telemetry::Metrics::new());
-    let (done, out) = tokio::sync::oneshot::channel();
-    let starting = async move {
-        let _ = done.send(starting.await);
-    };
-    let open = connections::accept_until(listener, routes, limits, metrics, starting).await;
-    // A kept-alive connection must not go on answering "starting": each is
-    // closed once its answer is out (a second at most).
-    let _ = tokio::time::timeout(Duration::from_secs(1), open.shutdown()).await;
-    out.await.expect("start-up ends before its listener stops")
 }
 
 /// The metrics listener's routes (`server.metrics_listen`): the Prometheus
