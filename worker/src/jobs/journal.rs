@@ -420,8 +420,9 @@ fn durably<T>(
 /// Whether a witness file's name, as a row gives it, names a file inside
 /// the spool (the journal writes `<job>-<index>.bin`).
 fn is_spool_name(name: &str) -> bool {
+    // `file_name` is None for ".." and "." and drops any directory part.
     let path = Path::new(name);
-    path.file_name().is_some_and(|f| f == path.as_os_str()) && name != ".." && name != "."
+    path.file_name().is_some_and(|f| f == path.as_os_str())
 }
 
 /// Drops an ended job's witnesses: it is never run again.
@@ -701,6 +702,14 @@ impl JobObserver for SqliteJournal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_bare_name_is_a_spool_file() {
+        assert!(is_spool_name("0190f5c2-7a6e-7000-8000-000000000000-3.bin"));
+        for other in ["..", ".", "/etc/passwd", "../jobs.sqlite", "a/b.bin", ""] {
+            assert!(!is_spool_name(other), "{other:?}");
+        }
+    }
 
     #[test]
     fn what_was_written_is_recovered_after_reopening() {
