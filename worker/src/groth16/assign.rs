@@ -24,14 +24,26 @@ impl Matrices {
     where
         C: Circuit<Scalar> + Clone + Send + Sync + 'static,
     {
-        let reference = circuit.clone();
-        let mut cs = WitnessOnly {
-            input: Vec::with_capacity(self.num_inputs()),
-            aux: Vec::with_capacity(self.num_aux()),
-        };
-        cs.alloc_input(|| "ONE", || Ok(Scalar::ONE)).map_err(ProveError::Synthesis)?;
-        circuit.synthesize(&mut cs).map_err(ProveError::Synthesis)?;
-        let WitnessOnly { input, aux } = cs;
+        let (input, aux) = witness_of(circuit.clone(), (self.num_inputs(), self.num_aux()))?;
+        self.assigned(input, aux, circuit)
+    }
+
+    /// As [`Matrices::assign`], the assignment computed in [`Parts`] on
+    /// every core; `reference` is the whole circuit, run through the
+    /// recorder only to name the constraint a bad witness breaks.
+    pub fn assign_in_parts<C, R>(self: &Arc<Self>, parts: Parts<C>, reference: R) -> Result<Synthesized, ProveError>
+    where
+        C: Circuit<Scalar> + Send,
+        R: Circuit<Scalar> + Clone + Send + Sync + 'static,
+    {
+        let (input, aux) = parts.witness()?;
+        self.assigned(input, aux, reference)
+    }
+
+    fn assigned<R>(self: &Arc<Self>, input: Vec<Scalar>, aux: Vec<Scalar>, reference: R) -> Result<Synthesized, ProveError>
+    where
+        R: Circuit<Scalar> + Clone + Send + Sync + 'static,
+    {
         if input.len() != self.num_inputs() || aux.len() != self.num_aux() {
             return Err(ProveError::KeyMismatch(format!(
                 "the circuit allocated {} inputs and {} aux variables; its recorded matrices have {} and {}",
@@ -60,6 +72,58 @@ impl Matrices {
             b_aux_density: b_aux.clone(),
         })
     }
+}
+
+/// A circuit whose witness is computed in parts, all at once on the
+/// host's cores, where its own code would run on one thread. Each part is a
+/// whole circuit: the shared head (what `head` allocates), then its own
+/// variables, which depend on the head's values and nothing of another
+/// part's. The assignment is the head's once, then each part's own
+/// variables in order: the one pass over the whole circuit allocates
+/// exactly that, provided the circuit does allocate head, then parts, in
+/// this order (a caller tests that against the sequential pass).
+pub struct Parts<C> {
+    /// The circuit with no parts: it fixes how many of each part's
+    /// variables are the head's.
+    pub head: C,
+    pub parts: Vec<C>,
+}
+
+impl<C: Circuit<Scalar> + Send> Parts<C> {
+    /// The assignment (inputs, the constant ONE first; aux).
+    pub fn witness(self) -> Result<(Vec<Scalar>, Vec<Scalar>), ProveError> {
+        use rayon::prelude::*;
+        let (mut input, mut aux) = witness_of(self.head, (0, 0))?;
+        let (head_inputs, head_aux) = (input.len(), aux.len());
+        let pieces: Vec<_> = self.parts.into_par_iter().map(|p| witness_of(p, (0, 0))).collect::<Result<_, _>>()?;
+        input.reserve(pieces.iter().map(|(i, _)| i.len() - head_inputs.min(i.len())).sum());
+        aux.reserve(pieces.iter().map(|(_, a)| a.len() - head_aux.min(a.len())).sum());
+        // Each piece is dropped once appended: the peak is the whole
+        // assignment and one piece more.
+        for (k, (i, a)) in pieces.into_iter().enumerate() {
+            // Every part must begin with the head, value for value.
+            if i.get(..head_inputs) != Some(&input[..head_inputs]) || a.get(..head_aux) != Some(&aux[..head_aux]) {
+                return Err(ProveError::KeyMismatch(format!(
+                    "part {k} of the circuit does not begin with the head every part shares"
+                )));
+            }
+            input.extend_from_slice(&i[head_inputs..]);
+            aux.extend_from_slice(&a[head_aux..]);
+        }
+        Ok((input, aux))
+    }
+}
+
+/// `circuit`'s assignment, computed on this thread; `capacity`: the
+/// inputs and aux variables expected, where known.
+fn witness_of<C: Circuit<Scalar>>(
+    circuit: C,
+    (inputs, aux): (usize, usize),
+) -> Result<(Vec<Scalar>, Vec<Scalar>), ProveError> {
+    let mut cs = WitnessOnly { input: Vec::with_capacity(inputs), aux: Vec::with_capacity(aux) };
+    cs.alloc_input(|| "ONE", || Ok(Scalar::ONE)).map_err(ProveError::Synthesis)?;
+    circuit.synthesize(&mut cs).map_err(ProveError::Synthesis)?;
+    Ok((cs.input, cs.aux))
 }
 
 /// Computes the assignment only: no linear combination is built.

@@ -20,6 +20,7 @@ mod verify;
 
 pub use error::{BackendFault, ParamsError, ProveError};
 pub use key::{PointCheck, ProvingKey, VerifyingKey};
+pub use assign::Parts;
 pub use matrices::Matrices;
 pub use proof::{Proof, ProofDecodeError};
 pub use prover::{Blinding, Finished, PendingProof, StepTime};

@@ -18,9 +18,11 @@
 //! TEST-ONLY ones in their place. Non-interactive PoRep (which aggregates
 //! its partition proofs) is not offered.
 
+mod challenges;
 pub mod params;
 pub mod seal;
 mod shape;
+pub mod synthetic;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -229,7 +231,7 @@ impl PorepCircuit {
             }
         };
         let ids = Ids { prover_id, sector_id: input.sector_id };
-        let mut c1 = match input.c1 {
+        let c1 = match input.c1 {
             Value::String(b64) => {
                 let bytes = base64::engine::general_purpose::STANDARD
                     .decode(b64.trim())
@@ -241,6 +243,21 @@ impl PorepCircuit {
         };
         let parsed = self.parse_c1(&c1)?;
         self.shape.check_sector(&parsed, &ids)?;
+        Self::by_partition(c1, ids)
+    }
+
+    /// A C1 output of this circuit's sector shape, with random values,
+    /// split into its partitions' witnesses: **for benchmarks only** (see
+    /// [`synthetic`]). Its vanilla proofs are not checked (they would fail),
+    /// so proving a partition from it runs the circuit on values that do
+    /// not satisfy it: a proof from it never verifies.
+    pub fn synthetic_partitions(&self, ids: Ids, seed: u64) -> anyhow::Result<Vec<Value>> {
+        let c1 = self.shape.synthetic_c1(self.proof, &ids, seed)?;
+        Ok(Self::by_partition(serde_json::to_value(c1)?, ids)?)
+    }
+
+    /// A C1 output's partitions, each with its own vanilla proofs only.
+    fn by_partition(mut c1: Value, ids: Ids) -> Result<Vec<Value>, SectorError> {
         // Split the vanilla proofs ({"StackedDrg…V1": [partition, …]}) by partition.
         let Some(Value::Object(by_size)) = c1.get_mut("vanilla_proofs").map(Value::take) else {
             return Err(SectorError::Malformed("no vanilla_proofs object".into()));

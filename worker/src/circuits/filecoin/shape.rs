@@ -15,6 +15,7 @@ use storage_proofs_core::parameter_cache::CacheableParameters;
 use storage_proofs_core::proof::ProofScheme;
 use storage_proofs_porep::stacked::{self, StackedCircuit, StackedCompound, StackedDrg};
 
+use super::challenges::Challenges;
 use super::{Ids, SectorError};
 use crate::groth16::SynthesisFn;
 use crate::groth16::{synthesize, Matrices, ProveError};
@@ -42,6 +43,14 @@ pub trait PorepShape: Send + Sync {
     /// Checks a whole C1 output against its ids (its replica id, its
     /// vanilla proofs), before it is split into partitions.
     fn check_sector(&self, c1: &SealCommitPhase1Output, ids: &Ids) -> Result<(), SectorError>;
+
+    /// A C1 output of this shape for `ids`, with random values (benchmarks only).
+    fn synthetic_c1(
+        &self,
+        proof: filecoin_proofs_api::RegisteredSealProof,
+        ids: &Ids,
+        seed: u64,
+    ) -> anyhow::Result<SealCommitPhase1Output>;
 
     /// The synthesis job of partition `k`, from a C1 output that holds that
     /// partition's vanilla proofs only: by products with `matrices` where
@@ -163,6 +172,15 @@ impl<Tree: 'static + MerkleTreeTrait> PorepShape for Shaped<Tree> {
         Matrices::record(self.blank())
     }
 
+    fn synthetic_c1(
+        &self,
+        proof: filecoin_proofs_api::RegisteredSealProof,
+        ids: &Ids,
+        seed: u64,
+    ) -> anyhow::Result<SealCommitPhase1Output> {
+        super::synthetic::c1_of_shape::<Tree>(proof, &self.porep, &self.params, ids, seed)
+    }
+
     fn partition(
         &self,
         c1: SealCommitPhase1Output,
@@ -200,7 +218,16 @@ impl<Tree: 'static + MerkleTreeTrait> PorepShape for Shaped<Tree> {
             Err(_) => return Err(SectorError::Malformed("its vanilla proofs are malformed".into())),
         };
         Ok(match matrices {
-            Some(m) => Arc::new(move || m.assign(circuit.clone())),
+            // The witness challenge by challenge on every core; the whole
+            // circuit stays the reference that names a broken constraint.
+            Some(m) => {
+                let proof = std::mem::take(proof);
+                Arc::new(move || {
+                    let parts = Challenges::<Tree>::parts(&inputs, &proof)
+                        .ok_or_else(|| ProveError::KeyMismatch("a partition with no challenges".into()))?;
+                    m.assign_in_parts(parts, circuit.clone())
+                })
+            }
             None => Arc::new(move || synthesize(circuit.clone())),
         })
     }
