@@ -64,6 +64,7 @@ fn fixture() -> &'static Fixture {
             parameter_cache: Some(dir.path().join("params")),
             test_only_parameters: true,
             synthesis: Default::default(),
+            matrices_cache: None,
         };
         let kind = FilecoinPorepKind::load(&config).unwrap();
         let (resident, footprint) =
@@ -94,7 +95,18 @@ fn seal_proof(job: &Value) -> Vec<u8> {
 #[test]
 fn a_sealed_sector_is_proved_over_http_and_verify_seal_accepts_the_proof() {
     let f = fixture();
+    // The fixture's load recorded the circuit's matrices beside the
+    // parameters; the server reads them rather than recording them again.
+    let stores: Vec<_> =
+        std::fs::read_dir(f.params().join("provd-matrices")).unwrap().map(|e| e.unwrap().path()).collect();
+    let [store] = &stores[..] else { panic!("one circuit's store: {stores:?}") };
+    let recorded = std::fs::metadata(store.join("meta.json")).unwrap().modified().unwrap();
     let server = Server::start(&f.config(""), &[]);
+    assert_eq!(
+        std::fs::metadata(store.join("meta.json")).unwrap().modified().unwrap(),
+        recorded,
+        "recorded again"
+    );
     let sector = &f.sectors[0];
     let (status, job) = prove(&server, &sector.input());
     assert_eq!((status, job["state"].as_str()), (202, Some("succeeded")), "{job}");

@@ -277,6 +277,27 @@ enum BenchCommand {
         #[command(flatten)]
         common: Common,
     },
+    /// The host's pieces of a PoRep partition at a sector size's real shape
+    /// (a C1 output drawn at random: benchmarks only, nothing proved):
+    /// recording and reading the matrices, the witness in parts and whole,
+    /// the host products.
+    #[cfg(feature = "filecoin")]
+    PorepShape {
+        /// The registered seal proof (its sector size), e.g. StackedDrg32GiBV1_1.
+        #[arg(long, default_value = "StackedDrg32GiBV1_1")]
+        proof: String,
+        /// Partitions whose witness is computed in parts (median reported).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Holds the matrix store (tens of GiB at 32 GiB).
+        #[arg(long, default_value = "bench-results/porep-shape-work")]
+        work_dir: PathBuf,
+        /// Read the store an earlier run left rather than record afresh.
+        #[arg(long)]
+        keep_store: bool,
+        #[arg(long, default_value = "bench-results/porep-shape.json")]
+        json: PathBuf,
+    },
     /// GPU MSMs: G1 with bases resident (plain and shifted) and streamed from
     /// pinned memory, or G2 (--g2), beside blst on the CPU.
     Msm {
@@ -655,9 +676,7 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
         #[cfg(feature = "filecoin")]
         BenchCommand::Porep { proof, runs, work_dir, vs, synthesis, json, common } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");
-            let proof = serde_json::from_value(serde_json::Value::String(proof.clone())).map_err(|_| {
-                anyhow::anyhow!("--proof {proof}: not a registered seal proof (e.g. StackedDrg2KiBV1_1)")
-            })?;
+            let proof = seal_proof(&proof)?;
             let backends =
                 provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?.backends;
             let synthesis = serde_json::from_value(serde_json::Value::String(synthesis.clone()))
@@ -672,6 +691,18 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             }
             .run(backends)
         }
+        #[cfg(feature = "filecoin")]
+        BenchCommand::PorepShape { proof, runs, work_dir, keep_store, json } => {
+            anyhow::ensure!(runs > 0, "--runs must be at least 1");
+            bench::porep_shape::PorepShapeBench {
+                proof: seal_proof(&proof)?,
+                runs,
+                work_dir,
+                keep_store,
+                json,
+            }
+            .run()
+        }
         BenchCommand::Msm { sizes, cpu_sizes, runs, warmup, json, g2, data_dir } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");
             bench::msm::MsmBench { sizes, cpu_sizes, runs, warmup, json, g2 }.run(gpu(&data_dir, "MSM")?)
@@ -681,4 +712,11 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             bench::ntt::NttBench { sizes, runs, warmup, json }.run(gpu(&data_dir, "NTT")?)
         }
     }
+}
+
+/// A registered seal proof named on the command line.
+#[cfg(feature = "filecoin")]
+fn seal_proof(name: &str) -> anyhow::Result<filecoin_proofs_api::RegisteredSealProof> {
+    serde_json::from_value(serde_json::Value::String(name.into()))
+        .map_err(|_| anyhow::anyhow!("--proof {name}: not a registered seal proof (e.g. StackedDrg2KiBV1_1)"))
 }

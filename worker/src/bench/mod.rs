@@ -7,6 +7,8 @@ pub mod ntt;
 pub mod pipeline;
 #[cfg(feature = "filecoin")]
 pub mod porep;
+#[cfg(feature = "filecoin")]
+pub mod porep_shape;
 pub mod prove;
 
 use std::path::Path;
@@ -104,4 +106,110 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
 
 pub fn ms(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1e3)
+}
+
+/// What the whole process has used of the host so far (`getrusage`: every
+/// thread's, ended ones included): CPU time, and page faults and context
+/// switches, which say whether a stream's host threads wait on the kernel
+/// (faulting in fresh buffers, contending for the memory map, preempted)
+/// rather than compute.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct HostUsage {
+    /// User and system time.
+    pub cpu_seconds: f64,
+    pub minor_faults: u64,
+    pub major_faults: u64,
+    pub voluntary_switches: u64,
+    pub involuntary_switches: u64,
+}
+
+impl HostUsage {
+    pub fn now() -> Option<Self> {
+        let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+        // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is valid.
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } != 0 {
+            return None;
+        }
+        // SAFETY: zeroed, then written by a successful getrusage.
+        let u = unsafe { usage.assume_init() };
+        let n = |v: libc::c_long| u64::try_from(v).unwrap_or(0);
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+        Some(Self {
+            cpu_seconds: secs(u.ru_utime) + secs(u.ru_stime),
+            minor_faults: n(u.ru_minflt),
+            major_faults: n(u.ru_majflt),
+            voluntary_switches: n(u.ru_nvcsw),
+            involuntary_switches: n(u.ru_nivcsw),
+        })
+    }
+
+    /// What was used between `before` and `self`.
+    pub fn since(self, before: Self) -> Self {
+        Self {
+            cpu_seconds: self.cpu_seconds - before.cpu_seconds,
+            minor_faults: self.minor_faults.saturating_sub(before.minor_faults),
+            major_faults: self.major_faults.saturating_sub(before.major_faults),
+            voluntary_switches: self.voluntary_switches.saturating_sub(before.voluntary_switches),
+            involuntary_switches: self.involuntary_switches.saturating_sub(before.involuntary_switches),
+        }
+    }
+}
+
+/// Peak resident memory since the last reset (`VmHWM`), in bytes.
+pub fn peak_rss() -> u64 {
+    status_bytes("VmHWM:")
+}
+
+/// Resident memory now (`VmRSS`), in bytes.
+pub fn current_rss() -> u64 {
+    status_bytes("VmRSS:")
+}
+
+/// A field of `/proc/self/status` given in kB, in bytes (0 where unreadable).
+fn status_bytes(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with(field))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// Starts a new peak-RSS window (Linux: writing 5 to `clear_refs`).
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Spinning shows as CPU time (within a deadline), touching fresh memory
+    /// as page faults, a sleep as a voluntary context switch.
+    #[test]
+    fn host_usage_counts_cpu_time_faults_and_switches() {
+        let before = HostUsage::now().expect("getrusage works on Linux");
+        // Spin until 50 ms of CPU time show (a loaded machine may take longer).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut x = 1u64;
+        while HostUsage::now().unwrap().since(before).cpu_seconds < 0.05 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "10 s of spinning never showed as 50 ms of CPU time"
+            );
+            for _ in 0..100_000 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+        }
+        let mut fresh = vec![0u8; 64 << 20];
+        for page in fresh.chunks_mut(4096) {
+            page[0] = 1;
+        }
+        std::hint::black_box(&fresh);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let d = HostUsage::now().unwrap().since(before);
+        assert!(d.minor_faults > 0, "{d:?}");
+        assert!(d.voluntary_switches > 0, "a sleep gives up the core: {d:?}");
+    }
 }

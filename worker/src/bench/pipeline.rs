@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{environment, print_table, write_json};
+use super::{environment, print_table, write_json, HostUsage};
 use crate::backend::Backend;
 use crate::circuits::Builtin;
 use crate::groth16::{Matrices, ProvingKey};
@@ -282,84 +282,9 @@ impl PipelineBench {
     }
 }
 
-/// What the whole process has used of the host so far (`getrusage`: every
-/// thread's, ended ones included): CPU time, and page faults and context
-/// switches, which say whether a stream's host threads wait on the kernel
-/// (faulting in fresh buffers, contending for the memory map, preempted)
-/// rather than compute.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
-struct HostUsage {
-    /// User and system time.
-    cpu_seconds: f64,
-    minor_faults: u64,
-    major_faults: u64,
-    voluntary_switches: u64,
-    involuntary_switches: u64,
-}
-
-impl HostUsage {
-    fn now() -> Option<Self> {
-        let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-        // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is valid.
-        if unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } != 0 {
-            return None;
-        }
-        // SAFETY: zeroed, then written by a successful getrusage.
-        let u = unsafe { usage.assume_init() };
-        let n = |v: libc::c_long| u64::try_from(v).unwrap_or(0);
-        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-        Some(Self {
-            cpu_seconds: secs(u.ru_utime) + secs(u.ru_stime),
-            minor_faults: n(u.ru_minflt),
-            major_faults: n(u.ru_majflt),
-            voluntary_switches: n(u.ru_nvcsw),
-            involuntary_switches: n(u.ru_nivcsw),
-        })
-    }
-
-    /// What was used between `before` and `self`.
-    fn since(self, before: Self) -> Self {
-        Self {
-            cpu_seconds: self.cpu_seconds - before.cpu_seconds,
-            minor_faults: self.minor_faults.saturating_sub(before.minor_faults),
-            major_faults: self.major_faults.saturating_sub(before.major_faults),
-            voluntary_switches: self.voluntary_switches.saturating_sub(before.voluntary_switches),
-            involuntary_switches: self.involuntary_switches.saturating_sub(before.involuntary_switches),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Spinning shows as CPU time (within a deadline), touching fresh memory
-    /// as page faults, a sleep as a voluntary context switch.
-    #[test]
-    fn host_usage_counts_cpu_time_faults_and_switches() {
-        let before = HostUsage::now().expect("getrusage works on Linux");
-        // Spin until 50 ms of CPU time show (a loaded machine may take longer).
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let mut x = 1u64;
-        while HostUsage::now().unwrap().since(before).cpu_seconds < 0.05 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "10 s of spinning never showed as 50 ms of CPU time"
-            );
-            for _ in 0..100_000 {
-                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
-            }
-        }
-        let mut fresh = vec![0u8; 64 << 20];
-        for page in fresh.chunks_mut(4096) {
-            page[0] = 1;
-        }
-        std::hint::black_box(&fresh);
-        std::thread::sleep(std::time::Duration::from_millis(5));
-        let d = HostUsage::now().unwrap().since(before);
-        assert!(d.minor_faults > 0, "{d:?}");
-        assert!(d.voluntary_switches > 0, "a sleep gives up the core: {d:?}");
-    }
 
     /// The bench's partitions leave a, b and c to the backends' placement,
     /// as the service's do (computing them in the partition would put them

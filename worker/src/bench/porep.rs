@@ -14,7 +14,7 @@ use anyhow::Context as _;
 use filecoin_proofs_api::RegisteredSealProof;
 use serde_json::json;
 
-use super::{environment, median, print_table, write_json};
+use super::{environment, median, peak_rss, print_table, reset_peak_rss, write_json};
 use crate::backend::Backend;
 use crate::circuits::filecoin::seal::{seal_sector, SealedSector};
 use crate::circuits::filecoin::{prover_id_of_miner, FilecoinPorepConfig, FilecoinPorepKind, Ids, Synthesis};
@@ -31,22 +31,6 @@ pub struct PorepBench {
     pub vs_filecoin_proofs: bool,
     pub synthesis: Synthesis,
     pub json: PathBuf,
-}
-
-/// Peak resident memory since the last reset (`VmHWM`), in bytes.
-fn peak_rss() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
-            line.split_whitespace().nth(1)?.parse::<u64>().ok()
-        })
-        .map_or(0, |kib| kib * 1024)
-}
-
-/// Starts a new peak-RSS window (Linux: writing 5 to `clear_refs`).
-fn reset_peak_rss() {
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
 impl PorepBench {
@@ -86,6 +70,7 @@ impl PorepBench {
             parameter_cache: Some(params),
             test_only_parameters: true,
             synthesis: self.synthesis,
+            matrices_cache: None,
         };
         let kind = FilecoinPorepKind::load(&config)?;
         let loaded = t.elapsed();

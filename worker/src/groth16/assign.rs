@@ -31,7 +31,11 @@ impl Matrices {
     /// As [`Matrices::assign`], the assignment computed in [`Parts`] on
     /// every core; `reference` is the whole circuit, run through the
     /// recorder only to name the constraint a bad witness breaks.
-    pub fn assign_in_parts<C, R>(self: &Arc<Self>, parts: Parts<C>, reference: R) -> Result<Synthesized, ProveError>
+    pub fn assign_in_parts<C, R>(
+        self: &Arc<Self>,
+        parts: Parts<C>,
+        reference: R,
+    ) -> Result<Synthesized, ProveError>
     where
         C: Circuit<Scalar> + Send,
         R: Circuit<Scalar> + Clone + Send + Sync + 'static,
@@ -40,7 +44,12 @@ impl Matrices {
         self.assigned(input, aux, reference)
     }
 
-    fn assigned<R>(self: &Arc<Self>, input: Vec<Scalar>, aux: Vec<Scalar>, reference: R) -> Result<Synthesized, ProveError>
+    fn assigned<R>(
+        self: &Arc<Self>,
+        input: Vec<Scalar>,
+        aux: Vec<Scalar>,
+        reference: R,
+    ) -> Result<Synthesized, ProveError>
     where
         R: Circuit<Scalar> + Clone + Send + Sync + 'static,
     {
@@ -95,14 +104,17 @@ impl<C: Circuit<Scalar> + Send> Parts<C> {
         use rayon::prelude::*;
         let (mut input, mut aux) = witness_of(self.head, (0, 0))?;
         let (head_inputs, head_aux) = (input.len(), aux.len());
-        let pieces: Vec<_> = self.parts.into_par_iter().map(|p| witness_of(p, (0, 0))).collect::<Result<_, _>>()?;
+        let pieces: Vec<_> =
+            self.parts.into_par_iter().map(|p| witness_of(p, (0, 0))).collect::<Result<_, _>>()?;
         input.reserve(pieces.iter().map(|(i, _)| i.len() - head_inputs.min(i.len())).sum());
         aux.reserve(pieces.iter().map(|(_, a)| a.len() - head_aux.min(a.len())).sum());
         // Each piece is dropped once appended: the peak is the whole
         // assignment and one piece more.
         for (k, (i, a)) in pieces.into_iter().enumerate() {
             // Every part must begin with the head, value for value.
-            if i.get(..head_inputs) != Some(&input[..head_inputs]) || a.get(..head_aux) != Some(&aux[..head_aux]) {
+            if i.get(..head_inputs) != Some(&input[..head_inputs])
+                || a.get(..head_aux) != Some(&aux[..head_aux])
+            {
                 return Err(ProveError::KeyMismatch(format!(
                     "part {k} of the circuit does not begin with the head every part shares"
                 )));

@@ -25,6 +25,19 @@ impl Density {
         d
     }
 
+    /// A bitmap of `len` variables from its words (as [`Density::words`]
+    /// gives them); `None` if the words do not cover exactly `len` or a bit
+    /// past `len` is set.
+    pub(crate) fn from_words(words: Vec<u64>, len: usize) -> Option<Self> {
+        let spare = len % 64;
+        let clean = match words.last() {
+            Some(&last) if spare != 0 => last >> spare == 0,
+            _ => true,
+        };
+        let ones = words.iter().map(|w| w.count_ones() as usize).sum();
+        (words.len() == len.div_ceil(64) && clean).then_some(Self { words, len, ones })
+    }
+
     /// Adds one variable, absent.
     pub(super) fn push(&mut self) {
         if self.len.is_multiple_of(64) {

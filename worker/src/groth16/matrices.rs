@@ -31,41 +31,26 @@ pub struct Matrices {
 impl Matrices {
     /// Records `circuit`'s constraints (its witness, if any, is not computed).
     pub fn record<C: Circuit<Scalar>>(circuit: C) -> Result<Self, ProveError> {
-        let mut cs = Recording {
-            m: Matrices {
-                inputs: 0,
-                aux: 0,
-                a: SparseMatrix::default(),
-                b: SparseMatrix::default(),
-                c: SparseMatrix::default(),
-                a_aux_density: Density::default(),
-                b_input_density: Density::default(),
-                b_aux_density: Density::default(),
-            },
-        };
-        cs.alloc_input(|| "ONE", || Ok(Scalar::ONE)).map_err(ProveError::Synthesis)?;
-        circuit.synthesize(&mut cs).map_err(ProveError::Synthesis)?;
-        for i in 0..cs.m.inputs {
-            cs.enforce(|| "", |lc| lc + Variable::new_unchecked(Index::Input(i)), |lc| lc, |lc| lc);
-        }
-        // Density: the variables with a non-zero coefficient somewhere in A
-        // (aux only: every input is in the A query) and in B.
-        let mut m = cs.m;
-        let (mut a_aux, mut b_in, mut b_aux) =
-            (Density::new(m.aux), Density::new(m.inputs), Density::new(m.aux));
-        for col in m.a.columns() {
-            if let Column::Aux(i) = col {
-                a_aux.set(i as usize);
-            }
-        }
-        for col in m.b.columns() {
-            match col {
-                Column::Aux(i) => b_aux.set(i as usize),
-                Column::Input(i) => b_in.set(i as usize),
-            }
-        }
-        (m.a_aux_density, m.b_input_density, m.b_aux_density) = (a_aux, b_in, b_aux);
-        Ok(m)
+        let r = record_into(circuit, std::array::from_fn(|_| SparseMatrix::default()))?;
+        let [a, b, c] = r.rows;
+        let [a_aux_density, b_input_density, b_aux_density] = r.densities;
+        Ok(Matrices { inputs: r.inputs, aux: r.aux, a, b, c, a_aux_density, b_input_density, b_aux_density })
+    }
+
+    /// Matrices from their parts, as [`record_into`] gave them; `None`
+    /// where the parts do not fit together (a column or a density beyond
+    /// the variables, matrices of different heights).
+    pub(crate) fn from_parts(
+        inputs: usize,
+        aux: usize,
+        [a, b, c]: [SparseMatrix; 3],
+        [a_aux_density, b_input_density, b_aux_density]: [Density; 3],
+    ) -> Option<Self> {
+        let fits = a.rows() == b.rows()
+            && b.rows() == c.rows()
+            && [&a, &b, &c].iter().all(|m| m.columns_within(inputs, aux))
+            && (a_aux_density.len(), b_input_density.len(), b_aux_density.len()) == (aux, inputs, aux);
+        fits.then_some(Matrices { inputs, aux, a, b, c, a_aux_density, b_input_density, b_aux_density })
     }
 
     /// A, B and C, and the number of inputs and of aux variables.
@@ -119,12 +104,73 @@ fn terms(lc: &LinearCombination<Scalar>) -> impl Iterator<Item = (Column, Scalar
     inputs.chain(lc.iter_aux().map(|(&i, c)| (Column::Aux(i as u32), *c)))
 }
 
-/// Records the matrices; computes no witness value.
-struct Recording {
-    m: Matrices,
+/// Where recorded rows go: a matrix in memory, or a file
+/// ([`MatrixStore`](super::matrix_store::MatrixStore)) so that recording a
+/// large circuit holds no more than its densities.
+pub(crate) trait RowSink: Send {
+    /// Appends a row; zero coefficients are dropped.
+    fn push_row(&mut self, terms: &[(Column, Scalar)]);
 }
 
-impl ConstraintSystem<Scalar> for Recording {
+impl RowSink for SparseMatrix {
+    fn push_row(&mut self, terms: &[(Column, Scalar)]) {
+        SparseMatrix::push_row(self, terms.iter().copied())
+    }
+}
+
+/// A recorded circuit: its rows of A, B, C in their sinks, and the densities.
+pub(crate) struct Recorded<S> {
+    pub inputs: usize,
+    pub aux: usize,
+    pub rows: [S; 3],
+    /// The A query's aux density, the B query's input and aux densities.
+    pub densities: [Density; 3],
+}
+
+/// Records `circuit`'s constraints into `rows` (A, B, C), with the
+/// `input · 0 = 0` constraints appended, as the recorder and the key
+/// generator do.
+pub(crate) fn record_into<C: Circuit<Scalar>, S: RowSink>(
+    circuit: C,
+    rows: [S; 3],
+) -> Result<Recorded<S>, ProveError> {
+    let mut cs =
+        Recording { r: Recorded { inputs: 0, aux: 0, rows, densities: Default::default() }, row: Vec::new() };
+    cs.alloc_input(|| "ONE", || Ok(Scalar::ONE)).map_err(ProveError::Synthesis)?;
+    circuit.synthesize(&mut cs).map_err(ProveError::Synthesis)?;
+    for i in 0..cs.r.inputs {
+        cs.enforce(|| "", |lc| lc + Variable::new_unchecked(Index::Input(i)), |lc| lc, |lc| lc);
+    }
+    Ok(cs.r)
+}
+
+/// Records the matrices; computes no witness value.
+struct Recording<S> {
+    r: Recorded<S>,
+    /// One row's terms, reused.
+    row: Vec<(Column, Scalar)>,
+}
+
+impl<S: RowSink> Recording<S> {
+    /// Appends one row to matrix `m` (0, 1, 2: A, B, C), marking the
+    /// densities: aux variables in A, inputs and aux variables in B.
+    fn push(&mut self, m: usize, lc: &LinearCombination<Scalar>) {
+        self.row.clear();
+        self.row.extend(terms(lc).filter(|(_, c)| !bool::from(c.is_zero())));
+        let [a_aux, b_input, b_aux] = &mut self.r.densities;
+        for &(col, _) in &self.row {
+            match (m, col) {
+                (0, Column::Aux(i)) => a_aux.set(i as usize),
+                (1, Column::Aux(i)) => b_aux.set(i as usize),
+                (1, Column::Input(i)) => b_input.set(i as usize),
+                _ => {}
+            }
+        }
+        self.r.rows[m].push_row(&self.row);
+    }
+}
+
+impl<S: RowSink> ConstraintSystem<Scalar> for Recording<S> {
     type Root = Self;
 
     fn alloc<F, A, AR>(&mut self, _: A, _: F) -> Result<Variable, SynthesisError>
@@ -133,12 +179,14 @@ impl ConstraintSystem<Scalar> for Recording {
         A: FnOnce() -> AR,
         AR: Into<String>,
     {
-        if self.m.aux > Column::MAX_INDEX {
+        if self.r.aux > Column::MAX_INDEX {
             // Aux indices share a u32 column with the AUX tag: 2^31 at most.
             return Err(SynthesisError::PolynomialDegreeTooLarge);
         }
-        self.m.aux += 1;
-        Ok(Variable::new_unchecked(Index::Aux(self.m.aux - 1)))
+        self.r.aux += 1;
+        self.r.densities[0].push();
+        self.r.densities[2].push();
+        Ok(Variable::new_unchecked(Index::Aux(self.r.aux - 1)))
     }
 
     fn alloc_input<F, A, AR>(&mut self, _: A, _: F) -> Result<Variable, SynthesisError>
@@ -147,8 +195,9 @@ impl ConstraintSystem<Scalar> for Recording {
         A: FnOnce() -> AR,
         AR: Into<String>,
     {
-        self.m.inputs += 1;
-        Ok(Variable::new_unchecked(Index::Input(self.m.inputs - 1)))
+        self.r.inputs += 1;
+        self.r.densities[1].push();
+        Ok(Variable::new_unchecked(Index::Input(self.r.inputs - 1)))
     }
 
     fn enforce<A, AR, LA, LB, LC>(&mut self, _: A, a: LA, b: LB, c: LC)
@@ -159,9 +208,9 @@ impl ConstraintSystem<Scalar> for Recording {
         LB: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
         LC: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
     {
-        self.m.a.push_row(terms(&a(LinearCombination::zero())));
-        self.m.b.push_row(terms(&b(LinearCombination::zero())));
-        self.m.c.push_row(terms(&c(LinearCombination::zero())));
+        self.push(0, &a(LinearCombination::zero()));
+        self.push(1, &b(LinearCombination::zero()));
+        self.push(2, &c(LinearCombination::zero()));
     }
 
     fn push_namespace<NR, N>(&mut self, _: N)

@@ -9,6 +9,7 @@ mod error;
 pub mod key;
 pub mod keygen;
 pub mod matrices;
+pub mod matrix_store;
 pub mod msm;
 mod proof;
 pub mod prover;
@@ -18,9 +19,9 @@ pub mod sparse;
 pub mod synthesis;
 mod verify;
 
+pub use assign::Parts;
 pub use error::{BackendFault, ParamsError, ProveError};
 pub use key::{PointCheck, ProvingKey, VerifyingKey};
-pub use assign::Parts;
 pub use matrices::Matrices;
 pub use proof::{Proof, ProofDecodeError};
 pub use prover::{Blinding, Finished, PendingProof, StepTime};

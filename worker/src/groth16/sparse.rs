@@ -22,7 +22,7 @@ impl Column {
     /// Most variables of one kind a column can name.
     pub const MAX_INDEX: usize = AUX as usize - 1;
 
-    fn encode(self) -> u32 {
+    pub(crate) fn encode(self) -> u32 {
         match self {
             Column::Input(i) => i,
             Column::Aux(i) => AUX | i,
@@ -81,6 +81,21 @@ impl SparseMatrix {
             *at += 1;
         }
         Self { row_start, cols, coeffs }
+    }
+
+    /// A matrix from its compressed rows (as [`SparseMatrix::compressed_rows`]
+    /// gives them); `None` unless the row starts run from 0 to the number
+    /// of terms without going back.
+    pub(crate) fn from_compressed(
+        row_start: Vec<usize>,
+        cols: Vec<u32>,
+        coeffs: Vec<Scalar>,
+    ) -> Option<Self> {
+        let fits = cols.len() == coeffs.len()
+            && row_start.first() == Some(&0)
+            && row_start.last() == Some(&cols.len())
+            && row_start.windows(2).all(|w| w[0] <= w[1]);
+        fits.then_some(Self { row_start, cols, coeffs })
     }
 
     pub fn rows(&self) -> usize {

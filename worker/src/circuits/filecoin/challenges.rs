@@ -112,7 +112,10 @@ mod tests {
     #[test]
     fn a_2kib_partition_in_parts_is_the_recorders_witness() {
         let input = include_str!("../../../tests/fuzz-corpus/porep-2k.input.json");
-        parts_match_the_recorder(RegisteredSealProof::StackedDrg2KiBV1_1, serde_json::from_str(input).unwrap());
+        parts_match_the_recorder(
+            RegisteredSealProof::StackedDrg2KiBV1_1,
+            serde_json::from_str(input).unwrap(),
+        );
     }
 
     /// The same at 512 MiB: a sector sealed here first (minutes of PC1 on

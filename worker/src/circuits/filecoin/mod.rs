@@ -24,7 +24,7 @@ pub mod seal;
 mod shape;
 pub mod synthetic;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use base64::Engine as _;
@@ -61,6 +61,13 @@ pub struct FilecoinPorepConfig {
     /// How partitions are synthesized.
     #[serde(default)]
     pub synthesis: Synthesis,
+    /// Where the recorded matrices are kept (`synthesis = "matrices"`), so
+    /// that a restart reads them instead of recording the circuit again;
+    /// by default `provd-matrices` in the parameter cache. When it cannot
+    /// be written (a read-only cache), they are recorded in memory at each
+    /// start, with a warning.
+    #[serde(default)]
+    pub matrices_cache: Option<PathBuf>,
 }
 
 /// How a Filecoin circuit's partitions are synthesized.
@@ -83,6 +90,22 @@ impl FilecoinPorepConfig {
     pub fn parameter_cache(&self) -> PathBuf {
         self.parameter_cache.clone().unwrap_or_else(default_parameter_cache)
     }
+
+    /// The recorded matrices' directory this entry uses.
+    pub fn matrices_cache(&self) -> PathBuf {
+        self.matrices_cache.clone().unwrap_or_else(|| self.parameter_cache().join("provd-matrices"))
+    }
+}
+
+/// How a partition's assignment is computed against recorded matrices.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WitnessPass {
+    /// Challenge by challenge, on every core.
+    #[default]
+    InParts,
+    /// The whole circuit on one thread, as storage-proofs runs it (kept
+    /// for benchmarks to compare against).
+    Whole,
 }
 
 /// Why a sector's C1 output or one of its partitions was refused.
@@ -303,6 +326,17 @@ impl PorepCircuit {
         witness: Value,
         matrices: Option<Arc<Matrices>>,
     ) -> Result<SynthesisFn, SectorError> {
+        self.partition_by(index, witness, matrices, WitnessPass::InParts)
+    }
+
+    /// As [`PorepCircuit::partition`], the assignment computed by `pass`.
+    pub fn partition_by(
+        &self,
+        index: usize,
+        witness: Value,
+        matrices: Option<Arc<Matrices>>,
+        pass: WitnessPass,
+    ) -> Result<SynthesisFn, SectorError> {
         let w: PartitionWitness = serde_json::from_value(witness).map_err(|e| {
             SectorError::Malformed(format!(
                 "{e}; a partition is one that the kind split from a job's \"input\" ({INPUT_SHAPE})"
@@ -314,12 +348,21 @@ impl PorepCircuit {
         let ids =
             Ids { prover_id: w.prover_id.decode().map_err(SectorError::Malformed)?, sector_id: w.sector_id };
         let c1 = self.parse_c1(&w.c1)?;
-        self.shape.partition(c1, &ids, index, matrices)
+        self.shape.partition(c1, &ids, index, matrices, pass)
     }
 
     /// The partition circuit's constraint matrices.
     pub fn record(&self) -> Result<Matrices, crate::groth16::ProveError> {
         self.shape.record()
+    }
+
+    /// The same, read from `store` (recorded into it first if it has none).
+    pub fn record_in(
+        &self,
+        store: &crate::groth16::matrix_store::MatrixStore,
+    ) -> Result<(Matrices, crate::groth16::matrix_store::Origin), crate::groth16::matrix_store::StoreError>
+    {
+        self.shape.record_in(store)
     }
 }
 
@@ -333,11 +376,9 @@ impl FilecoinPorepKind {
         let files = ParameterFiles::new(&config.parameter_cache(), &shape.cache_id());
         let t = std::time::Instant::now();
         let matrices = match config.synthesis {
-            Synthesis::Matrices => Some(Arc::new(
-                shape
-                    .record()
-                    .map_err(|e| fail(format!("recording the partition circuit's constraints: {e}")))?,
-            )),
+            Synthesis::Matrices => {
+                Some(Arc::new(recorded(&circuit, shape, &config.matrices_cache()).map_err(fail)?))
+            }
             Synthesis::Recorder => None,
         };
         let (constraints, inputs) = match &matrices {
@@ -367,6 +408,34 @@ impl FilecoinPorepKind {
         )?;
         tracing::info!(%circuit, ?proof, constraints, path = %files.params.display(), "loaded Filecoin parameters");
         Ok(Self { circuit: porep, matrices, key: Arc::new(key), source, constraints })
+    }
+}
+
+/// The partition circuit's matrices: from the store, recorded into it
+/// first if need be; recorded in memory where the store cannot be written.
+fn recorded(circuit: &str, shape: &dyn PorepShape, dir: &Path) -> Result<Matrices, String> {
+    use crate::groth16::matrix_store::{MatrixStore, Origin, StoreError};
+    let because = |e: &dyn std::fmt::Display| format!("recording the partition circuit's constraints: {e}");
+    match shape.record_in(&MatrixStore::new(dir)) {
+        Ok((m, origin)) => {
+            match origin {
+                Origin::Loaded { read } => {
+                    tracing::info!(%circuit, dir = %dir.display(), read_secs = read.as_secs_f64(),
+                    "read the recorded matrices")
+                }
+                Origin::Recorded { record, read } => tracing::info!(%circuit, dir = %dir.display(),
+                    record_secs = record.as_secs_f64(), read_secs = read.as_secs_f64(),
+                    "recorded the partition circuit's matrices into the store"),
+            }
+            Ok(m)
+        }
+        Err(StoreError::Record(e)) => Err(because(&e)),
+        Err(e) => {
+            tracing::warn!(%circuit, error = %e,
+                "the matrices store cannot be used; recording in memory (again at every start): set matrices_cache \
+                 to a writable directory");
+            shape.record().map_err(|e| because(&e))
+        }
     }
 }
 

@@ -16,7 +16,8 @@ use storage_proofs_core::proof::ProofScheme;
 use storage_proofs_porep::stacked::{self, StackedCircuit, StackedCompound, StackedDrg};
 
 use super::challenges::Challenges;
-use super::{Ids, SectorError};
+use super::{Ids, SectorError, WitnessPass};
+use crate::groth16::matrix_store::{MatrixStore, Origin, StoreError};
 use crate::groth16::SynthesisFn;
 use crate::groth16::{synthesize, Matrices, ProveError};
 
@@ -40,6 +41,9 @@ pub trait PorepShape: Send + Sync {
     /// the sector), for synthesis by sparse products.
     fn record(&self) -> Result<Matrices, ProveError>;
 
+    /// The same, read from `store` (recorded into it first if it has none).
+    fn record_in(&self, store: &MatrixStore) -> Result<(Matrices, Origin), StoreError>;
+
     /// Checks a whole C1 output against its ids (its replica id, its
     /// vanilla proofs), before it is split into partitions.
     fn check_sector(&self, c1: &SealCommitPhase1Output, ids: &Ids) -> Result<(), SectorError>;
@@ -61,6 +65,7 @@ pub trait PorepShape: Send + Sync {
         ids: &Ids,
         k: usize,
         matrices: Option<Arc<Matrices>>,
+        pass: WitnessPass,
     ) -> Result<SynthesisFn, SectorError>;
 }
 
@@ -172,6 +177,11 @@ impl<Tree: 'static + MerkleTreeTrait> PorepShape for Shaped<Tree> {
         Matrices::record(self.blank())
     }
 
+    fn record_in(&self, store: &MatrixStore) -> Result<(Matrices, Origin), StoreError> {
+        let version = storage_proofs_core::parameter_cache::VERSION;
+        store.load_or_record(&format!("v{version}-{}", self.cache_id()), || self.blank())
+    }
+
     fn synthetic_c1(
         &self,
         proof: filecoin_proofs_api::RegisteredSealProof,
@@ -187,6 +197,7 @@ impl<Tree: 'static + MerkleTreeTrait> PorepShape for Shaped<Tree> {
         ids: &Ids,
         k: usize,
         matrices: Option<Arc<Matrices>>,
+        pass: WitnessPass,
     ) -> Result<SynthesisFn, SectorError> {
         let partitions = usize::from(self.porep.partitions);
         if k >= partitions {
@@ -220,6 +231,7 @@ impl<Tree: 'static + MerkleTreeTrait> PorepShape for Shaped<Tree> {
         Ok(match matrices {
             // The witness challenge by challenge on every core; the whole
             // circuit stays the reference that names a broken constraint.
+            Some(m) if pass == WitnessPass::Whole => Arc::new(move || m.assign(circuit.clone())),
             Some(m) => {
                 let proof = std::mem::take(proof);
                 Arc::new(move || {

@@ -17,9 +17,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use storage_proofs_core::drgraph::Graph;
 use storage_proofs_core::merkle::{base_path_length, MerkleProof, MerkleTreeTrait};
-use storage_proofs_porep::stacked::{
-    self, ColumnProof, EncodingProof, LabelingProof, ReplicaColumnProof,
-};
+use storage_proofs_porep::stacked::{self, ColumnProof, EncodingProof, LabelingProof, ReplicaColumnProof};
 use typenum::Unsigned;
 
 use super::Ids;
@@ -138,7 +136,8 @@ pub fn c1_of_shape<Tree: 'static + MerkleTreeTrait>(
         comm_d,
         &porep.porep_id,
     );
-    let (comm_c, comm_r_last) = (blstrs::Scalar::random(&mut rng).into(), blstrs::Scalar::random(&mut rng).into());
+    let (comm_c, comm_r_last) =
+        (blstrs::Scalar::random(&mut rng).into(), blstrs::Scalar::random(&mut rng).into());
     let mut draw = Draw { rng, params, comm_c, comm_r_last };
     let challenges = params.challenges.num_challenges_per_partition();
     let partitions: Vec<Vec<RawVanillaProof<Tree>>> = (0..usize::from(porep.partitions))
@@ -202,7 +201,10 @@ mod tests {
             (matrices.num_inputs(), matrices.num_aux()),
             "the real circuit's shape"
         );
-        assert!(matches!(w.evaluated(), Err(ProveError::Unsatisfied { .. })), "random values satisfy nothing");
+        assert!(
+            matches!(w.evaluated(), Err(ProveError::Unsatisfied { .. })),
+            "random values satisfy nothing"
+        );
 
         let c1 = serde_json::to_value(circuit.shape.synthetic_c1(proof, &ids, 5).unwrap()).unwrap();
         let job = serde_json::json!({"c1": c1, "miner_id": 1000, "sector_id": 3});

@@ -1,0 +1,219 @@
+//! `provd bench porep-shape`: the host's pieces of proving a PoRep
+//! partition at a sector size's real shape, without a sealed sector (a
+//! 32 GiB one takes hours to seal): its C1 output drawn at random
+//! ([`synthetic`](crate::circuits::filecoin::synthetic)), so nothing it
+//! proves would verify, and nothing here proves. Measured, each with its
+//! time, the cores it kept busy and its peak RSS:
+//!
+//! - recording the partition circuit's matrices into a store on disk, and
+//!   reading them back (what a restart does);
+//! - a partition's witness, challenge by challenge on every core, and the
+//!   whole circuit on one thread as storage-proofs runs it, checked to be
+//!   the same assignment value for value;
+//! - a, b and c by sparse products on the host (what `gpu.products = "cpu"`
+//!   does; a GPU worker computes them on its device).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use filecoin_proofs_api::RegisteredSealProof;
+use serde_json::{json, Value};
+
+use super::{current_rss, environment, median, peak_rss, print_table, reset_peak_rss, write_json, HostUsage};
+use crate::circuits::filecoin::{prover_id_of_miner, Ids, PorepCircuit, WitnessPass};
+use crate::groth16::matrix_store::{MatrixStore, Origin};
+
+pub struct PorepShapeBench {
+    pub proof: RegisteredSealProof,
+    /// Partitions whose witness is computed in parts (the median is reported).
+    pub runs: usize,
+    /// Holds the matrix store.
+    pub work_dir: PathBuf,
+    /// Reads the store a previous run left instead of recording afresh.
+    pub keep_store: bool,
+    pub json: PathBuf,
+}
+
+/// One measured piece: wall seconds, CPU seconds, and the peak RSS above
+/// what the process held before it.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+struct Piece {
+    wall_s: f64,
+    cpu_s: f64,
+    cores: f64,
+    peak_rss_above_bytes: u64,
+}
+
+/// Runs `f`, measuring it as a [`Piece`].
+fn measure<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<(T, Piece)> {
+    let before = current_rss();
+    reset_peak_rss();
+    let usage = HostUsage::now();
+    let t = Instant::now();
+    let out = f()?;
+    let wall_s = t.elapsed().as_secs_f64();
+    let cpu_s = usage.zip(HostUsage::now()).map_or(0.0, |(a, b)| b.since(a).cpu_seconds);
+    let peak_rss_above_bytes = peak_rss().saturating_sub(before);
+    Ok((out, Piece { wall_s, cpu_s, cores: cpu_s / wall_s.max(1e-9), peak_rss_above_bytes }))
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.2}", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// Bytes of the files directly in `dir`.
+fn bytes_in(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|d| d.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
+        .unwrap_or(0)
+}
+
+impl PorepShapeBench {
+    pub fn run(&self) -> anyhow::Result<()> {
+        let circuit = PorepCircuit::new(self.proof).map_err(anyhow::Error::msg)?;
+        let store = MatrixStore::new(self.work_dir.join("matrices"));
+        if !self.keep_store {
+            let _ = std::fs::remove_dir_all(self.work_dir.join("matrices"));
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        eprintln!("{:?}: recording (or reading) the partition circuit's matrices…", self.proof);
+        let ((matrices, origin), recorded) = measure(|| Ok(circuit.record_in(&store)?))?;
+        let (record_s, first_read_s) = match origin {
+            Origin::Recorded { record, read } => (Some(record.as_secs_f64()), read.as_secs_f64()),
+            Origin::Loaded { read } => (None, read.as_secs_f64()),
+        };
+        drop(matrices);
+        let ((matrices, _), read) = measure(|| Ok(circuit.record_in(&store)?))?;
+        let matrices = Arc::new(matrices);
+        let store_dir = std::fs::read_dir(self.work_dir.join("matrices"))?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.join("meta.json").exists())
+            .ok_or_else(|| anyhow::anyhow!("no store was written"))?;
+        let on_disk = bytes_in(&store_dir);
+        let heap = matrices.heap_bytes() as u64;
+        eprintln!(
+            "{} constraints, {} inputs, {} aux; {} GiB resident, {} GiB on disk",
+            matrices.num_constraints(),
+            matrices.num_inputs(),
+            matrices.num_aux(),
+            gib(heap),
+            gib(on_disk)
+        );
+
+        let ids = Ids { prover_id: prover_id_of_miner(1000), sector_id: 1 };
+        let (partitions, drawn) = measure(|| circuit.synthetic_partitions(ids, 1))?;
+        let witness = |k: usize, pass: WitnessPass| {
+            let k = k % partitions.len();
+            let f = circuit.partition_by(k, partitions[k].clone(), Some(matrices.clone()), pass)?;
+            Ok(f()?)
+        };
+        let mut in_parts = Vec::new();
+        let mut last = None;
+        for k in 0..self.runs {
+            eprintln!("partition {k}: witness in parts…");
+            let (w, piece) = measure(|| witness(k, WitnessPass::InParts))?;
+            in_parts.push(piece);
+            last = Some((k, w));
+        }
+        let (k, parted) = last.expect("--runs is at least 1");
+        eprintln!("partition {k}: the whole circuit on one thread…");
+        let (whole, whole_piece) = measure(|| witness(k, WitnessPass::Whole))?;
+        let same = parted.input_assignment == whole.input_assignment
+            && parted.aux_assignment == whole.aux_assignment;
+        anyhow::ensure!(same, "partition {k}: the assignment in parts differs from the whole circuit's");
+        drop(whole);
+        eprintln!("a, b and c by sparse products on the host…");
+        let (_, products) =
+            measure(|| Ok(matrices.products(&parted.input_assignment, &parted.aux_assignment)))?;
+        let assignment_bytes = ((parted.input_assignment.len() + parted.aux_assignment.len()) * 32) as u64;
+
+        let pick = |f: fn(&Piece) -> f64| median(&in_parts.iter().map(f).collect::<Vec<_>>());
+        let parts = Piece {
+            wall_s: pick(|p| p.wall_s),
+            cpu_s: pick(|p| p.cpu_s),
+            cores: pick(|p| p.cores),
+            peak_rss_above_bytes: in_parts.iter().map(|p| p.peak_rss_above_bytes).max().unwrap_or(0),
+        };
+        let row = |what: &str, p: &Piece, note: String| {
+            vec![
+                what.to_string(),
+                format!("{:.2}", p.wall_s),
+                format!("{:.1}", p.cores),
+                gib(p.peak_rss_above_bytes),
+                note,
+            ]
+        };
+        let mut rows = Vec::new();
+        if let Some(s) = record_s {
+            rows.push(row(
+                "record into the store",
+                &recorded,
+                format!("{s:.2} s recording, {first_read_s:.2} s reading"),
+            ));
+        } else {
+            rows.push(row("read the kept store", &recorded, "(recorded by an earlier run)".into()));
+        }
+        rows.push(row(
+            "read the store again",
+            &read,
+            format!("{} GiB on disk, {} GiB resident", gib(on_disk), gib(heap)),
+        ));
+        rows.push(row("draw the synthetic C1", &drawn, format!("{} partitions", partitions.len())));
+        rows.push(row(
+            "witness, in parts",
+            &parts,
+            format!("median of {}; the assignment {} GiB", self.runs, gib(assignment_bytes)),
+        ));
+        rows.push(row(
+            "witness, whole circuit",
+            &whole_piece,
+            format!("{:.1}x the time in parts; the same assignment", whole_piece.wall_s / parts.wall_s),
+        ));
+        rows.push(row("a, b, c on the host", &products, "3 sparse products".into()));
+        println!("{:?} at its real shape, on {cores} cores (measured in this run):", self.proof);
+        print_table(&["piece", "wall s", "cores busy", "peak RSS above GiB", "note"], &rows);
+
+        // Projected, and labelled so: the witness is CPU-bound, so in a
+        // steady stream the host's cores give a partition every
+        // cpu_s / cores seconds; a sector is its partitions.
+        let per_partition = parts.cpu_s / cores as f64;
+        let sector = per_partition * partitions.len() as f64;
+        println!(
+            "projected, host witness only (not measured): a sector every {sector:.1} s = {} partitions x {:.2} \
+             CPU s a partition / {cores} cores; the device step is not in this figure",
+            partitions.len(),
+            parts.cpu_s
+        );
+        let report: Value = json!({
+            "bench": "porep-shape",
+            "proof": format!("{:?}", self.proof),
+            "env": environment(),
+            "cores": cores,
+            "constraints": matrices.num_constraints(),
+            "inputs": matrices.num_inputs(),
+            "aux": matrices.num_aux(),
+            "partitions": partitions.len(),
+            "matrices": {
+                "record_s": record_s,
+                "first_read_s": first_read_s,
+                "recording": recorded,
+                "read": read,
+                "bytes_on_disk": on_disk,
+                "bytes_resident": heap,
+            },
+            "synthetic_c1": drawn,
+            "witness_in_parts": { "median": parts, "runs": in_parts },
+            "witness_whole": whole_piece,
+            "same_assignment": same,
+            "assignment_bytes": assignment_bytes,
+            "host_products": products,
+            "projected_sector_s_host_witness_only": {
+                "value": sector,
+                "formula": "partitions * witness_in_parts.cpu_s / cores",
+            },
+        });
+        write_json(&self.json, &report)
+    }
+}
