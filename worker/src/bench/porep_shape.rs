@@ -45,8 +45,10 @@ struct Piece {
     peak_rss_above_bytes: u64,
 }
 
-/// Runs `f`, measuring it as a [`Piece`].
-fn measure<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<(T, Piece)> {
+/// Runs `f`, measuring it as a [`Piece`], which it prints at once (a run
+/// cut short still leaves its figures so far).
+fn measure<T>(what: &str, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<(T, Piece)> {
+    eprintln!("{what}…");
     let before = current_rss();
     reset_peak_rss();
     let usage = HostUsage::now();
@@ -55,7 +57,9 @@ fn measure<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<(T, Piece
     let wall_s = t.elapsed().as_secs_f64();
     let cpu_s = usage.zip(HostUsage::now()).map_or(0.0, |(a, b)| b.since(a).cpu_seconds);
     let peak_rss_above_bytes = peak_rss().saturating_sub(before);
-    Ok((out, Piece { wall_s, cpu_s, cores: cpu_s / wall_s.max(1e-9), peak_rss_above_bytes }))
+    let piece = Piece { wall_s, cpu_s, cores: cpu_s / wall_s.max(1e-9), peak_rss_above_bytes };
+    eprintln!("  {what}: {piece:?}");
+    Ok((out, piece))
 }
 
 fn gib(bytes: u64) -> String {
@@ -77,14 +81,14 @@ impl PorepShapeBench {
             let _ = std::fs::remove_dir_all(self.work_dir.join("matrices"));
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        eprintln!("{:?}: recording (or reading) the partition circuit's matrices…", self.proof);
-        let ((matrices, origin), recorded) = measure(|| Ok(circuit.record_in(&store)?))?;
+        let ((matrices, origin), recorded) =
+            measure("recording (or reading) the matrices", || Ok(circuit.record_in(&store)?))?;
         let (record_s, first_read_s) = match origin {
             Origin::Recorded { record, read } => (Some(record.as_secs_f64()), read.as_secs_f64()),
             Origin::Loaded { read } => (None, read.as_secs_f64()),
         };
         drop(matrices);
-        let ((matrices, _), read) = measure(|| Ok(circuit.record_in(&store)?))?;
+        let ((matrices, _), read) = measure("reading the store", || Ok(circuit.record_in(&store)?))?;
         let matrices = Arc::new(matrices);
         let store_dir = std::fs::read_dir(self.work_dir.join("matrices"))?
             .flatten()
@@ -103,7 +107,7 @@ impl PorepShapeBench {
         );
 
         let ids = Ids { prover_id: prover_id_of_miner(1000), sector_id: 1 };
-        let (partitions, drawn) = measure(|| circuit.synthetic_partitions(ids, 1))?;
+        let (partitions, drawn) = measure("drawing a synthetic C1", || circuit.synthetic_partitions(ids, 1))?;
         let witness = |k: usize, pass: WitnessPass| {
             let k = k % partitions.len();
             let f = circuit.partition_by(k, partitions[k].clone(), Some(matrices.clone()), pass)?;
@@ -112,21 +116,23 @@ impl PorepShapeBench {
         let mut in_parts = Vec::new();
         let mut last = None;
         for k in 0..self.runs {
-            eprintln!("partition {k}: witness in parts…");
-            let (w, piece) = measure(|| witness(k, WitnessPass::InParts))?;
+            let (w, piece) =
+                measure(&format!("partition {k}: witness in parts"), || witness(k, WitnessPass::InParts))?;
             in_parts.push(piece);
             last = Some((k, w));
         }
         let (k, parted) = last.expect("--runs is at least 1");
-        eprintln!("partition {k}: the whole circuit on one thread…");
-        let (whole, whole_piece) = measure(|| witness(k, WitnessPass::Whole))?;
+        let (whole, whole_piece) =
+            measure(&format!("partition {k}: the whole circuit's witness on one thread"), || {
+                witness(k, WitnessPass::Whole)
+            })?;
         let same = parted.input_assignment == whole.input_assignment
             && parted.aux_assignment == whole.aux_assignment;
         anyhow::ensure!(same, "partition {k}: the assignment in parts differs from the whole circuit's");
         drop(whole);
-        eprintln!("a, b and c by sparse products on the host…");
-        let (_, products) =
-            measure(|| Ok(matrices.products(&parted.input_assignment, &parted.aux_assignment)))?;
+        let (_, products) = measure("a, b and c by sparse products on the host", || {
+            Ok(matrices.products(&parted.input_assignment, &parted.aux_assignment))
+        })?;
         let assignment_bytes = ((parted.input_assignment.len() + parted.aux_assignment.len()) * 32) as u64;
 
         let pick = |f: fn(&Piece) -> f64| median(&in_parts.iter().map(f).collect::<Vec<_>>());

@@ -148,10 +148,10 @@ impl MatrixStore {
             sha256: Default::default(),
         };
         for (i, w) in recorded.rows.into_iter().enumerate() {
-            let (rows, terms, digests) = w.finish()?;
-            meta.rows = rows;
-            meta.terms[i] = terms;
-            meta.sha256.extend(digests);
+            let written = w.finish()?;
+            meta.rows = written.rows;
+            meta.terms[i] = written.terms;
+            meta.sha256.extend(written.digests);
         }
         let mut densities = HashingFile::create(&staging.join("densities"))?;
         for d in &recorded.densities {
@@ -211,6 +211,14 @@ impl HashingFile {
     }
 }
 
+/// What a [`MatrixWriter`] wrote: rows, terms, and (file name, SHA-256) of
+/// its two files.
+struct Written {
+    rows: usize,
+    terms: usize,
+    digests: [(String, String); 2],
+}
+
 /// One matrix's rows, streamed to `x.rows` and `x.terms`.
 struct MatrixWriter {
     name: &'static str,
@@ -229,11 +237,11 @@ impl MatrixWriter {
     }
 
     /// Rows and terms written, and the files' digests.
-    fn finish(self) -> Result<(usize, usize, [(String, String); 2]), StoreError> {
+    fn finish(self) -> Result<Written, StoreError> {
         let name = self.name;
         let rows = (format!("{name}.rows"), self.rows.finish()?);
         let terms = (format!("{name}.terms"), self.terms.finish()?);
-        Ok((self.row_count, self.term_count, [rows, terms]))
+        Ok(Written { rows: self.row_count, terms: self.term_count, digests: [rows, terms] })
     }
 }
 
@@ -440,7 +448,7 @@ mod tests {
         let mut bytes = std::fs::read(&terms).unwrap();
         bytes[40] ^= 1;
         std::fs::write(&terms, &bytes).unwrap();
-        let e = load(&path, "bench-8").err().expect("a damaged store");
+        let e = load(&path, "bench-8").expect_err("a damaged store");
         assert!(e.to_string().contains("SHA-256"), "{e}");
         let (got, origin) = store.load_or_record("bench-8", blank).unwrap();
         assert!(matches!(origin, Origin::Recorded { .. }));
@@ -450,13 +458,13 @@ mod tests {
         let rows = path.join("c.rows");
         let bytes = std::fs::read(&rows).unwrap();
         std::fs::write(&rows, &bytes[..bytes.len() - 8]).unwrap();
-        let e = load(&path, "bench-8").err().expect("a short file");
+        let e = load(&path, "bench-8").expect_err("a short file");
         assert!(e.to_string().contains("bytes, not the"), "{e}");
 
         // Another circuit's store under this name.
         store.load_or_record("bench-8", blank).unwrap();
         std::fs::rename(&path, store.path_of("bench-9")).unwrap();
-        let e = load(&store.path_of("bench-9"), "bench-9").err().expect("a foreign store");
+        let e = load(&store.path_of("bench-9"), "bench-9").expect_err("a foreign store");
         assert!(e.to_string().contains("not format 1 of 'bench-9'"), "{e}");
     }
 
