@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, over .device-bundle/:
-#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [supraseal-probe] [circom] [porep] [soak] [in-flight] [products] ...
-# TEST_BINS (e.g. "gpu-test msm-test") limits `tests` to those binaries.
+#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [supraseal-probe] [circom] [porep] [porep-shape] [soak] [in-flight] [products] ...
+# TEST_BINS (e.g. "gpu-test msm-test") limits `tests` to those binaries; TESTS_SKIP names ignored tests not
+# to run (default "512mib": sealing a 512 MiB sector takes minutes and needs no GPU).
 # B_G2=gpu|cpu places B's G2 MSM for bench-prove and bench-pipeline (default: the binary's);
 # PROVE_VS=none skips bellperson in bench-prove; PIPE_DEVICES=all spreads bench-pipeline over every GPU.
 # circom: CIRCOM_DIR (or CIRCOM_TAR, a tar.xz of it) holds circom circuits (NAME.r1cs + NAME.wtns: a TEST-ONLY zkey is
@@ -18,6 +19,7 @@
 # default) prints bellperson's synthesis / prover split per proof.
 # supraseal-probe: ncu's device time per kernel of PROBE_CIRCUIT (default bench-14) proved by the harness.
 # PIPE_CIRCUITS runs bench-pipeline once per circuit named (default: PIPE_CIRCUIT).
+# porep-shape: `provd bench porep-shape` at SHAPE_PROOF (default StackedDrg32GiBV1_1), SHAPE_RUNS partitions.
 # porep: for each of POREP_PROOFS (default "StackedDrg2KiBV1_1 StackedDrg512MiBV1_1"), `provd bench porep` seals a
 # sector and makes TEST-ONLY parameters in POREP_WORK (kept while the machine is), then proves it POREP_RUNS times
 # with provd's cuda backend and with filecoin-proofs' own seal_commit_phase2 (CPU); the ratio lands in porep.log.
@@ -54,8 +56,9 @@ for step in "${@:-tests}"; do
       for t in "$bundle"/tests/*; do
         if [ -n "${TEST_BINS:-}" ] && [[ " $TEST_BINS " != *" $(basename "$t") "* ]]; then continue; fi
         echo "== $(basename "$t")" | tee -a "$OUT/tests.log"
-        # GPU tests are #[ignore]d with their reason where no GPU is (CI): run them here.
-        "$t" --test-threads=1 --include-ignored 2>&1 | tee -a "$OUT/tests.log" || status=1
+        # GPU tests are #[ignore]d with their reason where no GPU is (CI): run them here, but not the
+        # other ignored ones that only take long (TESTS_SKIP, default: those sealing a 512 MiB sector).
+        "$t" --test-threads=1 --include-ignored --skip "${TESTS_SKIP:-512mib}" 2>&1 | tee -a "$OUT/tests.log" || status=1
       done ;;
     example)
       "$bundle/sha256_preimage" cuda 2>&1 | tee "$OUT/example.log" || status=1 ;;
@@ -63,6 +66,13 @@ for step in "${@:-tests}"; do
       "$bundle/provd" bench ntt --sizes "${NTT_SIZES:-20,22,24,26}" --json "$OUT/ntt.json" 2>&1 | tee "$OUT/bench-ntt.log" || status=1 ;;
     bench-msm)
       "$bundle/provd" bench msm --sizes "${MSM_SIZES:-20,22,24,26}" --json "$OUT/msm.json" 2>&1 | tee "$OUT/bench-msm.log" || status=1 ;;
+    porep-shape)
+      # The host's pieces of a PoRep partition at SHAPE_PROOF's real shape (a synthetic C1; its matrix
+      # store, ~27 GiB at 32 GiB, in SHAPE_WORK on the machine's disk, not in $OUT); peak RSS from time -v.
+      timed=(); [ -x /usr/bin/time ] && timed=(/usr/bin/time -v)
+      "${timed[@]}" "$bundle/provd" bench porep-shape --proof "${SHAPE_PROOF:-StackedDrg32GiBV1_1}" \
+        --runs "${SHAPE_RUNS:-2}" --work-dir "${SHAPE_WORK:-/tmp/porep-shape}" --json "$OUT/porep-shape.json" \
+        2>&1 | tee "$OUT/porep-shape.log" || status=1 ;;
     bench-msm-g2)
       sizes=${MSM_G2_SIZES:-16,18,20,22}
       "$bundle/provd" bench msm --g2 --sizes "$sizes" --cpu-sizes "$sizes" --json "$OUT/msm-g2.json" 2>&1 | tee "$OUT/bench-msm-g2.log" || status=1 ;;
