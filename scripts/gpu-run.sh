@@ -19,7 +19,8 @@
 # default) prints bellperson's synthesis / prover split per proof.
 # supraseal-probe: ncu's device time per kernel of PROBE_CIRCUIT (default bench-14) proved by the harness.
 # PIPE_CIRCUITS runs bench-pipeline once per circuit named (default: PIPE_CIRCUIT).
-# porep-shape: `provd bench porep-shape` at SHAPE_PROOF (default StackedDrg32GiBV1_1), SHAPE_RUNS partitions.
+# porep-shape: `provd bench porep-shape` at SHAPE_PROOF (default StackedDrg32GiBV1_1), SHAPE_RUNS partitions,
+# SHAPE_PROVE_RUNS proofs with a timing key on the GPU.
 # porep: for each of POREP_PROOFS (default "StackedDrg2KiBV1_1 StackedDrg512MiBV1_1"), `provd bench porep` seals a
 # sector and makes TEST-ONLY parameters in POREP_WORK (kept while the machine is), then proves it POREP_RUNS times
 # with provd's cuda backend and with filecoin-proofs' own seal_commit_phase2 (CPU); the ratio lands in porep.log.
@@ -69,10 +70,16 @@ for step in "${@:-tests}"; do
     porep-shape)
       # The host's pieces of a PoRep partition at SHAPE_PROOF's real shape (a synthetic C1; its matrix
       # store, ~27 GiB at 32 GiB, in SHAPE_WORK on the machine's disk, not in $OUT); peak RSS from time -v.
+      # SHAPE_PROVE_RUNS proofs with a timing key follow (default 2); device memory sampled beside.
       timed=(); [ -x /usr/bin/time ] && timed=(/usr/bin/time -v)
+      nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -lms 500 \
+        > "$OUT/porep-shape-smi.csv" & smi=$!
       "${timed[@]}" "$bundle/provd" bench porep-shape --proof "${SHAPE_PROOF:-StackedDrg32GiBV1_1}" \
-        --runs "${SHAPE_RUNS:-2}" --work-dir "${SHAPE_WORK:-/tmp/porep-shape}" --json "$OUT/porep-shape.json" \
-        2>&1 | tee "$OUT/porep-shape.log" || status=1 ;;
+        --runs "${SHAPE_RUNS:-2}" --prove-runs "${SHAPE_PROVE_RUNS:-2}" --backend cuda \
+        --work-dir "${SHAPE_WORK:-/tmp/porep-shape}" --json "$OUT/porep-shape.json" \
+        2>&1 | tee "$OUT/porep-shape.log" || status=1
+      kill "$smi"
+      sort -t, -k2 -n "$OUT/porep-shape-smi.csv" | tail -1 | sed 's/^/peak device memory (nvidia-smi): /' | tee -a "$OUT/porep-shape.log" ;;
     bench-msm-g2)
       sizes=${MSM_G2_SIZES:-16,18,20,22}
       "$bundle/provd" bench msm --g2 --sizes "$sizes" --cpu-sizes "$sizes" --json "$OUT/msm-g2.json" 2>&1 | tee "$OUT/bench-msm-g2.log" || status=1 ;;

@@ -295,6 +295,13 @@ enum BenchCommand {
         /// Read the store an earlier run left rather than record afresh.
         #[arg(long)]
         keep_store: bool,
+        /// Then prove the last partition this many times (after a warm-up)
+        /// on the backend with a timing key of the circuit's shape (repeated
+        /// points: no proof of anything), each step timed; 0: none.
+        #[arg(long, default_value_t = 0)]
+        prove_runs: usize,
+        #[command(flatten)]
+        common: Common,
         #[arg(long, default_value = "bench-results/porep-shape.json")]
         json: PathBuf,
     },
@@ -692,16 +699,13 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             .run(backends)
         }
         #[cfg(feature = "filecoin")]
-        BenchCommand::PorepShape { proof, runs, work_dir, keep_store, json } => {
+        BenchCommand::PorepShape { proof, runs, work_dir, keep_store, prove_runs, json, common } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");
-            bench::porep_shape::PorepShapeBench {
-                proof: seal_proof(&proof)?,
-                runs,
-                work_dir,
-                keep_store,
-                json,
-            }
-            .run()
+            let backends =
+                provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?.backends;
+            let proof = seal_proof(&proof)?;
+            bench::porep_shape::PorepShapeBench { proof, runs, work_dir, keep_store, prove_runs, json }
+                .run(&*backends[0])
         }
         BenchCommand::Msm { sizes, cpu_sizes, runs, warmup, json, g2, data_dir } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");

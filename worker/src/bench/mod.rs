@@ -14,6 +14,7 @@ pub mod prove;
 use std::path::Path;
 use std::time::Duration;
 
+use rayon::prelude::*;
 use serde_json::{json, Value};
 
 /// n random field elements, generated in parallel from `seed`.
@@ -27,6 +28,45 @@ pub fn random_scalars(n: usize, seed: u64) -> Vec<blstrs::Scalar> {
         c.iter_mut().for_each(|x| *x = blstrs::Scalar::random(&mut rng));
     });
     v
+}
+
+/// The bases (i+1)·G for i < n, G the group's generator: an MSM over them
+/// has a closed form, Σ s_i·(i+1) · G, computed on the host independently
+/// of any MSM code, which checks every size (2^24 and up too, where blst
+/// would take too long). Timing does not depend on the bases' values.
+pub fn multiples_of_generator<P>(n: usize) -> Vec<P::AffineRepr>
+where
+    P: group::Curve + group::Group<Scalar = blstrs::Scalar> + Send,
+    P::AffineRepr: Default + Copy + Send,
+{
+    const CHUNK: usize = 4096;
+    (0..n.div_ceil(CHUNK))
+        .into_par_iter()
+        .flat_map_iter(|k| {
+            let g = P::generator();
+            let mut p = g * blstrs::Scalar::from((k * CHUNK) as u64 + 1);
+            let proj: Vec<P> = (0..CHUNK.min(n - k * CHUNK))
+                .map(|_| {
+                    let here = p;
+                    p += g;
+                    here
+                })
+                .collect();
+            let mut aff = vec![P::AffineRepr::default(); proj.len()];
+            P::batch_normalize(&proj, &mut aff);
+            aff
+        })
+        .collect()
+}
+
+/// Σ s_i·(i+1) · G: the MSM of `scalars` over [`multiples_of_generator`].
+pub fn closed_form<P: group::Group<Scalar = blstrs::Scalar>>(scalars: &[blstrs::Scalar]) -> P {
+    let sum = scalars
+        .par_iter()
+        .enumerate()
+        .map(|(i, s)| *s * blstrs::Scalar::from(i as u64 + 1))
+        .reduce(|| blstrs::Scalar::from(0u64), |a, b| a + b);
+    P::generator() * sum
 }
 
 /// Median of a set of timings (upper median for even counts).
@@ -211,5 +251,22 @@ mod tests {
         let d = HostUsage::now().unwrap().since(before);
         assert!(d.minor_faults > 0, "{d:?}");
         assert!(d.voluntary_switches > 0, "a sleep gives up the core: {d:?}");
+    }
+
+    /// The closed form is blst's MSM over the multiples, on both groups and
+    /// across a chunk boundary; a wrong scalar breaks it.
+    #[test]
+    fn the_closed_form_is_the_msm_over_multiples_of_the_generator() {
+        let n = 5000;
+        let scalars = random_scalars(n, 3);
+        let g1 = multiples_of_generator::<G1Projective>(n);
+        assert_eq!(g1.len(), n);
+        assert_eq!(G1Projective::from(g1[2]), G1Projective::generator() * blstrs::Scalar::from(3u64));
+        assert_eq!(G1Projective::pippenger(&g1, &scalars), closed_form::<G1Projective>(&scalars));
+        let g2 = multiples_of_generator::<G2Projective>(n);
+        assert_eq!(G2Projective::pippenger(&g2, &scalars), closed_form::<G2Projective>(&scalars));
+        let mut wrong = scalars.clone();
+        wrong[4321] += blstrs::Scalar::from(1u64);
+        assert_ne!(G1Projective::pippenger(&g1, &wrong), closed_form::<G1Projective>(&scalars));
     }
 }

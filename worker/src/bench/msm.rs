@@ -7,12 +7,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use blstrs::{G1Projective, G2Projective};
-use group::{Curve, Group};
+use group::Group;
 use provd_kernels::{G1Bases, G2Bases, Gpu, Msm, PinnedBases, Timer};
-use rayon::prelude::*;
 use serde_json::json;
 
-use super::{environment, gpu_median_ms, median, print_table, random_scalars, write_json};
+use super::{
+    closed_form, environment, gpu_median_ms, median, multiples_of_generator, print_table, random_scalars,
+    write_json,
+};
 use crate::groth16::msm::MsmGroup;
 
 /// sppark's G1 MSM on this H200 (255-bit random scalars, bases and scalars
@@ -36,45 +38,6 @@ pub struct MsmBench {
     pub json: PathBuf,
     /// Time the G2 MSM (B's query) instead of G1.
     pub g2: bool,
-}
-
-/// The bases (i+1)·G for i < n, G the group's generator: an MSM over them
-/// has a closed form, Σ s_i·(i+1) · G, computed on the host independently
-/// of any MSM code, which checks every size (2^24 and up too, where blst
-/// would take too long). Timing does not depend on the bases' values.
-fn multiples_of_generator<P>(n: usize) -> Vec<P::AffineRepr>
-where
-    P: Curve + Group<Scalar = blstrs::Scalar> + Send,
-    P::AffineRepr: Default + Copy + Send,
-{
-    const CHUNK: usize = 4096;
-    (0..n.div_ceil(CHUNK))
-        .into_par_iter()
-        .flat_map_iter(|k| {
-            let g = P::generator();
-            let mut p = g * blstrs::Scalar::from((k * CHUNK) as u64 + 1);
-            let proj: Vec<P> = (0..CHUNK.min(n - k * CHUNK))
-                .map(|_| {
-                    let here = p;
-                    p += g;
-                    here
-                })
-                .collect();
-            let mut aff = vec![P::AffineRepr::default(); proj.len()];
-            P::batch_normalize(&proj, &mut aff);
-            aff
-        })
-        .collect()
-}
-
-/// Σ s_i·(i+1) · G: the MSM of `scalars` over [`multiples_of_generator`].
-fn closed_form<P: Group<Scalar = blstrs::Scalar>>(scalars: &[blstrs::Scalar]) -> P {
-    let sum = scalars
-        .par_iter()
-        .enumerate()
-        .map(|(i, s)| *s * blstrs::Scalar::from(i as u64 + 1))
-        .reduce(|| blstrs::Scalar::from(0u64), |a, b| a + b);
-    P::generator() * sum
 }
 
 impl MsmBench {
@@ -250,27 +213,5 @@ impl MsmBench {
             "runs": self.runs, "warmup": self.warmup, "results": results,
         });
         write_json(&self.json, &report)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The closed form is blst's MSM over the multiples, on both groups and
-    /// across a chunk boundary; a wrong scalar breaks it.
-    #[test]
-    fn the_closed_form_is_the_msm_over_multiples_of_the_generator() {
-        let n = 5000;
-        let scalars = random_scalars(n, 3);
-        let g1 = multiples_of_generator::<G1Projective>(n);
-        assert_eq!(g1.len(), n);
-        assert_eq!(G1Projective::from(g1[2]), G1Projective::generator() * blstrs::Scalar::from(3u64));
-        assert_eq!(G1Projective::pippenger(&g1, &scalars), closed_form::<G1Projective>(&scalars));
-        let g2 = multiples_of_generator::<G2Projective>(n);
-        assert_eq!(G2Projective::pippenger(&g2, &scalars), closed_form::<G2Projective>(&scalars));
-        let mut wrong = scalars.clone();
-        wrong[4321] += blstrs::Scalar::from(1u64);
-        assert_ne!(G1Projective::pippenger(&g1, &wrong), closed_form::<G1Projective>(&scalars));
     }
 }

@@ -20,9 +20,17 @@ use std::time::Instant;
 use filecoin_proofs_api::RegisteredSealProof;
 use serde_json::{json, Value};
 
-use super::{current_rss, environment, median, peak_rss, print_table, reset_peak_rss, write_json, HostUsage};
+use super::{
+    current_rss, environment, median, multiples_of_generator, peak_rss, print_table, reset_peak_rss,
+    write_json, HostUsage,
+};
+use crate::backend::Backend;
 use crate::circuits::filecoin::{prover_id_of_miner, Ids, PorepCircuit, WitnessPass};
+use crate::groth16::domain::{Domain, TwoAdicRoot};
 use crate::groth16::matrix_store::{MatrixStore, Origin};
+use crate::groth16::synthesis::Evaluations;
+use crate::groth16::{Blinding, Matrices, ProvingKey, Reduction, StepTime, Synthesized, VerifyingKey};
+use blstrs::{G1Projective, G2Projective};
 
 pub struct PorepShapeBench {
     pub proof: RegisteredSealProof,
@@ -32,6 +40,9 @@ pub struct PorepShapeBench {
     pub work_dir: PathBuf,
     /// Reads the store a previous run left instead of recording afresh.
     pub keep_store: bool,
+    /// Proofs of the last partition with a timing key (after one
+    /// warm-up); 0 to prove none.
+    pub prove_runs: usize,
     pub json: PathBuf,
 }
 
@@ -74,7 +85,7 @@ fn bytes_in(dir: &std::path::Path) -> u64 {
 }
 
 impl PorepShapeBench {
-    pub fn run(&self) -> anyhow::Result<()> {
+    pub fn run(&self, backend: &dyn Backend) -> anyhow::Result<()> {
         let circuit = PorepCircuit::new(self.proof).map_err(anyhow::Error::msg)?;
         let store = MatrixStore::new(self.work_dir.join("matrices"));
         if !self.keep_store {
@@ -97,6 +108,8 @@ impl PorepShapeBench {
             .ok_or_else(|| anyhow::anyhow!("no store was written"))?;
         let on_disk = bytes_in(&store_dir);
         let heap = matrices.heap_bytes() as u64;
+        let (constraints, inputs, aux) =
+            (matrices.num_constraints(), matrices.num_inputs(), matrices.num_aux());
         eprintln!(
             "{} constraints, {} inputs, {} aux; {} GiB resident, {} GiB on disk",
             matrices.num_constraints(),
@@ -130,11 +143,23 @@ impl PorepShapeBench {
             && parted.aux_assignment == whole.aux_assignment;
         anyhow::ensure!(same, "partition {k}: the assignment in parts differs from the whole circuit's");
         drop(whole);
-        let (_, products) = measure("a, b and c by sparse products on the host", || {
+        let (abc, products) = measure("a, b and c by sparse products on the host", || {
             Ok(matrices.products(&parted.input_assignment, &parted.aux_assignment))
         })?;
         let assignment_bytes = ((parted.input_assignment.len() + parted.aux_assignment.len()) * 32) as u64;
 
+        let steps = match self.prove_runs {
+            0 => Vec::new(),
+            runs => {
+                let mut witness = parted;
+                let [a, b, c] = abc;
+                witness.abc = Evaluations::Host { a, b, c };
+                let key = timing_key(&matrices)?;
+                // The matrices are not needed past here: room for the key.
+                drop(matrices);
+                prove_steps(backend, &key, witness, runs)?
+            }
+        };
         let pick = |f: fn(&Piece) -> f64| median(&in_parts.iter().map(f).collect::<Vec<_>>());
         let parts = Piece {
             wall_s: pick(|p| p.wall_s),
@@ -181,6 +206,21 @@ impl PorepShapeBench {
         println!("{:?} at its real shape, on {cores} cores (measured in this run):", self.proof);
         print_table(&["piece", "wall s", "cores busy", "peak RSS above GiB", "note"], &rows);
 
+        if !steps.is_empty() {
+            println!(
+                "{} with a timing key (repeated points: nothing it proves is a proof), a, b, c from the host; \
+                 medians of {} after a warm-up, device time by CUDA events:",
+                backend.name(),
+                self.prove_runs
+            );
+            let rows: Vec<_> = steps
+                .iter()
+                .map(|(step, wall, device)| {
+                    vec![step.to_string(), format!("{wall:.1}"), format!("{device:.1}")]
+                })
+                .collect();
+            print_table(&["step", "wall ms", "device ms"], &rows);
+        }
         // Projected, and labelled so: the witness is CPU-bound, so in a
         // steady stream the host's cores give a partition every
         // cpu_s / cores seconds; a sector is its partitions.
@@ -188,18 +228,30 @@ impl PorepShapeBench {
         let sector = per_partition * partitions.len() as f64;
         println!(
             "projected, host witness only (not measured): a sector every {sector:.1} s = {} partitions x {:.2} \
-             CPU s a partition / {cores} cores; the device step is not in this figure",
+             CPU s a partition / {cores} cores",
             partitions.len(),
             parts.cpu_s
         );
+        // With the device's time a partition: the host's witness and the
+        // device overlap in a stream, so the slower of the two sets the pace.
+        let device_s =
+            steps.iter().find(|s| s.0 == "device, the whole proof").map(|s| s.2 / 1e3).filter(|&d| d > 0.0);
+        let with_device = device_s.map(|d| partitions.len() as f64 * per_partition.max(d));
+        if let (Some(d), Some(sector)) = (device_s, with_device) {
+            println!(
+                "projected with the device (not measured): a sector every {sector:.1} s = {} partitions x \
+                 max({per_partition:.2} s of host witness, {d:.2} s of device time) a partition",
+                partitions.len()
+            );
+        }
         let report: Value = json!({
             "bench": "porep-shape",
             "proof": format!("{:?}", self.proof),
             "env": environment(),
             "cores": cores,
-            "constraints": matrices.num_constraints(),
-            "inputs": matrices.num_inputs(),
-            "aux": matrices.num_aux(),
+            "constraints": constraints,
+            "inputs": inputs,
+            "aux": aux,
             "partitions": partitions.len(),
             "matrices": {
                 "record_s": record_s,
@@ -215,11 +267,92 @@ impl PorepShapeBench {
             "same_assignment": same,
             "assignment_bytes": assignment_bytes,
             "host_products": products,
+            "prove_steps": steps.iter().map(|(step, wall_ms, device_ms)| json!({
+                "step": step, "wall_ms": wall_ms, "device_ms": device_ms,
+            })).collect::<Vec<_>>(),
             "projected_sector_s_host_witness_only": {
                 "value": sector,
                 "formula": "partitions * witness_in_parts.cpu_s / cores",
             },
+            "projected_sector_s_with_device": {
+                "value": with_device,
+                "formula": "partitions * max(witness_in_parts.cpu_s / cores, device seconds of the whole proof)",
+            },
         });
         write_json(&self.json, &report)
     }
+}
+
+/// A proving key of `m`'s shape, its points repeated from a small set: for
+/// timing a backend only (the MSMs' work does not depend on the bases'
+/// values); nothing proved under it is a proof of anything.
+fn timing_key(m: &Matrices) -> anyhow::Result<ProvingKey> {
+    use rayon::prelude::*;
+    const DISTINCT: usize = 1 << 16;
+    let g1 = multiples_of_generator::<G1Projective>(DISTINCT);
+    let g2 = multiples_of_generator::<G2Projective>(DISTINCT);
+    let fill = |n: usize| (0..n).into_par_iter().map(|i| g1[i % DISTINCT]).collect::<Vec<_>>();
+    let n = Domain::for_constraints(m.num_constraints(), TwoAdicRoot::Seven)?.size();
+    let [a_aux, b_input, b_aux] = m.densities();
+    let b = b_input.ones() + b_aux.ones();
+    Ok(ProvingKey {
+        vk: VerifyingKey {
+            alpha_g1: g1[0],
+            beta_g1: g1[1],
+            beta_g2: g2[0],
+            gamma_g2: g2[1],
+            delta_g1: g1[2],
+            delta_g2: g2[2],
+            ic: fill(m.num_inputs()),
+        },
+        h: fill(n - 1),
+        l: fill(m.num_aux()),
+        a: fill(m.num_inputs() + a_aux.ones()),
+        b_g1: fill(b),
+        b_g2: (0..b).into_par_iter().map(|i| g2[i % DISTINCT]).collect(),
+        reduction: Reduction::Bellperson,
+    })
+}
+
+/// `runs` proofs of `witness` under `key` after a warm-up: each step's
+/// median (name, wall ms, device ms), `prove_start`'s then `prove_finish`'s.
+fn prove_steps(
+    backend: &dyn Backend,
+    key: &ProvingKey,
+    witness: Synthesized,
+    runs: usize,
+) -> anyhow::Result<Vec<(String, f64, f64)>> {
+    let mut timed: Vec<Vec<StepTime>> = Vec::new();
+    for i in 0..=runs {
+        eprintln!("proof {i} of {runs} (the first a warm-up) on {}…", backend.name());
+        let t = Instant::now();
+        let pending = backend.prove_start(key, witness.clone())?;
+        let mut steps = pending.steps.clone();
+        steps.push(StepTime {
+            step: "prove_start",
+            wall_ms: t.elapsed().as_secs_f64() * 1e3,
+            device_ms: 0.0,
+        });
+        let device_start = pending.device_seconds.unwrap_or(0.0);
+        let t = Instant::now();
+        let finished = backend.prove_finish(key, pending, Blinding::random(&mut rand::rngs::OsRng))?;
+        steps.extend(finished.steps.iter().copied());
+        let device = device_start + finished.device_seconds.unwrap_or(0.0);
+        steps.push(StepTime {
+            step: "prove_finish",
+            wall_ms: t.elapsed().as_secs_f64() * 1e3,
+            device_ms: 0.0,
+        });
+        steps.push(StepTime { step: "device, the whole proof", wall_ms: 0.0, device_ms: device * 1e3 });
+        if i > 0 {
+            timed.push(steps);
+        }
+    }
+    let first = &timed[0];
+    Ok((0..first.len())
+        .map(|k| {
+            let at = |f: fn(&StepTime) -> f64| median(&timed.iter().map(|r| f(&r[k])).collect::<Vec<_>>());
+            (first[k].step.to_string(), at(|s| s.wall_ms), at(|s| s.device_ms))
+        })
+        .collect())
 }
