@@ -224,6 +224,9 @@ pub fn reset_peak_rss() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::groth16::msm::MsmGroup;
+    use blstrs::{G1Projective, G2Projective};
+    use group::Group;
 
     /// Spinning shows as CPU time (within a deadline), touching fresh memory
     /// as page faults, a sleep as a voluntary context switch.
