@@ -6,8 +6,10 @@
 //! checks the C1 output against the ids (its replica id) and its vanilla
 //! proofs, then splits it into the sector's partitions (10 for 32 and 64 GiB
 //! sectors, 1 below); each partition's StackedDrg circuit is built by
-//! storage-proofs and synthesized through provd's recorder, so it goes
-//! through the pipeline, its gauges and the memory budget like any other.
+//! storage-proofs and synthesized by provd (by default against the circuit's
+//! recorded matrices, kept on disk, its witness computed challenge by
+//! challenge on every core), so it goes through the pipeline, its gauges
+//! and the memory budget like any other.
 //! The job's result is the sector's proof exactly as `seal_commit_phase2`
 //! returns it: the partitions' 192-byte proofs, concatenated.
 //!
