@@ -177,7 +177,7 @@ fn live_view_shows_partitions_moving() {
     assert!(later["jobs"].as_i64().unwrap_or(0) > 0, "recent jobs table is empty: {later}");
 
     // The panels an operator tunes with, worded for the backend in use (the CPU here).
-    let panels = "const p = window.provd, c = p.charts, last = p.samples[p.samples.length - 1];                   const text = (id) => document.getElementById(id).textContent;                   return { backend: text('backend'), stages: text('l-stages'), queue: text('k-queue-label'),                            gpuHidden: document.getElementById('gpu-panel').hidden,                            memory: text('l-memory'), buffers: c.buffers.spec.series.map((s) => s.name),                            keyBytes: last.key_bytes, budget: last.budget_bytes, memoryMax: c.memory.drawnMax };";
+    let panels = "const p = window.provd, c = p.charts, last = p.samples[p.samples.length - 1];                   const text = (id) => document.getElementById(id).textContent;                   return { backend: text('backend'), stages: text('l-stages'), queue: text('k-queue-label'),                            gpuHidden: document.getElementById('gpu-panel').hidden,                            fleetDisplay: getComputedStyle(document.getElementById('k-fleet-box')).display,                            memory: text('l-memory'), buffers: c.buffers.spec.series.map((s) => s.name),                            keyBytes: last.key_bytes, budget: last.budget_bytes, memoryMax: c.memory.drawnMax };";
     let v = wait_until(&driver, panels, 20, "backend wording", |v| {
         v["backend"].as_str().is_some_and(|b| b.contains("cpu"))
     });
@@ -189,6 +189,8 @@ fn live_view_shows_partitions_moving() {
     );
     assert_eq!(v["queue"], "queue to the cpu worker", "{v}");
     assert_eq!(v["gpuHidden"], true, "no GPU utilisation panel without a GPU: {v}");
+    // Hidden is not displayed, whatever layout rule the box's class has.
+    assert_eq!(v["fleetDisplay"], "none", "no fleet box on a worker that is not in a fleet: {v}");
     assert!(v["memory"].as_str().unwrap().contains("keys"), "{v}");
     assert_eq!(
         v["buffers"],
