@@ -40,7 +40,7 @@ impl Matrices {
         C: Circuit<Scalar> + Send,
         R: Circuit<Scalar> + Clone + Send + Sync + 'static,
     {
-        let (input, aux) = parts.witness()?;
+        let (input, aux) = parts.witness((self.num_inputs(), self.num_aux()))?;
         self.assigned(input, aux, reference)
     }
 
@@ -99,13 +99,20 @@ pub struct Parts<C> {
 }
 
 impl<C: Circuit<Scalar> + Send> Parts<C> {
-    /// The assignment (inputs, the constant ONE first; aux).
-    pub fn witness(self) -> Result<(Vec<Scalar>, Vec<Scalar>), ProveError> {
+    /// The assignment (inputs, the constant ONE first; aux); `total`: the
+    /// whole circuit's inputs and aux variables, where known (each part then
+    /// allocates its share once instead of growing into it).
+    pub fn witness(self, total: (usize, usize)) -> Result<(Vec<Scalar>, Vec<Scalar>), ProveError> {
         use rayon::prelude::*;
         let (mut input, mut aux) = witness_of(self.head, (0, 0))?;
         let (head_inputs, head_aux) = (input.len(), aux.len());
+        // Parts of one circuit are alike (a PoRep partition's challenges are
+        // the same circuit): each gets an even share and its head.
+        let n = self.parts.len().max(1);
+        let share = |all: usize, head: usize| all.saturating_sub(head).div_ceil(n) + head;
+        let hint = (share(total.0, head_inputs), share(total.1, head_aux));
         let pieces: Vec<_> =
-            self.parts.into_par_iter().map(|p| witness_of(p, (0, 0))).collect::<Result<_, _>>()?;
+            self.parts.into_par_iter().map(|p| witness_of(p, hint)).collect::<Result<_, _>>()?;
         input.reserve(pieces.iter().map(|(i, _)| i.len() - head_inputs.min(i.len())).sum());
         aux.reserve(pieces.iter().map(|(_, a)| a.len() - head_aux.min(a.len())).sum());
         // Each piece is dropped once appended: the peak is the whole
