@@ -106,10 +106,9 @@ impl MatrixStore {
             let t = Instant::now();
             match load(&path, identity) {
                 Ok(m) => return Ok((m, Origin::Loaded { read: t.elapsed() })),
-                Err(e @ StoreError::Corrupt { .. }) => {
-                    tracing::warn!(error = %e, "recorded matrices unusable; recording them again")
-                }
-                Err(e) => return Err(e),
+                // A damaged store, or one unreadable in part (a file gone):
+                // recording again replaces it, or names the I/O fault.
+                Err(e) => tracing::warn!(error = %e, "recorded matrices unusable; recording them again"),
             }
         }
         let t = Instant::now();
@@ -126,10 +125,10 @@ impl MatrixStore {
             let path = path.to_path_buf();
             move |source| StoreError::Io { path, source }
         };
-        let staging = self.dir.join(format!(".{identity}.{}.partial", std::process::id()));
-        let _ = std::fs::remove_dir_all(&staging);
-        std::fs::create_dir_all(&staging).map_err(io(&staging))?;
-        let writers = MATRICES.map(|m| MatrixWriter::create(&staging, m));
+        let staging = Staging::create(self.dir.join(format!(".{identity}.{}.partial", std::process::id())))
+            .map_err(io(&self.dir))?;
+        let staging_dir = &staging.dir;
+        let writers = MATRICES.map(|m| MatrixWriter::create(staging_dir, m));
         let writers = match writers {
             [Ok(a), Ok(b), Ok(c)] => [a, b, c],
             [a, b, c] => {
@@ -153,19 +152,50 @@ impl MatrixStore {
             meta.terms[i] = written.terms;
             meta.sha256.extend(written.digests);
         }
-        let mut densities = HashingFile::create(&staging.join("densities"))?;
+        let mut densities = HashingFile::create(&staging_dir.join("densities"))?;
         for d in &recorded.densities {
             for w in d.words() {
                 densities.write(&w.to_le_bytes());
             }
         }
         meta.sha256.insert("densities".into(), densities.finish()?);
-        let meta_path = staging.join("meta.json");
+        let meta_path = staging_dir.join("meta.json");
         let json = serde_json::to_vec_pretty(&meta).expect("meta serializes");
         std::fs::write(&meta_path, json).map_err(io(&meta_path))?;
         let path = self.path_of(identity);
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::rename(&staging, &path).map_err(io(&path))
+        staging.keep_as(&path).map_err(io(&path))
+    }
+}
+
+/// A store being written: removed unless it is kept (a recording that
+/// failed must not leave tens of GiB behind).
+struct Staging {
+    dir: PathBuf,
+    kept: bool,
+}
+
+impl Staging {
+    /// An empty directory at `dir` (one left by a crash is emptied).
+    fn create(dir: PathBuf) -> io::Result<Self> {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        Ok(Self { dir, kept: false })
+    }
+
+    /// Renames the finished store to `path`, replacing what was there.
+    fn keep_as(mut self, path: &Path) -> io::Result<()> {
+        let _ = std::fs::remove_dir_all(path);
+        std::fs::rename(&self.dir, path)?;
+        self.kept = true;
+        Ok(())
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.kept {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -461,11 +491,40 @@ mod tests {
         let e = load(&path, "bench-8").expect_err("a short file");
         assert!(e.to_string().contains("bytes, not the"), "{e}");
 
+        // A file gone: recorded again, not an error.
+        store.load_or_record("bench-8", blank).unwrap();
+        std::fs::remove_file(path.join("a.rows")).unwrap();
+        let (got, origin) = store.load_or_record("bench-8", blank).unwrap();
+        assert!(matches!(origin, Origin::Recorded { .. }));
+        same(&got, &want);
+
         // Another circuit's store under this name.
         store.load_or_record("bench-8", blank).unwrap();
         std::fs::rename(&path, store.path_of("bench-9")).unwrap();
         let e = load(&store.path_of("bench-9"), "bench-9").expect_err("a foreign store");
         assert!(e.to_string().contains("not format 1 of 'bench-9'"), "{e}");
+    }
+
+    /// A circuit whose synthesis fails part way, after recording a row.
+    struct Failing;
+
+    impl Circuit<Scalar> for Failing {
+        fn synthesize<CS: bellperson::ConstraintSystem<Scalar>>(
+            self,
+            cs: &mut CS,
+        ) -> Result<(), bellperson::SynthesisError> {
+            let x = cs.alloc(|| "x", || Ok(Scalar::from(2u64)))?;
+            cs.enforce(|| "x * x = x", |lc| lc + x, |lc| lc + x, |lc| lc + x);
+            Err(bellperson::SynthesisError::AssignmentMissing)
+        }
+    }
+
+    #[test]
+    fn a_recording_that_fails_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = MatrixStore::new(dir.path()).load_or_record("failing", || Failing).unwrap_err();
+        assert!(matches!(e, StoreError::Record(_)), "{e:?}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no staging directory left");
     }
 
     #[test]
