@@ -1,9 +1,9 @@
-//! `provd bench porep-shape`: the host's pieces of proving a PoRep
-//! partition at a sector size's real shape, without a sealed sector (a
-//! 32 GiB one takes hours to seal): its C1 output drawn at random
-//! ([`synthetic`](crate::circuits::filecoin::synthetic)), so nothing it
-//! proves would verify, and nothing here proves. Measured, each with its
-//! time, the cores it kept busy and its peak RSS:
+//! `provd bench porep-shape`: the pieces of proving a PoRep partition at a
+//! sector size's real shape, without a sealed sector (a 32 GiB one takes
+//! hours to seal): its C1 output drawn at random
+//! ([`synthetic`](crate::circuits::filecoin::synthetic)), so nothing proved
+//! from it is a proof of anything. Measured, each with its time, the cores
+//! it kept busy and its peak RSS:
 //!
 //! - recording the partition circuit's matrices into a store on disk, and
 //!   reading them back (what a restart does);
@@ -11,7 +11,14 @@
 //!   whole circuit on one thread as storage-proofs runs it, checked to be
 //!   the same assignment value for value;
 //! - a, b and c by sparse products on the host (what `gpu.products = "cpu"`
-//!   does; a GPU worker computes them on its device).
+//!   does; a GPU worker computes them on its device);
+//! - with `--prove-runs`, the partition proved on the backend under a
+//!   timing key of the circuit's shape, each step's wall and device time
+//!   (a, b, c go in from the host: a device computing them would refuse the
+//!   random witness at its satisfaction check).
+//!
+//! It prints a sector's seconds projected from these, labelled as projected,
+//! with the formula.
 
 use std::path::PathBuf;
 use std::sync::Arc;
