@@ -35,7 +35,8 @@
       { name: "synthesis", color: color("--c-synth") },
       { name: `synthesized, waiting for the ${on} worker`, color: color("--c-queue") },
       { name: `prove_start (${on})`, color: color("--c-gpu") },
-      { name: "prove_finish (CPU)", color: color("--c-finish") },
+      // prove_finish runs on the host: "CPU" beside a GPU, the backend's own name otherwise.
+      { name: `prove_finish (${state.backend.gpu ? "CPU" : on})`, color: color("--c-finish") },
     ];
   };
   const queueWord = () => (state.backend.gpu ? "GPU queue" : `queue to the ${state.backend.name || "backend"} worker`);

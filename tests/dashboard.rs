@@ -184,7 +184,10 @@ fn live_view_shows_partitions_moving() {
     assert_eq!(v["backend"], "backend: cpu", "{v}");
     let stages = v["stages"].as_str().unwrap();
     assert!(
-        stages.contains("prove_start (cpu)") && !stages.contains("GPU"),
+        stages.contains("prove_start (cpu)")
+            && stages.contains("prove_finish (cpu)")
+            && !stages.contains("GPU")
+            && !stages.contains("CPU"),
         "no GPU wording without a GPU: {v}"
     );
     assert_eq!(v["queue"], "queue to the cpu worker", "{v}");
