@@ -133,8 +133,9 @@ impl SparseMatrix {
     }
 
     /// Whether every column is within `inputs` inputs and `aux` aux variables.
+    /// On every core: a load checks a billion terms at 32 GiB.
     pub fn columns_within(&self, inputs: usize, aux: usize) -> bool {
-        self.columns().all(|c| match c {
+        self.cols.par_iter().map(|&c| Column::decode(c)).all(|c| match c {
             Column::Input(i) => (i as usize) < inputs,
             Column::Aux(i) => (i as usize) < aux,
         })

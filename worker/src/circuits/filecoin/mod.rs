@@ -76,9 +76,10 @@ pub struct FilecoinPorepConfig {
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum Synthesis {
-    /// The circuit's constraint matrices are recorded once at load and held
-    /// (in the memory budget, beside the key); a partition computes only its
-    /// assignment and gets a, b, c by parallel sparse products.
+    /// The circuit's constraint matrices are recorded once (kept on disk in
+    /// `matrices_cache`, read at later loads) and held in the memory budget
+    /// beside the key; a partition computes only its assignment, challenge
+    /// by challenge on every core, and gets a, b, c by sparse products.
     #[default]
     Matrices,
     /// Each partition's circuit runs through the recorder, building every
