@@ -122,6 +122,14 @@
     if (!last) return;
     $("k-inflight").textContent = state.inFlight(last);
     $("k-waiting").textContent = last.partitions_waiting;
+    // Which classes wait, most urgent first (only those that do).
+    const byClass = last.priorities || {};
+    const waiting = ["critical", "high", "normal", "low"]
+      .filter((p) => byClass[p] && byClass[p].queued + byClass[p].gpu_queue > 0)
+      .map((p) => `${p} ${byClass[p].queued}+${byClass[p].gpu_queue}`);
+    $("k-waiting-detail").textContent = waiting.length
+      ? `waiting for admission + for a GPU: ${waiting.join(" · ")}`
+      : "partitions waiting for a permit and memory";
     $("k-rate").textContent = C.formatValue(rate[rate.length - 1], "");
     $("k-rss").textContent = C.formatBytes(last.rss_bytes);
     $("k-reserved").textContent = `RSS · reserved ${C.formatBytes(last.reserved_bytes)} (keys ${C.formatBytes(last.key_bytes || 0)}) of ${C.formatBytes(last.budget_bytes)}`;
@@ -160,7 +168,7 @@
         };
         const done = j.partitions.filter((p) => p.stage === "done").length;
         tr.append(
-          cell(j.id), cell(j.circuit), cell(j.state, j.state), cell(`${done}/${j.partitions.length}`, "num"),
+          cell(j.id), cell(j.circuit), cell(j.priority, `priority-${j.priority}`), cell(j.state, j.state), cell(`${done}/${j.partitions.length}`, "num"),
           cell(mean("synthesis"), "num"), cell(mean("gpu_queue"), "num"), cell(mean("prove_start"), "num"),
           cell(mean("prove_finish"), "num"), cell(j.elapsed_seconds.toFixed(2), "num"), cell(j.error, "failed")
         );

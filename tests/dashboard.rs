@@ -177,7 +177,7 @@ fn live_view_shows_partitions_moving() {
     assert!(later["jobs"].as_i64().unwrap_or(0) > 0, "recent jobs table is empty: {later}");
 
     // The panels an operator tunes with, worded for the backend in use (the CPU here).
-    let panels = "const p = window.provd, c = p.charts, last = p.samples[p.samples.length - 1];                   const text = (id) => document.getElementById(id).textContent;                   return { backend: text('backend'), stages: text('l-stages'), queue: text('k-queue-label'),                            gpuHidden: document.getElementById('gpu-panel').hidden,                            fleetDisplay: getComputedStyle(document.getElementById('k-fleet-box')).display,                            memory: text('l-memory'), buffers: c.buffers.spec.series.map((s) => s.name),                            keyBytes: last.key_bytes, budget: last.budget_bytes, memoryMax: c.memory.drawnMax };";
+    let panels = "const p = window.provd, c = p.charts, last = p.samples[p.samples.length - 1];                   const text = (id) => document.getElementById(id).textContent;                   return { backend: text('backend'), stages: text('l-stages'), queue: text('k-queue-label'),                            gpuHidden: document.getElementById('gpu-panel').hidden,                            fleetDisplay: getComputedStyle(document.getElementById('k-fleet-box')).display,                            memory: text('l-memory'), buffers: c.buffers.spec.series.map((s) => s.name),                            keyBytes: last.key_bytes, budget: last.budget_bytes, memoryMax: c.memory.drawnMax,                            priorityHeader: document.querySelector('#jobs thead th:nth-child(3)').textContent,                            priority: document.querySelector('#jobs tbody tr td:nth-child(3)').textContent };";
     let v = wait_until(&driver, panels, 20, "backend wording", |v| {
         v["backend"].as_str().is_some_and(|b| b.contains("cpu"))
     });
@@ -201,6 +201,11 @@ fn live_view_shows_partitions_moving() {
         "every buffer class: {v}"
     );
     assert!(v["keyBytes"].as_u64() > Some(0), "{v}");
+    assert_eq!(
+        (v["priorityHeader"].as_str(), v["priority"].as_str()),
+        (Some("priority"), Some("normal")),
+        "{v}"
+    );
     assert!(
         v["memoryMax"].as_f64().unwrap() >= v["budget"].as_f64().unwrap(),
         "the budget is on the memory chart's scale: {v}"

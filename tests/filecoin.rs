@@ -65,6 +65,7 @@ fn fixture() -> &'static Fixture {
             test_only_parameters: true,
             synthesis: Default::default(),
             matrices_cache: None,
+            priority: None,
         };
         let kind = FilecoinPorepKind::load(&config).unwrap();
         let (resident, footprint) =

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use provd::fleet::{Claim, PartitionResult, Queue, QueueError, Written};
 use provd::groth16::Verifier;
 use provd::jobs::journal::{AcceptedJob, StoredWitness};
-use provd::pipeline::JobId;
+use provd::pipeline::{JobId, Priority};
 use provd::telemetry::labels::{Outcome, Stage};
 use provd_e2e::{partition_proof, provd, raw_request, Postgres, Server};
 use serde_json::Value;
@@ -183,6 +183,50 @@ fn check_fleet_scrape(w: &Server) {
     }
 }
 
+/// Claims age queued partitions as the engine does: a class a minute here.
+const AGING_MS: i64 = 60_000;
+
+/// Workers claim the most urgent partition first, whichever was queued first,
+/// and a partition that has waited long enough competes a class higher.
+#[test]
+fn claims_take_the_most_urgent_partition_first() {
+    let Some(pg) = Postgres::start() else { return };
+    let mut queue = Queue::connect_and_migrate(&pg.url()).unwrap();
+    let circuits = [CIRCUIT.to_string()];
+    let job = |priority, seed: u64| AcceptedJob {
+        id: JobId::new(),
+        circuit: CIRCUIT.into(),
+        priority,
+        witnesses: vec![StoredWitness::Json(serde_json::json!({ "seed": seed }))],
+        idempotency: None,
+    };
+    let mut ids = BTreeMap::new();
+    for (priority, seed) in
+        [(Priority::Low, 1), (Priority::Normal, 2), (Priority::Critical, 3), (Priority::High, 4)]
+    {
+        ids.insert(queue.submit(&job(priority, seed), "client", 256).unwrap().0, priority);
+    }
+    let order: Vec<Priority> = std::iter::from_fn(|| queue.claim("w", &circuits, 60_000, AGING_MS).unwrap())
+        .map(|c| {
+            assert_eq!(c.priority, ids[&c.job], "a claim carries its job's priority");
+            c.priority
+        })
+        .collect();
+    assert_eq!(order, [Priority::Critical, Priority::High, Priority::Normal, Priority::Low]);
+    let status = queue.status(*ids.keys().next().unwrap()).unwrap().unwrap();
+    assert_eq!(status.priority, ids[&status.id]);
+    // Aged: with a class raised per millisecond waited, the low job queued
+    // first competes as high, ahead of a high one queued after it; critical
+    // work still goes first.
+    let old_low = queue.submit(&job(Priority::Low, 5), "client", 256).unwrap().0;
+    std::thread::sleep(Duration::from_millis(20));
+    queue.submit(&job(Priority::High, 6), "client", 256).unwrap();
+    let critical = queue.submit(&job(Priority::Critical, 7), "client", 256).unwrap().0;
+    let first = queue.claim("w", &circuits, 60_000, 1).unwrap().unwrap();
+    let second = queue.claim("w", &circuits, 60_000, 1).unwrap().unwrap();
+    assert_eq!((first.job, second.job), (critical, old_low));
+}
+
 /// Submissions through several connections at once never pass the fleet's
 /// queue bound together: of six jobs of 200 partitions against a bound of
 /// 256, with no worker claiming, exactly one is accepted.
@@ -203,6 +247,7 @@ fn the_fleets_queue_bound_holds_under_concurrent_submissions() {
                     let job = AcceptedJob {
                         id: JobId::new(),
                         circuit: CIRCUIT.into(),
+                        priority: Priority::Normal,
                         witnesses,
                         idempotency: None,
                     };
@@ -497,10 +542,17 @@ impl BothClaimed {
         for j in 0..jobs {
             let witnesses =
                 (0..2).map(|p| StoredWitness::Json(serde_json::json!({"seed": 2 * j + p}))).collect();
-            let job = AcceptedJob { id: JobId::new(), circuit: CIRCUIT.into(), witnesses, idempotency: None };
+            let job = AcceptedJob {
+                id: JobId::new(),
+                circuit: CIRCUIT.into(),
+                priority: Priority::Normal,
+                witnesses,
+                idempotency: None,
+            };
             ids.push(queues[0].submit(&job, "a", 256).unwrap().0);
             for (w, name) in Self::WORKERS.into_iter().enumerate() {
-                let claim = queues[w].claim(name, &circuits, 60_000).unwrap().expect("a queued partition");
+                let claim =
+                    queues[w].claim(name, &circuits, 60_000, AGING_MS).unwrap().expect("a queued partition");
                 assert_eq!((claim.job, claim.index), (ids[j], w));
                 claims[w].push(claim);
             }

@@ -125,6 +125,7 @@ impl CircuitConfig {
             log_size: None,
             shape: None,
             params: None,
+            priority: None,
         })
     }
 }

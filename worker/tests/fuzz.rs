@@ -161,6 +161,7 @@ fn fuzz_journal_rows() {
         let job = AcceptedJob {
             id,
             circuit: "bench-4".into(),
+            priority: provd::pipeline::Priority::Normal,
             witnesses: vec![
                 StoredWitness::Json(serde_json::json!({"seed": 1})),
                 StoredWitness::Binary(vec![7; 96]),
@@ -249,6 +250,7 @@ fn fuzz_request_witnesses() {
             name: "mul".into(),
             zkey: dir.path().join("mul.zkey"),
             r1cs: None,
+            priority: None,
         })
         .unwrap(),
     );
@@ -273,7 +275,13 @@ fn fuzz_request_witnesses() {
 
 /// bench-4 with a TEST-ONLY key (built without the service feature's config helpers).
 fn bench_4() -> CircuitConfig {
-    CircuitConfig::Bench(BenchConfig { name: "bench-4".into(), log_size: None, shape: None, params: None })
+    CircuitConfig::Bench(BenchConfig {
+        name: "bench-4".into(),
+        log_size: None,
+        shape: None,
+        params: None,
+        priority: None,
+    })
 }
 
 fn base64_of(bytes: &[u8]) -> String {

@@ -38,6 +38,7 @@ fn rss_growth_of_a_partition_matches_its_estimate() {
     let run = |seed: u64| {
         let spec = JobSpec {
             circuit: format!("bench-{K}"),
+            priority: provd::pipeline::Priority::Normal,
             key: key.clone(),
             verifier: None,
             witness_check: provd::groth16::WitnessCheck::BySynthesis,

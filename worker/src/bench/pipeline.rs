@@ -113,6 +113,7 @@ impl PipelineBench {
                 .collect();
             ids.push(engine.submit(JobSpec {
                 circuit: self.circuit.to_string(),
+                priority: crate::pipeline::Priority::Normal,
                 key: key.clone(),
                 verifier: Some(verifier.clone()),
                 witness_check: crate::groth16::WitnessCheck::BySynthesis,

@@ -71,6 +71,7 @@ impl PorepBench {
             test_only_parameters: true,
             synthesis: self.synthesis,
             matrices_cache: None,
+            priority: None,
         };
         let kind = FilecoinPorepKind::load(&config)?;
         let loaded = t.elapsed();
@@ -108,6 +109,7 @@ impl PorepBench {
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let id = engine.submit(JobSpec {
                 circuit: config.name.clone(),
+                priority: crate::pipeline::Priority::Normal,
                 key: key.clone(),
                 verifier: Some(verifier.clone()),
                 witness_check: crate::groth16::WitnessCheck::BySynthesis,

@@ -46,6 +46,12 @@ pub trait CircuitKind: Send + Sync {
     /// Constraints of the circuit (its inputs' constraints included).
     fn constraints(&self) -> usize;
 
+    /// The priority of its jobs when neither the request nor the config
+    /// says: normal, but for proofs with a deadline (a WinningPoSt).
+    fn default_priority(&self) -> crate::pipeline::Priority {
+        crate::pipeline::Priority::Normal
+    }
+
     /// Host bytes the circuit holds while it is served (its key, and whatever
     /// the kind keeps beside it): held against the memory budget.
     fn resident_bytes(&self) -> u64 {
@@ -217,6 +223,16 @@ impl CircuitConfig {
             CircuitConfig::Circom(c) => &c.name,
             #[cfg(feature = "filecoin")]
             CircuitConfig::FilecoinPorep(c) => &c.name,
+        }
+    }
+
+    /// The priority its jobs get when a request does not say; `None`: the kind's.
+    pub fn priority(&self) -> Option<crate::pipeline::Priority> {
+        match self {
+            CircuitConfig::Bench(c) => c.priority,
+            CircuitConfig::Circom(c) => c.priority,
+            #[cfg(feature = "filecoin")]
+            CircuitConfig::FilecoinPorep(c) => c.priority,
         }
     }
 

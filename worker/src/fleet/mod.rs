@@ -192,6 +192,8 @@ struct Shared {
     max_claimed: usize,
     /// Ended jobs are deleted (with their proofs) this long after they end.
     retention: Duration,
+    /// Claims are ordered as the engine orders its queues (`pipeline.priority_aging_secs`).
+    priority_aging: Duration,
     runner: Arc<dyn Runner>,
     metrics: FleetMetrics,
     held: Mutex<Vec<Held>>,
@@ -226,6 +228,7 @@ impl Fleet {
         config: FleetConfig,
         default_max_claimed: usize,
         retention: Duration,
+        priority_aging: Duration,
         runner: Arc<dyn Runner>,
         registry: &Registry,
     ) -> anyhow::Result<Arc<Self>> {
@@ -242,6 +245,7 @@ impl Fleet {
             url,
             max_claimed: config.max_claimed.unwrap_or(default_max_claimed).max(1),
             retention,
+            priority_aging,
             worker,
             config,
             runner,
@@ -477,17 +481,17 @@ fn claimer(s: &Shared) {
             if lock(&s.held).len() >= s.max_claimed || !s.runner.has_room() {
                 break;
             }
-            let claim =
-                match s.connected(&mut conn).and_then(|q| q.claim(&s.worker, &circuits, s.config.lease_ms()))
-                {
-                    Ok(Some(c)) => c,
-                    Ok(None) => break,
-                    Err(e) => {
-                        s.down("claiming", &e);
-                        conn = None;
-                        break;
-                    }
-                };
+            let claim = match s.connected(&mut conn).and_then(|q| {
+                q.claim(&s.worker, &circuits, s.config.lease_ms(), s.priority_aging.as_millis() as i64)
+            }) {
+                Ok(Some(c)) => c,
+                Ok(None) => break,
+                Err(e) => {
+                    s.down("claiming", &e);
+                    conn = None;
+                    break;
+                }
+            };
             s.metrics.claims.inc();
             let handed_back = match s.runner.run(&claim) {
                 Ok(local) => {

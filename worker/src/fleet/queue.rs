@@ -24,7 +24,7 @@ use postgres::{Client, NoTls, Transaction};
 use crate::groth16::Proof;
 use crate::jobs::journal::{inputs_from_text, inputs_to_text, AcceptedJob, StoredWitness};
 use crate::pipeline::{JobId, JobStatus, PartitionStatus, StageTimes};
-use crate::telemetry::labels::{Outcome, Stage};
+use crate::telemetry::labels::{Outcome, Priority, Stage};
 
 mod migrations {
     refinery::embed_migrations!("migrations/postgres");
@@ -121,6 +121,8 @@ impl QueueError {
 pub struct Claim {
     pub job: JobId,
     pub index: usize,
+    /// Its job's priority, which the claiming worker's engine serves it by.
+    pub priority: Priority,
     /// The fencing token: the claim's number among the partition's claims.
     pub attempt: i32,
     pub circuit: String,
@@ -290,31 +292,35 @@ impl Queue {
             Some((k, d)) => (Some(k.as_str()), Some(d.to_vec())),
             None => (None, None),
         };
+        let priority = job.priority.rank() as i16;
         tx.execute(
             &format!(
-                "INSERT INTO jobs (id, circuit, state, partitions, created_ms, idempotency_key, request_digest, submitted_by)
-                 VALUES ($1, $2, 'queued', $3, {NOW_MS}, $4, $5, $6)"
+                "INSERT INTO jobs (id, circuit, state, partitions, created_ms, idempotency_key, request_digest, submitted_by, priority)
+                 VALUES ($1, $2, 'queued', $3, {NOW_MS}, $4, $5, $6, $7)"
             ),
-            &[&id, &job.circuit, &(job.witnesses.len() as i32), &key, &digest, &worker],
+            &[&id, &job.circuit, &(job.witnesses.len() as i32), &key, &digest, &worker, &priority],
         )?;
         let insert = tx.prepare(&format!(
-            "INSERT INTO partitions (job_id, idx, circuit, witness_json, witness_bin, state, queued_ms)
-             VALUES ($1, $2, $3, $4, $5, 'queued', {NOW_MS})"
+            "INSERT INTO partitions (job_id, idx, circuit, witness_json, witness_bin, state, queued_ms, priority)
+             VALUES ($1, $2, $3, $4, $5, 'queued', {NOW_MS}, $6)"
         ))?;
         for (i, (json, bin)) in witnesses.iter().enumerate() {
-            tx.execute(&insert, &[&id, &(i as i32), &job.circuit, json, bin])?;
+            tx.execute(&insert, &[&id, &(i as i32), &job.circuit, json, bin, &priority])?;
         }
         tx.commit()?;
         Ok((job.id, true))
     }
 
-    /// Claims the oldest queued partition of one of `circuits`, leased for
-    /// `lease_ms`; `None` when nothing waits.
+    /// Claims the most urgent queued partition of one of `circuits`, leased
+    /// for `lease_ms`; `None` when nothing waits. Urgency is as each
+    /// worker's engine orders its own queues: by class, raised one class per
+    /// `aging_ms` waited (up to high, never to critical), then the oldest.
     pub fn claim(
         &mut self,
         worker: &str,
         circuits: &[String],
         lease_ms: i64,
+        aging_ms: i64,
     ) -> Result<Option<Claim>, QueueError> {
         let mut tx = self.client.transaction()?;
         let row = tx.query_opt(
@@ -323,12 +329,14 @@ impl Queue {
                  SET state = 'claimed', attempt = p.attempt + 1, worker = $1, lease_until_ms = {NOW_MS} + $2
                  FROM (SELECT job_id, idx FROM partitions
                        WHERE state = 'queued' AND circuit = ANY($3)
-                       ORDER BY queued_ms, job_id, idx
+                       ORDER BY CASE WHEN priority = 3 THEN 3
+                                     ELSE least(2, priority + ({NOW_MS} - queued_ms) / $4) END DESC,
+                                queued_ms, job_id, idx
                        LIMIT 1 FOR UPDATE SKIP LOCKED) c
                  WHERE p.job_id = c.job_id AND p.idx = c.idx
-                 RETURNING p.job_id, p.idx, p.attempt, p.circuit, p.witness_json, p.witness_bin"
+                 RETURNING p.job_id, p.idx, p.attempt, p.circuit, p.witness_json, p.witness_bin, p.priority"
             ),
-            &[&worker, &lease_ms, &circuits],
+            &[&worker, &lease_ms, &circuits, &aging_ms.max(1)],
         )?;
         let Some(row) = row else { return Ok(None) };
         let job: String = row.get(0);
@@ -344,6 +352,7 @@ impl Queue {
         Ok(Some(Claim {
             job: parse_id(job)?,
             index: row.get::<_, i32>(1) as usize,
+            priority: priority_of(row.get(6)),
             attempt: row.get(2),
             circuit: row.get(3),
             witness,
@@ -525,7 +534,7 @@ impl Queue {
     pub fn status(&mut self, id: JobId) -> Result<Option<JobStatus>, QueueError> {
         let sid = id.to_string();
         let job = self.client.query_opt(
-            &format!("SELECT circuit, state, error, ((coalesce(ended_ms, {NOW_MS}) - created_ms) / 1000.0)::float8 FROM jobs WHERE id = $1"),
+            &format!("SELECT circuit, state, error, ((coalesce(ended_ms, {NOW_MS}) - created_ms) / 1000.0)::float8, priority FROM jobs WHERE id = $1"),
             &[&sid],
         )?;
         let Some(job) = job else { return Ok(None) };
@@ -571,6 +580,7 @@ impl Queue {
         Ok(Some(JobStatus {
             id,
             circuit: job.get(0),
+            priority: priority_of(job.get(4)),
             outcome,
             error: job.get(2),
             partitions,
@@ -643,6 +653,11 @@ fn end_job(tx: &mut Transaction<'_>, job: &str, state: &str, why: &str) -> Resul
 /// Ids in the table are UUIDs (docs/operations.md tells SQL clients so).
 fn parse_id(s: String) -> Result<JobId, QueueError> {
     s.parse().map_err(|_| QueueError::Corrupt(format!("job id '{s}' is not a UUID")))
+}
+
+/// A priority as the queue keeps it (its rank; the schema's CHECK holds it to 0..=3).
+fn priority_of(rank: i16) -> Priority {
+    Priority::ALL.get(rank as usize).copied().unwrap_or_default()
 }
 
 #[cfg(test)]

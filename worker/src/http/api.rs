@@ -20,7 +20,7 @@ use super::wire::{
 };
 use super::{ApiError, AppState};
 use crate::pipeline::JobId;
-use crate::service::Witnesses;
+use crate::service::{SubmitOptions, Witnesses};
 
 /// Runs blocking service work off the async threads.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
@@ -88,17 +88,20 @@ pub async fn prove(
             body.extend_from_slice(&chunk);
         }
         let witnesses = Witnesses::Binary { bytes: body, held };
-        blocking(move || service.submit_witnesses(&circuit, witnesses, key)).await??
+        let options = SubmitOptions { priority: q.priority, idempotency_key: key };
+        blocking(move || service.submit_witnesses(&circuit, witnesses, options)).await??
     } else {
-        if q.circuit.is_some() {
+        if q.circuit.is_some() || q.priority.is_some() {
             return Err(ApiError::bad_request(
-                "?circuit= is for binary witness bodies; a JSON body names its circuit in \"circuit\"",
+                "?circuit= and ?priority= are for binary witness bodies; a JSON body gives them inside \
+                 (\"circuit\", \"priority\")",
             ));
         }
         let Json(req) = Json::<ProveRequest>::from_request(req, &state).await?;
         let circuit = req.circuit.clone();
+        let options = SubmitOptions { priority: req.priority, idempotency_key: key };
         let job = req.job().map_err(ApiError::bad_request)?;
-        blocking(move || service.submit_job(&circuit, job, key)).await??
+        blocking(move || service.submit_job(&circuit, job, options)).await??
     };
     let (id, replayed) = (submitted.id(), matches!(submitted, crate::service::Submitted::Existing(_)));
     if q.wait {
@@ -214,7 +217,9 @@ pub async fn status(State(state): State<Arc<AppState>>) -> Result<axum::Json<Sta
         draining: state.draining.load(Ordering::Acquire),
         config: StatusConfig {
             partition_permits: p.partition_permits,
+            critical_permits: p.critical_permits,
             gpu_queue_capacity: p.gpu_queue_capacity,
+            priority_aging_secs: p.priority_aging_secs,
             verify_proofs: p.verify_proofs,
         },
     }))

@@ -336,3 +336,36 @@ async fn an_idempotency_key_returns_the_first_job() {
         futures_util::future::join_all(tries).await.iter().map(|r| r.json()["job_id"].to_string()).collect();
     assert_eq!(ids.len(), 1, "{ids:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_s_priority_is_its_request_s_or_its_circuit_s_and_shows_everywhere() {
+    let s = state(None);
+    let r = post_json(&s, "/v1/prove?wait=true", r#"{"circuit":"square","partitions":[{"x":3}]}"#).await;
+    assert_eq!(r.json()["priority"], "normal", "the circuit's (its kind's) default");
+    let r = post_json(
+        &s,
+        "/v1/prove?wait=true",
+        r#"{"circuit":"square","priority":"critical","partitions":[{"x":3}]}"#,
+    )
+    .await;
+    assert_eq!(
+        (r.json()["priority"].as_str(), r.json()["state"].as_str()),
+        (Some("critical"), Some("succeeded"))
+    );
+    post_json(&s, "/v1/prove", r#"{"circuit":"square","priority":"urgent","partitions":[{"x":3}]}"#)
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "unknown variant `urgent`");
+    post_json(&s, "/v1/prove?priority=high", r#"{"circuit":"square","partitions":[{"x":3}]}"#)
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "a JSON body gives them inside");
+    assert_eq!(get(&s, "/v1/circuits").await.json()["circuits"][0]["priority"], "normal");
+    let st = get(&s, "/v1/status").await.json();
+    assert_eq!(st["snapshot"]["priorities"]["critical"], json!({ "queued": 0, "gpu_queue": 0 }), "{st}");
+    assert_eq!(st["config"]["critical_permits"], 1);
+    let text = String::from_utf8(get(&s, "/metrics").await.body).unwrap();
+    assert!(
+        text.contains("provd_partition_wait_seconds_count{priority=\"critical\",queue=\"admission\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("provd_partitions_queued{priority=\"low\"} 0"), "{text}");
+}

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::strict_json::StrictValue;
 use crate::circuits::KeySource;
-use crate::pipeline::{JobStatus, Stage, StageTimes};
+use crate::pipeline::{JobStatus, Priority, Stage, StageTimes};
 use crate::service::{BackendInfo, JobInput, Service, Snapshot};
 
 /// `POST /v1/prove`.
@@ -22,6 +22,9 @@ pub struct ProveRequest {
     /// (`filecoin-porep`: one sector's C1 output and ids).
     #[serde(default)]
     pub input: Option<StrictValue>,
+    /// `low`, `normal`, `high` or `critical`; the circuit's default when absent.
+    #[serde(default)]
+    pub priority: Option<Priority>,
 }
 
 impl ProveRequest {
@@ -47,6 +50,9 @@ pub struct ProveQuery {
     /// The circuit of a binary witness body (a JSON body names it inside).
     #[serde(default)]
     pub circuit: Option<String>,
+    /// The priority of a binary witness body's job (a JSON body gives it inside).
+    #[serde(default)]
+    pub priority: Option<Priority>,
 }
 
 /// The query of `GET /v1/circuits/{name}/verifying-key`.
@@ -69,6 +75,7 @@ pub struct Accepted {
 pub struct JobView {
     pub id: String,
     pub circuit: String,
+    pub priority: Priority,
     /// queued, running, succeeded, failed or cancelled.
     pub state: &'static str,
     pub error: Option<String>,
@@ -134,6 +141,7 @@ impl JobView {
             id: s.id.to_string(),
             result,
             circuit: s.circuit.clone(),
+            priority: s.priority,
             state,
             error: s.error.clone(),
             elapsed_seconds: s.elapsed_seconds,
@@ -152,6 +160,8 @@ pub struct CircuitsView {
 pub struct CircuitView {
     pub name: String,
     pub kind: &'static str,
+    /// Its jobs' priority when a request does not give one.
+    pub priority: Priority,
     pub constraints: usize,
     pub domain_size: usize,
     pub public_inputs: usize,
@@ -170,10 +180,12 @@ pub struct CircuitView {
 impl CircuitsView {
     pub fn new(service: &Service) -> Self {
         let circuits = service
-            .circuits()
-            .map(|(name, c)| CircuitView {
+            .served()
+            .map(|(name, served)| (name, served.priority, &served.kind))
+            .map(|(name, priority, c)| CircuitView {
                 name: name.to_string(),
                 kind: c.kind(),
+                priority,
                 constraints: c.constraints(),
                 domain_size: c.key().domain_size(),
                 public_inputs: c.public_inputs(),
@@ -202,7 +214,9 @@ pub struct StatusView {
 #[derive(Debug, Serialize)]
 pub struct StatusConfig {
     pub partition_permits: usize,
+    pub critical_permits: usize,
     pub gpu_queue_capacity: usize,
+    pub priority_aging_secs: u64,
     pub verify_proofs: bool,
 }
 

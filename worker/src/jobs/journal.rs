@@ -7,7 +7,7 @@
 //! fleet's PostgreSQL queue extends (`migrations/postgres`: BYTEA payloads,
 //! claims, attempts and a proofs table):
 //!
-//! - `jobs(id, circuit, state, error, created_ms, ended_ms, idempotency_key, request_digest)`
+//! - `jobs(id, circuit, state, error, created_ms, ended_ms, idempotency_key, request_digest, priority)`
 //! - `partitions(job_id, idx, witness_json, witness_bin, witness_file, state, error, proof, public_inputs)`
 //!
 //! Binary witnesses over [`SPOOL_OVER`] bytes are not BLOBs but files beside
@@ -23,7 +23,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use crate::groth16::Proof;
 
 pub use crate::pipeline::{now_ms, EndedJob, EndedPartition, JobId, JobObserver, ProvedPartition};
-use crate::telemetry::labels::{Outcome, Stage};
+use crate::telemetry::labels::{Outcome, Priority, Stage};
 
 /// A partition's witness as the request gave it, kept to run it again.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,6 +37,7 @@ pub enum StoredWitness {
 pub struct AcceptedJob {
     pub id: JobId,
     pub circuit: String,
+    pub priority: Priority,
     pub witnesses: Vec<StoredWitness>,
     /// The client's idempotency key and its request's digest.
     pub idempotency: Option<(String, [u8; 32])>,
@@ -55,6 +56,7 @@ pub struct EndedRecord {
 pub struct UnfinishedJob {
     pub id: JobId,
     pub circuit: String,
+    pub priority: Priority,
     /// One per partition.
     pub witnesses: Vec<RecoveredWitness>,
     pub idempotency: Option<(String, [u8; 32])>,
@@ -164,7 +166,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     created_ms BIGINT NOT NULL,
     ended_ms BIGINT,
     idempotency_key TEXT UNIQUE,
-    request_digest BLOB
+    request_digest BLOB,
+    priority TEXT NOT NULL DEFAULT 'normal'
 );
 CREATE TABLE IF NOT EXISTS partitions (
     job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
@@ -225,14 +228,10 @@ impl SqliteJournal {
         )
         .map_err(fail)?;
         conn.execute_batch(SCHEMA).map_err(fail)?;
-        // Journals written before witness files existed lack the column.
-        let has_file_column = conn
-            .prepare("SELECT 1 FROM pragma_table_info('partitions') WHERE name = 'witness_file'")
-            .and_then(|mut q| q.exists([]))
-            .map_err(fail)?;
-        if !has_file_column {
-            conn.execute_batch("ALTER TABLE partitions ADD COLUMN witness_file TEXT").map_err(fail)?;
-        }
+        // Journals written before witness files and priorities existed lack
+        // their columns (a job of such a journal was normal).
+        add_missing_column(&conn, "partitions", "witness_file", "TEXT").map_err(fail)?;
+        add_missing_column(&conn, "jobs", "priority", "TEXT NOT NULL DEFAULT 'normal'").map_err(fail)?;
         let spool = path.with_extension("witnesses");
         let journal = Self {
             conn: Mutex::new(conn),
@@ -312,7 +311,7 @@ impl SqliteJournal {
     fn recover(&self) -> rusqlite::Result<Recovered> {
         let conn = self.lock();
         let mut jobs = conn.prepare(
-            "SELECT id, circuit, state, error, created_ms, ended_ms, idempotency_key, request_digest FROM jobs ORDER BY created_ms",
+            "SELECT id, circuit, state, error, created_ms, ended_ms, idempotency_key, request_digest, priority FROM jobs ORDER BY created_ms",
         )?;
         let rows = jobs.query_map([], |r| {
             Ok((
@@ -324,6 +323,8 @@ impl SqliteJournal {
                 r.get::<_, Option<i64>>(5)?,
                 r.get::<_, Option<String>>(6)?,
                 r.get::<_, Option<Vec<u8>>>(7)?,
+                // A class this build does not know is served as normal.
+                r.get::<_, String>(8)?.parse::<Priority>().unwrap_or_default(),
             ))
         })?;
         let mut out = Recovered::default();
@@ -332,7 +333,7 @@ impl SqliteJournal {
             "SELECT witness_json, witness_bin IS NOT NULL, state, error, proof, public_inputs, witness_file, idx FROM partitions WHERE job_id = ?1 ORDER BY idx",
         )?;
         for row in rows {
-            let (id, circuit, state, error, created_ms, ended_ms, key, digest) = row?;
+            let (id, circuit, state, error, created_ms, ended_ms, key, digest, priority) = row?;
             let Ok(job_id) = id.parse::<JobId>() else { continue };
             let idempotency = key.zip(digest.and_then(|d| <[u8; 32]>::try_from(d).ok()));
             let partitions: Vec<(RecoveredWitness, EndedPartition)> = parts
@@ -365,6 +366,7 @@ impl SqliteJournal {
                     job: EndedJob {
                         id: job_id,
                         circuit,
+                        priority,
                         outcome,
                         error,
                         created_ms: created_ms as u64,
@@ -385,7 +387,14 @@ impl SqliteJournal {
                         })
                         .collect();
                     let witnesses = partitions.into_iter().map(|(w, _)| w).collect();
-                    out.unfinished.push(UnfinishedJob { id: job_id, circuit, witnesses, idempotency, proved })
+                    out.unfinished.push(UnfinishedJob {
+                        id: job_id,
+                        circuit,
+                        priority,
+                        witnesses,
+                        idempotency,
+                        proved,
+                    })
                 }
             }
         }
@@ -395,6 +404,17 @@ impl SqliteJournal {
     fn log_failure(&self, what: &str, e: rusqlite::Error) {
         tracing::error!(journal = %self.path, "could not record {what}: {e}");
     }
+}
+
+/// Adds `column` to `table` unless the table has it.
+fn add_missing_column(conn: &Connection, table: &str, column: &str, declared: &str) -> rusqlite::Result<()> {
+    let has = conn
+        .prepare("SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2")
+        .and_then(|mut q| q.exists(params![table, column]))?;
+    if !has {
+        conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {declared}"))?;
+    }
+    Ok(())
 }
 
 /// Runs `write` in one transaction committed with `synchronous = FULL`
@@ -497,8 +517,9 @@ impl Journal for SqliteJournal {
                     None => (None, None),
                 };
                 tx.execute(
-                    "INSERT INTO jobs (id, circuit, state, created_ms, idempotency_key, request_digest) VALUES (?1, ?2, 'queued', ?3, ?4, ?5)",
-                    params![id, job.circuit, now_ms() as i64, key, digest],
+                    "INSERT INTO jobs (id, circuit, state, created_ms, idempotency_key, request_digest, priority) \
+                     VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6)",
+                    params![id, job.circuit, now_ms() as i64, key, digest, job.priority.name()],
                 )?;
                 let mut insert = tx.prepare(
                     "INSERT INTO partitions (job_id, idx, witness_json, witness_bin, witness_file, state) VALUES (?1, ?2, ?3, ?4, ?5, 'queued')",
@@ -724,6 +745,7 @@ mod tests {
             .accepted(&AcceptedJob {
                 id: a,
                 circuit: "c".into(),
+                priority: Priority::Critical,
                 witnesses: witnesses.clone(),
                 idempotency: None,
             })
@@ -733,6 +755,7 @@ mod tests {
             .accepted(&AcceptedJob {
                 id: b,
                 circuit: "c".into(),
+                priority: Priority::Low,
                 witnesses: vec![],
                 idempotency: key.clone(),
             })
@@ -750,18 +773,31 @@ mod tests {
             RecoveredWitness::Binary(binary.clone()),
         ];
         assert_eq!((unfinished.id, &unfinished.witnesses[..]), (a, &expected[..]));
+        assert_eq!(unfinished.priority, Priority::Critical, "a job's priority is kept");
         assert_eq!(journal.read_witness(&binary).unwrap(), [1, 2, 3]);
         let none = journal.read_witness(&OnDisk::Row { job: a, index: 0 }).unwrap_err();
         assert!(matches!(none.source, JournalFault::NoWitness { index: 0, .. }), "{none}");
         assert!(unfinished.proved.is_empty());
         let ended = &recovered.ended[0];
         assert_eq!(
-            (ended.job.id, ended.job.outcome, ended.job.error.as_deref(), &ended.idempotency),
-            (b, Outcome::Failed, Some("why"), &key)
+            (
+                ended.job.id,
+                ended.job.outcome,
+                ended.job.error.as_deref(),
+                &ended.idempotency,
+                ended.job.priority
+            ),
+            (b, Outcome::Failed, Some("why"), &key, Priority::Low)
         );
         // Running again marks the job queued and keeps its witnesses.
         journal
-            .accepted(&AcceptedJob { id: a, circuit: "c".into(), witnesses: vec![], idempotency: None })
+            .accepted(&AcceptedJob {
+                id: a,
+                circuit: "c".into(),
+                priority: Priority::Normal,
+                witnesses: vec![],
+                idempotency: None,
+            })
             .unwrap();
         let proof = Proof::from_bytes(&[0u8; 192]).ok();
         journal.partition_ended(
@@ -789,6 +825,7 @@ mod tests {
         AcceptedJob {
             id: u.id,
             circuit: u.circuit.clone(),
+            priority: u.priority,
             witnesses: vec![],
             idempotency: u.idempotency.clone(),
         }
@@ -805,7 +842,8 @@ mod tests {
         let (journal, _) = SqliteJournal::open(&path).unwrap();
         let id = JobId::new();
         let witnesses = (0..3).map(|i| StoredWitness::Json(serde_json::json!({ "seed": i }))).collect();
-        let job = AcceptedJob { id, circuit: "c".into(), witnesses, idempotency: None };
+        let job =
+            AcceptedJob { id, circuit: "c".into(), priority: Priority::Normal, witnesses, idempotency: None };
         journal.accepted(&job).unwrap();
         let proof = Proof {
             a: blstrs::G1Affine::generator(),
@@ -845,7 +883,15 @@ mod tests {
         let (a, b) = (JobId::new(), JobId::new());
         for (id, bytes) in [(a, &big), (b, &small)] {
             let witnesses = vec![StoredWitness::Binary(bytes.clone())];
-            journal.accepted(&AcceptedJob { id, circuit: "c".into(), witnesses, idempotency: None }).unwrap();
+            journal
+                .accepted(&AcceptedJob {
+                    id,
+                    circuit: "c".into(),
+                    priority: Priority::Normal,
+                    witnesses,
+                    idempotency: None,
+                })
+                .unwrap();
         }
         let files: Vec<_> = std::fs::read_dir(&spool).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(files, [std::ffi::OsString::from(format!("{a}-0.bin"))], "only the large one is a file");
@@ -869,7 +915,15 @@ mod tests {
 
         let c = JobId::new();
         let witnesses = vec![StoredWitness::Binary(vec![3u8; 500])];
-        journal.accepted(&AcceptedJob { id: c, circuit: "c".into(), witnesses, idempotency: None }).unwrap();
+        journal
+            .accepted(&AcceptedJob {
+                id: c,
+                circuit: "c".into(),
+                priority: Priority::Normal,
+                witnesses,
+                idempotency: None,
+            })
+            .unwrap();
         drop(journal);
         std::fs::remove_file(spool.join(format!("{c}-0.bin"))).unwrap();
         // a file no row names (a crash between its write and its row) goes at open
@@ -896,7 +950,13 @@ mod tests {
             || vec![StoredWitness::Json(serde_json::json!(1)), StoredWitness::Json(serde_json::json!(2))];
         for job in [id, done] {
             journal
-                .accepted(&AcceptedJob { id: job, circuit: "c".into(), witnesses: two(), idempotency: None })
+                .accepted(&AcceptedJob {
+                    id: job,
+                    circuit: "c".into(),
+                    priority: Priority::Normal,
+                    witnesses: two(),
+                    idempotency: None,
+                })
                 .unwrap();
         }
         let proof = Proof::from_bytes(&[0u8; 192]).ok();
@@ -929,7 +989,15 @@ mod tests {
         let id = JobId::new();
         let witnesses =
             vec![StoredWitness::Json(serde_json::json!(1)), StoredWitness::Json(serde_json::json!(2))];
-        journal.accepted(&AcceptedJob { id, circuit: "c".into(), witnesses, idempotency: None }).unwrap();
+        journal
+            .accepted(&AcceptedJob {
+                id,
+                circuit: "c".into(),
+                priority: Priority::Normal,
+                witnesses,
+                idempotency: None,
+            })
+            .unwrap();
         assert!(journal.behind().is_none());
         journal.disk_full.store(true, std::sync::atomic::Ordering::Release);
         let done = EndedPartition { stage: Stage::Done, proof: None, public_inputs: vec![], error: None };

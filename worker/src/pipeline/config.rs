@@ -34,6 +34,19 @@ pub struct PipelineConfig {
     /// Tries a partition gets when devices fault (each on whatever device is
     /// free) before it fails.
     pub max_attempts: u32,
+    /// Critical partitions admitted at once on the critical lane, beside
+    /// `partition_permits` (0: no lane; critical work then only goes first).
+    pub critical_permits: usize,
+    /// Memory that work of every class but critical leaves free, so that a
+    /// budget filled by other work never refuses or holds back a critical
+    /// job: a size such as "2GiB". Unset: one partition of the largest
+    /// circuit served with `priority = "critical"` (none: nothing kept).
+    pub critical_headroom: Option<ByteSize>,
+    /// Seconds of waiting that raise a partition's priority one class (up
+    /// to high, never to critical), so that lower classes are delayed by a
+    /// bounded time, never starved: a low partition competes as high after
+    /// twice this.
+    pub priority_aging_secs: u64,
 }
 
 impl Default for PipelineConfig {
@@ -48,6 +61,9 @@ impl Default for PipelineConfig {
             verify_proofs: true,
             device_fault_limit: 3,
             max_attempts: 3,
+            critical_permits: 1,
+            critical_headroom: None,
+            priority_aging_secs: 120,
         }
     }
 }
@@ -66,6 +82,9 @@ impl PipelineConfig {
         }
         if self.device_fault_limit == 0 || self.max_attempts == 0 {
             return Err("pipeline.device_fault_limit and pipeline.max_attempts must be at least 1".into());
+        }
+        if self.priority_aging_secs == 0 {
+            return Err("pipeline.priority_aging_secs must be at least 1".into());
         }
         if self.budget_bytes() == 0 {
             return Err("pipeline.memory_budget must be more than zero".into());
@@ -88,6 +107,11 @@ impl PipelineConfig {
             MemoryBudget::Fraction(f) => (self.memory_limit_bytes() as f64 * f) as u64,
             MemoryBudget::Bytes(b) => b,
         }
+    }
+
+    /// Waiting that raises a partition's priority one class.
+    pub fn priority_aging(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.priority_aging_secs)
     }
 
     pub fn synthesis_threads(&self) -> usize {
@@ -120,6 +144,21 @@ impl<'de> Deserialize<'de> for MemoryLimit {
             MemoryBudget::Fraction(_) => Err(serde::de::Error::custom(
                 "pipeline.memory_limit is a size such as \"96GiB\", not a percentage",
             )),
+        }
+    }
+}
+
+/// A number of bytes (`pipeline.critical_headroom`): "2GiB" or a number; 0 allowed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ByteSize(pub u64);
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match MemoryBudget::deserialize(d)? {
+            MemoryBudget::Bytes(b) => Ok(ByteSize(b)),
+            MemoryBudget::Fraction(_) => {
+                Err(serde::de::Error::custom("a size such as \"2GiB\" is expected here, not a percentage"))
+            }
         }
     }
 }
@@ -192,11 +231,15 @@ mod tests {
         assert_eq!((c.memory_limit_bytes(), c.budget_bytes()), (1 << 30, 1 << 29));
         let c: PipelineConfig = toml::from_str("memory_limit = \"1000TiB\"").unwrap();
         assert_eq!(c.memory_limit_bytes(), available_memory());
-        for bad in ["memory_limit = \"50%\"", "memory_limit = 0"] {
+        let c: PipelineConfig = toml::from_str("critical_headroom = \"2GiB\"").unwrap();
+        assert_eq!(c.critical_headroom, Some(ByteSize(2 << 30)));
+        assert_eq!(PipelineConfig::default().critical_headroom, None, "by default, from the circuits served");
+        for bad in ["memory_limit = \"50%\"", "memory_limit = 0", "critical_headroom = \"5%\""] {
             assert!(toml::from_str::<PipelineConfig>(bad).is_err(), "{bad}");
         }
         assert!(toml::from_str::<PipelineConfig>("partition_permit = 2").is_err(), "typos are errors");
         assert!(PipelineConfig { partition_permits: 0, ..Default::default() }.validate().is_err());
+        assert!(PipelineConfig { priority_aging_secs: 0, ..Default::default() }.validate().is_err());
     }
 }
 
@@ -217,6 +260,8 @@ mod example {
             "verify_proofs",
             "device_fault_limit",
             "max_attempts",
+            "critical_permits",
+            "priority_aging_secs",
         ] {
             assert!(text.contains(&format!("\n{key} = ")), "{key} is documented in the example");
         }

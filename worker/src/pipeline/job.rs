@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::groth16::{Proof, ProvingKey, SynthesisFn, Verifier, WitnessCheck};
 use crate::telemetry::labels::FailureReason;
-pub use crate::telemetry::labels::{Outcome, Stage};
+pub use crate::telemetry::labels::{Outcome, Priority, Stage};
 use crate::telemetry::metrics::Metrics;
 
 /// A job's id: a UUIDv7 (time-ordered, 74 random bits), so ids never repeat
@@ -55,6 +55,8 @@ impl Serialize for JobId {
 /// A job to run: one circuit (its key) and one synthesis per partition.
 pub struct JobSpec {
     pub circuit: String,
+    /// How urgent the job is: its partitions are served by it at every queue.
+    pub priority: Priority,
     pub key: Arc<ProvingKey>,
     /// Checks every proof before it is returned; `None` returns proofs unchecked.
     pub verifier: Option<Arc<Verifier>>,
@@ -86,6 +88,7 @@ pub struct EndedPartition {
 pub struct EndedJob {
     pub id: JobId,
     pub circuit: String,
+    pub priority: Priority,
     pub outcome: Outcome,
     pub error: Option<String>,
     /// Milliseconds since the Unix epoch.
@@ -138,6 +141,7 @@ pub struct PartitionStatus {
 pub struct JobStatus {
     pub id: JobId,
     pub circuit: String,
+    pub priority: Priority,
     pub outcome: Option<Outcome>,
     pub error: Option<String>,
     pub partitions: Vec<PartitionStatus>,
@@ -149,6 +153,7 @@ pub struct JobStatus {
 pub struct Job {
     pub id: JobId,
     pub circuit: String,
+    pub priority: Priority,
     pub key: Arc<ProvingKey>,
     pub verifier: Option<Arc<Verifier>>,
     pub witness_check: WitnessCheck,
@@ -189,6 +194,7 @@ impl Job {
         Arc::new(Self {
             id,
             circuit: spec.circuit.clone(),
+            priority: spec.priority,
             key: spec.key.clone(),
             verifier: spec.verifier.clone(),
             witness_check: spec.witness_check,
@@ -229,6 +235,7 @@ impl Job {
         Arc::new(Self {
             id: ended.id,
             circuit: ended.circuit,
+            priority: ended.priority,
             key,
             verifier: None,
             witness_check: WitnessCheck::default(),
@@ -296,6 +303,7 @@ impl Job {
         JobStatus {
             id: self.id,
             circuit: self.circuit.clone(),
+            priority: self.priority,
             outcome: s.outcome,
             error: s.error.clone(),
             partitions: s.partitions.clone(),

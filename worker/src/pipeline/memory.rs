@@ -2,7 +2,7 @@
 //! budget before synthesis starts, and give it back piece by piece as their
 //! buffers are freed (each piece rides in the buffer's guard).
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 
 use crate::telemetry::metrics::Metrics;
 
@@ -12,7 +12,9 @@ pub struct Budget {
     reserved: Mutex<u64>,
     /// The part of `reserved` held by resident keys.
     resident: std::sync::atomic::AtomicU64,
-    freed: Condvar,
+    /// Bytes that every class but critical leaves free
+    /// (`pipeline.critical_headroom`).
+    headroom: std::sync::atomic::AtomicU64,
     peak: std::sync::atomic::AtomicU64,
     metrics: Arc<Metrics>,
 }
@@ -24,7 +26,7 @@ impl Budget {
             total,
             reserved: Mutex::new(0),
             resident: Default::default(),
-            freed: Condvar::new(),
+            headroom: Default::default(),
             peak: Default::default(),
             metrics,
         })
@@ -43,6 +45,17 @@ impl Budget {
         self.resident.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// Bytes kept free for critical work: other work reserves only what
+    /// leaves them free.
+    pub fn headroom(&self) -> u64 {
+        self.headroom.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub(crate) fn set_headroom(&self, bytes: u64) {
+        self.headroom.store(bytes, std::sync::atomic::Ordering::Release);
+        self.metrics.memory_critical_headroom_bytes.set(bytes as i64);
+    }
+
     /// Reserves `bytes` for a resident key now, or `None` if they do not fit.
     /// Partitions are admitted against what the keys leave.
     pub fn reserve_resident(self: &Arc<Self>, bytes: u64) -> Option<Reservation> {
@@ -59,27 +72,6 @@ impl Budget {
     /// The most ever reserved at once.
     pub fn peak(&self) -> u64 {
         self.peak.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Waits until `bytes` fit, then reserves them. `give_up` is polled while
-    /// waiting (a cancelled job stops waiting). `bytes` must not exceed the
-    /// budget (jobs that can never fit are rejected at submission).
-    pub fn reserve(self: &Arc<Self>, bytes: u64, give_up: impl Fn() -> bool) -> Option<Reservation> {
-        assert!(bytes <= self.total, "reservation larger than the whole budget");
-        let mut reserved = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
-        while *reserved + bytes > self.total {
-            if give_up() {
-                return None;
-            }
-            reserved = self
-                .freed
-                .wait_timeout(reserved, std::time::Duration::from_millis(50))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-        *reserved += bytes;
-        self.note_reserved(*reserved);
-        Some(Reservation { budget: self.clone(), bytes, resident: false })
     }
 
     /// Reserves `bytes` now if they fit with `keep_free` bytes still free
@@ -110,7 +102,6 @@ impl Budget {
             self.resident.fetch_sub(bytes, std::sync::atomic::Ordering::AcqRel);
         }
         self.metrics.memory_reserved_bytes.set(*reserved as i64);
-        self.freed.notify_all();
     }
 }
 
@@ -196,23 +187,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reservations_block_until_memory_is_freed() {
+    fn reservations_fit_until_memory_is_freed_piece_by_piece() {
         let budget = Budget::new(100, Arc::new(Metrics::new()));
-        let mut a = budget.reserve(60, || false).unwrap();
+        let mut a = budget.try_reserve(60, 0).unwrap();
         let part = a.split(20);
         assert_eq!((a.bytes(), part.bytes()), (40, 20));
-        let b2 = budget.clone();
-        let waiter = std::thread::spawn(move || b2.reserve(50, || false).map(|r| r.bytes()));
-        std::thread::sleep(std::time::Duration::from_millis(30));
-        assert_eq!(budget.reserved(), 60, "the second reservation waits");
+        assert!(budget.try_reserve(50, 0).is_none(), "60 + 50 exceeds 100");
         drop(part); // 40 reserved: 50 fits
-        assert_eq!(waiter.join().unwrap(), Some(50));
-        drop(a);
+        let b = budget.try_reserve(50, 0).unwrap();
+        assert_eq!(budget.reserved(), 90);
+        drop((a, b));
         assert_eq!(budget.reserved(), 0);
         assert_eq!(budget.peak(), 90);
-        assert!(budget.reserve(100, || true).is_some());
-        let _full = budget.reserve(100, || false).unwrap();
-        assert!(budget.reserve(1, || true).is_none(), "gives up when asked to");
+        assert!(budget.try_reserve(101, 0).is_none());
+    }
+
+    #[test]
+    fn the_critical_headroom_is_left_free_by_whoever_keeps_it_free() {
+        let metrics = Arc::new(Metrics::new());
+        let budget = Budget::new(100, metrics.clone());
+        budget.set_headroom(30);
+        assert_eq!((budget.headroom(), metrics.memory_critical_headroom_bytes.get()), (30, 30));
+        let other = budget.try_reserve(70, budget.headroom()).expect("70 leaves the 30 free");
+        assert!(budget.try_reserve(1, budget.headroom()).is_none(), "other work cannot take the headroom");
+        let critical = budget.try_reserve(30, 0).expect("critical work may");
+        drop((other, critical));
     }
 
     #[test]
@@ -236,8 +235,8 @@ mod tests {
         let key = budget.reserve_resident(70).unwrap();
         assert_eq!((budget.reserved(), budget.resident()), (70, 70));
         assert!(budget.reserve_resident(31).is_none(), "a second key that does not fit is refused");
-        let p = budget.reserve(30, || false).unwrap();
-        assert!(budget.reserve(1, || true).is_none());
+        let p = budget.try_reserve(30, 0).unwrap();
+        assert!(budget.try_reserve(1, 0).is_none());
         drop((key, p));
         assert_eq!((budget.reserved(), budget.resident()), (0, 0));
     }

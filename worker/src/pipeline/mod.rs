@@ -7,6 +7,13 @@
 //! into a bounded queue that one worker per backend (GPU) drains; finished
 //! G1 work goes through a second bounded queue to the finalize threads, so a
 //! slow G2 stage holds the GPU back instead of piling up pending partitions.
+//!
+//! Every queue serves the most urgent job's partitions first ([`lanes`]).
+//! Critical work has a lane of its own beside that order: a dispatcher with
+//! its own permits, a synthesis pool, a finalize thread, memory the other
+//! classes leave free (`Budget::headroom`), and a place in the bounded
+//! queues that their bound never refuses. So a critical partition waits for
+//! the partitions already on its device, never behind a queue of others.
 //! Two memory rules:
 //! 1. a partition's permit is released only once the GPU queue has accepted
 //!    its buffers (see `synthesize_partition`);
@@ -16,22 +23,20 @@ pub mod buffers;
 pub mod config;
 pub mod devices;
 mod job;
+mod lanes;
 pub mod memory;
 mod table;
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
-
 use crate::backend::{Backend, ProductsPlacement};
 use crate::groth16::{Blinding, PendingProof, ProveError, ProvingKey, Synthesized};
 pub use crate::groth16::{SynthesisFn, WitnessCheck};
 use crate::telemetry::labels::FailureReason;
-pub use crate::telemetry::labels::{Outcome, Stage};
+pub use crate::telemetry::labels::{Outcome, Priority, Stage};
 use crate::telemetry::Metrics;
 use buffers::{BufferClass, BufferGuard, Ledger};
 pub use config::{MemoryBudget, PipelineConfig};
@@ -42,6 +47,7 @@ pub use job::{
     ProvedPartition, StageTimes,
 };
 use job::{Job, Ticket};
+use lanes::{Handoff, Ranked, RecvError, Takes};
 use memory::{Budget, Reservation};
 use table::JobTable;
 
@@ -102,6 +108,13 @@ pub enum SubmitError {
          raise pipeline.memory_budget or use a smaller circuit"
     )]
     NeverFits { circuit: String, need: u64, budget: u64 },
+    #[error(
+        "one partition of {circuit} needs an estimated {need} bytes; of the {room} bytes of memory budget the keys \
+         leave, {headroom} are kept for critical work, so a {} job of it can never run: submit it as critical, \
+         lower pipeline.critical_headroom or raise pipeline.memory_budget",
+        priority.name()
+    )]
+    NeverFitsBesideHeadroom { circuit: String, priority: Priority, need: u64, room: u64, headroom: u64 },
     #[error("the engine is shutting down")]
     ShuttingDown,
 }
@@ -192,12 +205,18 @@ struct Shared {
     metrics: Arc<Metrics>,
     ledger: Arc<Ledger>,
     budget: Arc<Budget>,
-    queue: Mutex<VecDeque<Queued>>,
+    /// Partitions waiting for admission, most urgent first.
+    queue: Mutex<Ranked<Queued>>,
     queued: Condvar,
     permits: Arc<Semaphore>,
-    gpu_tx: Sender<InGpuQueue>,
-    finalize_tx: Sender<ToFinish>,
+    /// The critical lane's permits, beside `permits`.
+    critical_permits: Arc<Semaphore>,
+    gpu_queue: Handoff<InGpuQueue>,
+    finalize_queue: Handoff<ToFinish>,
     synthesis_pool: rayon::ThreadPool,
+    /// Critical partitions' synthesis, so that it never waits for a thread
+    /// of the shared pool (it shares the cores with it).
+    critical_pool: rayon::ThreadPool,
     shutdown: AtomicBool,
     /// Draining: no new jobs, accepted ones run on.
     shutdown_requested: AtomicBool,
@@ -212,6 +231,27 @@ struct Shared {
 }
 
 impl Shared {
+    fn lock_queue(&self) -> std::sync::MutexGuard<'_, Ranked<Queued>> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Updates the admission queue's gauges.
+    fn note_queued(&self, q: &Ranked<Queued>) {
+        self.metrics.partitions_waiting.set(q.len() as i64);
+        for p in Priority::ALL {
+            self.metrics.partitions_queued.with_label_values(&[p.name()]).set(q.len_of(p) as i64);
+        }
+    }
+
+    /// Updates the GPU queue's depth gauges.
+    fn note_gpu_queue(&self) {
+        let (depth, by) = self.gpu_queue.depth();
+        self.metrics.gpu_queue_depth.set(depth as i64);
+        for p in Priority::ALL {
+            self.metrics.gpu_queue_depth_by_priority.with_label_values(&[p.name()]).set(by[p.rank()] as i64);
+        }
+    }
+
     /// A partition of `key`'s circuit as these devices hold it: the working
     /// memory of whichever needs the most.
     fn footprint(&self, key: &ProvingKey) -> Footprint {
@@ -274,8 +314,7 @@ impl Engine {
     ) -> anyhow::Result<Self> {
         config.validate().map_err(anyhow::Error::msg)?;
         anyhow::ensure!(!backends.is_empty(), "the engine needs at least one backend");
-        let (gpu_tx, gpu_rx) = crossbeam_channel::bounded(config.gpu_queue_capacity);
-        let (finalize_tx, finalize_rx) = crossbeam_channel::bounded::<ToFinish>(config.finalize_threads);
+        let aging = config.priority_aging();
         metrics.gpu_queue_capacity.set(config.gpu_queue_capacity as i64);
         let pool = |name: &'static str, n: usize| {
             rayon::ThreadPoolBuilder::new()
@@ -289,16 +328,22 @@ impl Engine {
         let shared = Arc::new(Shared {
             ledger: Ledger::new(metrics.clone()),
             budget: Budget::new(config.budget_bytes(), metrics.clone()),
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(Ranked::new(aging)),
             queued: Condvar::new(),
             permits: Arc::new(Semaphore::new(
                 config.partition_permits,
                 &metrics.partition_permits,
                 metrics.partition_permits_in_use.clone(),
             )),
-            gpu_tx,
-            finalize_tx,
+            critical_permits: Arc::new(Semaphore::new(
+                config.critical_permits,
+                &metrics.critical_permits,
+                metrics.critical_permits_in_use.clone(),
+            )),
+            gpu_queue: Handoff::new(config.gpu_queue_capacity, aging),
+            finalize_queue: Handoff::new(config.finalize_threads, aging),
             synthesis_pool: pool("synth", config.synthesis_threads())?,
+            critical_pool: pool("synth-critical", config.synthesis_threads())?,
             shutdown: AtomicBool::new(false),
             shutdown_requested: AtomicBool::new(false),
             jobs: JobTable::default(),
@@ -315,20 +360,25 @@ impl Engine {
                 .name(name.clone())
                 .spawn(move || guarded(&s.dead_threads, &name, || run(&s)))
         };
-        threads.push(spawn("dispatch".into(), Box::new(dispatch))?);
-        for i in 0..shared.config.finalize_threads {
-            let rx = finalize_rx.clone();
-            threads.push(spawn(format!("finalize-{i}"), Box::new(move |s| finalizer(s, rx)))?);
+        threads.push(spawn("dispatch".into(), Box::new(|s| dispatch(s, Takes::All)))?);
+        if shared.config.critical_permits > 0 {
+            threads.push(spawn("dispatch-critical".into(), Box::new(|s| dispatch(s, Takes::CriticalOnly)))?);
         }
+        for i in 0..shared.config.finalize_threads {
+            threads.push(spawn(format!("finalize-{i}"), Box::new(|s| finalizer(s, Takes::All)))?);
+        }
+        threads.push(spawn("finalize-critical".into(), Box::new(|s| finalizer(s, Takes::CriticalOnly)))?);
         for device in shared.devices.clone() {
             shared.metrics.proofs_invalid.with_label_values(&[device.name()]);
             // One worker per partition the backend takes at once.
             for slot in 0..device.backend.partitions_in_flight().count() {
-                let (device, rx) = (device.clone(), gpu_rx.clone());
+                let device = device.clone();
                 let name = format!("gpu-{}-{slot}", device.name());
-                threads.push(spawn(name, Box::new(move |s| gpu_worker(s, device, rx)))?);
+                threads.push(spawn(name, Box::new(move |s| gpu_worker(s, device)))?);
             }
         }
+        shared.note_queued(&shared.lock_queue());
+        shared.note_gpu_queue();
         Ok(Self { shared, threads })
     }
 
@@ -354,6 +404,16 @@ impl Engine {
         if need > room {
             return Err(SubmitError::NeverFits { circuit: spec.circuit.clone(), need, budget: room });
         }
+        let headroom = s.budget.headroom();
+        if spec.priority != Priority::Critical && need + headroom > room {
+            return Err(SubmitError::NeverFitsBesideHeadroom {
+                circuit: spec.circuit.clone(),
+                priority: spec.priority,
+                need,
+                room,
+                headroom,
+            });
+        }
         Ok(())
     }
 
@@ -374,20 +434,24 @@ impl Engine {
         job.restore_proved(proved);
         s.jobs.insert(job.clone());
         let partitions = spec.partitions.len();
-        let mut q = s.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = s.lock_queue();
         for (i, synthesize) in spec.partitions.into_iter().enumerate() {
             if !job.is_pending(i) {
                 continue;
             }
-            q.push_back(Queued {
-                ticket: Ticket::new(job.clone(), i),
-                attempt: Attempt { synthesize, number: 1, products: None },
-            });
+            q.push(
+                job.priority,
+                Queued {
+                    ticket: Ticket::new(job.clone(), i),
+                    attempt: Attempt { synthesize, number: 1, products: None },
+                },
+            );
         }
-        s.metrics.partitions_waiting.set(q.len() as i64);
+        s.note_queued(&q);
         drop(q);
         s.queued.notify_all();
-        tracing::info!(job = %id, circuit = %job.circuit, partitions, proved_before_restart = kept, "job accepted");
+        tracing::info!(job = %id, circuit = %job.circuit, priority = job.priority.name(), partitions,
+            proved_before_restart = kept, "job accepted");
         Ok(())
     }
 
@@ -419,13 +483,9 @@ impl Engine {
         let Some(job) = self.job(id) else { return false };
         job.cancel();
         // Drop its queued partitions now, so their tickets end and nothing waits.
-        let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
-        let dropped: Vec<Queued> = {
-            let (keep, drop): (VecDeque<_>, VecDeque<_>) = q.drain(..).partition(|p| p.ticket.job.id != id);
-            *q = keep;
-            drop.into_iter().collect()
-        };
-        self.shared.metrics.partitions_waiting.set(q.len() as i64);
+        let mut q = self.shared.lock_queue();
+        let dropped = q.remove_where(|p| p.ticket.job.id == id);
+        self.shared.note_queued(&q);
         drop(q);
         drop(dropped);
         true
@@ -433,7 +493,19 @@ impl Engine {
 
     /// Partitions accepted but not yet admitted to synthesis.
     pub fn queued_partitions(&self) -> usize {
-        self.shared.queue.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.shared.lock_queue().len()
+    }
+
+    /// Partitions accepted but not yet admitted, by priority (lowest first).
+    pub fn queued_by_priority(&self) -> [usize; 4] {
+        let q = self.shared.lock_queue();
+        Priority::ALL.map(|p| q.len_of(p))
+    }
+
+    /// Keeps `bytes` of the memory budget free of every class but critical
+    /// (see `pipeline.critical_headroom`), from now on.
+    pub fn keep_for_critical(&self, bytes: u64) {
+        self.shared.budget.set_headroom(bytes);
     }
 
     /// The most recent jobs, newest first.
@@ -495,14 +567,15 @@ impl Engine {
     }
 
     /// Holds `bytes` of received witnesses against the budget now, leaving
-    /// room for a partition of `key`'s circuit to run ([`Engine::footprint`]).
+    /// room for a partition of `key`'s circuit to run ([`Engine::footprint`])
+    /// beside the memory kept for critical work.
     pub fn hold_witness(
         &self,
         bytes: u64,
         key: &ProvingKey,
     ) -> Result<memory::HeldWitness, WitnessDoesNotFit> {
-        let footprint = self.footprint(key).total();
         let budget = &self.shared.budget;
+        let footprint = self.footprint(key).total() + budget.headroom();
         let room = budget.total() - budget.resident();
         if bytes + footprint > room {
             return Err(WitnessDoesNotFit::Never { need: bytes, footprint, room });
@@ -557,6 +630,9 @@ impl Drop for Engine {
         }
         s.queued.notify_all();
         s.permits.close();
+        s.critical_permits.close();
+        s.gpu_queue.close();
+        s.finalize_queue.close();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -576,30 +652,64 @@ fn transition(s: &Shared, job: JobId, partition: usize, stage: &'static str) {
     );
 }
 
-fn dispatch(s: &Arc<Shared>) {
+/// Admits the partitions `takes` serves onto a synthesis pool: the most
+/// urgent first, once a permit and its memory are free. One dispatcher
+/// serves every class (critical first) with `pipeline.partition_permits`;
+/// the critical lane's serves critical work only, with its own permits.
+///
+/// The partition is chosen only once a permit is held and its memory fits,
+/// so work that arrives meanwhile is served by its class, not behind
+/// whatever happened to be first when the dispatcher began to wait.
+fn dispatch(s: &Arc<Shared>, takes: Takes) {
+    let permits = match takes {
+        Takes::All => &s.permits,
+        Takes::CriticalOnly => &s.critical_permits,
+    };
+    let stopped = || s.shutdown.load(Ordering::Acquire);
     loop {
-        let next = {
-            let mut q = s.queue.lock().unwrap_or_else(|e| e.into_inner());
-            loop {
-                if s.shutdown.load(Ordering::Acquire) {
-                    return;
-                }
-                if let Some(p) = q.pop_front() {
-                    s.metrics.partitions_waiting.set(q.len() as i64);
-                    break p;
-                }
-                q = s.queued.wait_timeout(q, Duration::from_millis(200)).unwrap_or_else(|e| e.into_inner()).0;
+        // Wait for work before taking a permit, so that an idle lane holds none.
+        let mut q = s.lock_queue();
+        while q.peek(takes).is_none() {
+            if stopped() {
+                return;
             }
-        };
-        let job = next.ticket.job.clone();
-        if job.is_cancelled() {
-            continue; // the ticket ends the partition as cancelled
+            q = s.queued.wait_timeout(q, Duration::from_millis(200)).unwrap_or_else(|e| e.into_inner()).0;
         }
-        let Some(permit) = s.permits.acquire() else { return };
-        let stop = || job.is_cancelled() || s.shutdown.load(Ordering::Acquire);
-        let Some(reservation) = s.budget.reserve(s.footprint(&job.key).total(), stop) else { continue };
+        drop(q);
+        let Some(permit) = permits.acquire() else { return };
+        let mut cancelled = Vec::new();
+        let admitted = loop {
+            let mut q = s.lock_queue();
+            if stopped() {
+                return;
+            }
+            let Some((priority, next)) = q.peek(takes) else { break None };
+            if next.ticket.job.is_cancelled() {
+                cancelled.extend(q.pop(takes));
+                continue;
+            }
+            // Every class but critical leaves the critical lane's headroom free.
+            let keep_free = if priority == Priority::Critical { 0 } else { s.budget.headroom() };
+            let need = s.footprint(&next.ticket.job.key).total();
+            if let Some(reservation) = s.budget.try_reserve(need, keep_free) {
+                let popped = q.pop(takes).map(|(p, item, waited)| (p, item, waited, reservation));
+                s.note_queued(&q);
+                break popped;
+            }
+            // Not enough memory yet: look again (the most urgent partition
+            // may have changed) when the queue changes or a little later.
+            drop(s.queued.wait_timeout(q, Duration::from_millis(20)).unwrap_or_else(|e| e.into_inner()));
+        };
+        // Cancelled partitions end (their tickets drop) outside the queue's lock.
+        drop(cancelled);
+        let Some((priority, next, waited, reservation)) = admitted else { continue };
+        s.metrics
+            .partition_wait
+            .with_label_values(&[priority.name(), "admission"])
+            .observe(waited.as_secs_f64());
+        let pool = if priority == Priority::Critical { &s.critical_pool } else { &s.synthesis_pool };
         let s2 = s.clone();
-        s.synthesis_pool.spawn(move || synthesize_partition(&s2, next, permit, reservation));
+        pool.spawn(move || synthesize_partition(&s2, next, permit, reservation));
     }
 }
 
@@ -668,15 +778,15 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     // `partition_permits` synthesized partitions wait in front of it. (Dropping
     // the permit before this send would let every synthesis thread stack its
     // finished buffers here, unbounded by the permits.)
-    if s.gpu_tx.send(item).is_err() {
+    if s.gpu_queue.send(job.priority, item).is_err() {
         return; // engine stopped: the item, and so its guards, are dropped
     }
-    s.metrics.gpu_queue_depth.set(s.gpu_tx.len() as i64);
+    s.note_gpu_queue();
     drop(permit);
     transition(s, job.id, index, "gpu hand-off");
 }
 
-fn gpu_worker(s: &Arc<Shared>, device: Arc<Device>, rx: Receiver<InGpuQueue>) {
+fn gpu_worker(s: &Arc<Shared>, device: Arc<Device>) {
     let backend = device.backend.clone();
     let thread_busy = s.metrics.prove_start_thread_seconds.with_label_values(&[backend.name()]);
     loop {
@@ -686,14 +796,12 @@ fn gpu_worker(s: &Arc<Shared>, device: Arc<Device>, rx: Receiver<InGpuQueue>) {
         if !device.in_service() && last_out.is_none() {
             return;
         }
-        let item = match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(item) => item,
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) if !s.shutdown.load(Ordering::Acquire) => {
-                continue
-            }
+        let (priority, item, _) = match s.gpu_queue.recv_timeout(Takes::All, Duration::from_millis(200)) {
+            Ok(got) => got,
+            Err(RecvError::Timeout) if !s.shutdown.load(Ordering::Acquire) => continue,
             Err(_) => return,
         };
-        s.metrics.gpu_queue_depth.set(rx.len() as i64);
+        s.note_gpu_queue();
         let InGpuQueue { ticket, witness, abc, held, stage, enqueued, attempt } = item;
         drop(stage);
         let (job, index) = (ticket.job.clone(), ticket.index);
@@ -704,6 +812,7 @@ fn gpu_worker(s: &Arc<Shared>, device: Arc<Device>, rx: Receiver<InGpuQueue>) {
         }
         let waited = enqueued.elapsed().as_secs_f64();
         s.metrics.stage_duration.with_label_values(&[Stage::GpuQueue.name()]).observe(waited);
+        s.metrics.partition_wait.with_label_values(&[priority.name(), "gpu"]).observe(waited);
         job.record(index, |t| t.gpu_queue = Some(waited));
         if job.is_cancelled() {
             continue; // dropping the item frees its buffers and memory
@@ -754,8 +863,9 @@ fn gpu_worker(s: &Arc<Shared>, device: Arc<Device>, rx: Receiver<InGpuQueue>) {
         let pending_guard = s.ledger.guard(BufferClass::Pending, 0, None);
         let stage = InStage::enter(s, Stage::ProveFinish);
         let item = ToFinish { device: device.clone(), ticket, pending, held, pending_guard, stage, attempt };
-        // Blocks while every finalize thread is busy and its queue is full.
-        if s.finalize_tx.send(item).is_err() {
+        // Blocks while every finalize thread is busy and its queue is full
+        // (never for critical work).
+        if s.finalize_queue.send(priority, item).is_err() {
             return;
         }
     }
@@ -792,20 +902,27 @@ fn device_fault(
 fn send_round_again(s: &Shared, ticket: Ticket, attempt: Attempt) {
     s.metrics.partition_retries.inc();
     ticket.job.set_stage(ticket.index, Stage::Queued);
-    let mut q = s.queue.lock().unwrap_or_else(|e| e.into_inner());
-    q.push_front(Queued { attempt, ticket });
-    s.metrics.partitions_waiting.set(q.len() as i64);
+    let mut q = s.lock_queue();
+    q.push_front(ticket.job.priority, Queued { attempt, ticket }, Instant::now());
+    s.note_queued(&q);
     drop(q);
     s.queued.notify_all();
 }
 
-fn finalizer(s: &Shared, rx: Receiver<ToFinish>) {
+/// Runs prove_finish for the partitions `takes` serves, most urgent first;
+/// one finalizer serves critical work only, so that it never waits for a
+/// G2 MSM of other work to end.
+fn finalizer(s: &Shared, takes: Takes) {
     loop {
-        match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(item) => finish_partition(s, item),
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) if !s.shutdown.load(Ordering::Acquire) => {
-                continue
+        match s.finalize_queue.recv_timeout(takes, Duration::from_millis(200)) {
+            Ok((priority, item, waited)) => {
+                s.metrics
+                    .partition_wait
+                    .with_label_values(&[priority.name(), "finalize"])
+                    .observe(waited.as_secs_f64());
+                finish_partition(s, item)
             }
+            Err(RecvError::Timeout) if !s.shutdown.load(Ordering::Acquire) => continue,
             Err(_) => return,
         }
     }

@@ -33,6 +33,7 @@ fn failing_partition() -> SynthesisFn {
 fn job(partitions: Vec<SynthesisFn>) -> JobSpec {
     JobSpec {
         circuit: format!("bench-{K}"),
+        priority: Priority::Normal,
         key: key(),
         verifier: None,
         witness_check: WitnessCheck::BySynthesis,
@@ -758,4 +759,168 @@ fn an_engine_thread_that_panics_is_recorded_as_dead() {
         handle.join().expect("the panic stays inside guarded"),
         vec!["dispatch (queue poisoned)".to_string()]
     );
+}
+
+/// A device whose prove_start waits for the test's word, one partition per
+/// token (or, once the test drops its sender, at once).
+struct Gated {
+    go: Mutex<std::sync::mpsc::Receiver<()>>,
+    started: std::sync::atomic::AtomicUsize,
+}
+
+impl Gated {
+    fn new() -> (Arc<Self>, std::sync::mpsc::Sender<()>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        (Arc::new(Self { go: Mutex::new(rx), started: Default::default() }), tx)
+    }
+
+    fn started(&self) -> usize {
+        self.started.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Backend for Gated {
+    fn name(&self) -> &str {
+        "gated"
+    }
+    fn prove_start(&self, key: &ProvingKey, w: Synthesized) -> Result<PendingProof, ProveError> {
+        self.started.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.go.lock().unwrap().recv();
+        CpuBackend.prove_start(key, w)
+    }
+}
+
+/// Waits for `cond`, failing after a minute (far more than any step here
+/// takes on a loaded machine) with what it waited for.
+fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(Instant::now() < deadline, "waited a minute for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn critical(partitions: Vec<SynthesisFn>) -> JobSpec {
+    JobSpec { priority: Priority::Critical, ..job(partitions) }
+}
+
+/// Normal partitions past prove_start (proved, or being finished).
+fn past_the_device(e: &Engine, id: JobId) -> usize {
+    let st = e.status(id).unwrap();
+    st.partitions.iter().filter(|p| matches!(p.stage, Stage::ProveFinish | Stage::Done)).count()
+}
+
+#[test]
+fn a_critical_job_waits_only_for_the_partition_on_the_device() {
+    let (gpu, go) = Gated::new();
+    let config = PipelineConfig {
+        partition_permits: 1,
+        gpu_queue_capacity: 1,
+        synthesis_threads: 2,
+        finalize_threads: 1,
+        ..Default::default()
+    };
+    let e = Engine::start(config, vec![gpu.clone()], Arc::new(Metrics::new())).unwrap();
+    let normal = e.submit(job((0..6).map(partition).collect())).unwrap();
+    // Saturated: one partition on the device, one in the GPU queue, one
+    // synthesized and holding the only permit while it waits to get in.
+    let m = e.metrics().clone();
+    wait_until("a saturated pipeline", || {
+        gpu.started() == 1 && m.gpu_queue_depth.get() == 1 && m.partition_permits_in_use.get() == 1
+    });
+    assert_eq!(m.partitions_queued.with_label_values(&["normal"]).get(), 3);
+    let urgent = e.submit(critical(vec![partition(100)])).unwrap();
+    // Its own lane: admitted and synthesized although the permit is held.
+    wait_until("the critical partition in the GPU queue", || {
+        e.status(urgent).unwrap().partitions[0].stage == Stage::GpuQueue
+    });
+    assert_eq!(m.gpu_queue_depth_by_priority.with_label_values(&["critical"]).get(), 1);
+    go.send(()).unwrap(); // the partition on the device ends
+    wait_until("the next partition on the device", || gpu.started() == 2);
+    go.send(()).unwrap();
+    let st = e.wait(urgent, Some(Duration::from_secs(60))).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Succeeded), "{:?}", st.error);
+    assert_eq!(st.priority, Priority::Critical);
+    assert_eq!(past_the_device(&e, normal), 1, "only the partition that was on the device went before it");
+    let waits = m.partition_wait.with_label_values(&["critical", "gpu"]).get_sample_count();
+    assert_eq!(waits, 1, "its wait in the GPU queue is observed by priority");
+    drop(go); // the rest run ungated
+    let st = e.wait(normal, Some(Duration::from_secs(60))).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Succeeded), "{:?}", st.error);
+    verify_all(&st);
+    assert_all_released(&e);
+    assert_eq!(m.critical_permits_in_use.get(), 0);
+}
+
+#[test]
+fn memory_kept_for_critical_work_admits_it_while_other_work_fills_the_rest() {
+    let (gpu, go) = Gated::new();
+    let probe = engine(PipelineConfig::default(), Duration::ZERO);
+    let fp = probe.footprint(&key()).total();
+    drop(probe);
+    let config = PipelineConfig {
+        partition_permits: 4,
+        gpu_queue_capacity: 4,
+        synthesis_threads: 2,
+        memory_budget: MemoryBudget::Bytes(3 * fp + fp / 2),
+        ..Default::default()
+    };
+    let e = Engine::start(config, vec![gpu.clone()], Arc::new(Metrics::new())).unwrap();
+    e.keep_for_critical(fp);
+    let normal = e.submit(job((0..6).map(partition).collect())).unwrap();
+    wait_until("the device busy", || gpu.started() == 1);
+    // Two normal partitions fit beside the headroom; a third never starts.
+    wait_until("two normal partitions admitted", || e.queued_partitions() == 4);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(e.queued_partitions(), 4, "the headroom is not taken by normal work");
+    assert!(e.budget().reserved() <= 2 * fp + fp / 2, "{} reserved", e.budget().reserved());
+    let urgent = e.submit(critical(vec![partition(100)])).unwrap();
+    wait_until("the critical partition synthesized", || {
+        e.status(urgent).unwrap().partitions[0].stage == Stage::GpuQueue
+    });
+    go.send(()).unwrap();
+    wait_until("the next partition on the device", || gpu.started() == 2);
+    go.send(()).unwrap();
+    let st = e.wait(urgent, Some(Duration::from_secs(60))).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Succeeded), "{:?}", st.error);
+    assert_eq!(past_the_device(&e, normal), 1, "it overtook the normal partition in the GPU queue");
+    assert!(e.budget().peak() <= e.budget().total());
+    drop(go);
+    assert_eq!(e.wait(normal, Some(Duration::from_secs(60))).unwrap().outcome, Some(Outcome::Succeeded));
+    assert_all_released(&e);
+
+    // Headroom that leaves no room for a normal partition: normal jobs are
+    // refused, saying why, and critical ones are not.
+    e.keep_for_critical(3 * fp);
+    let err = e.check(&job(vec![partition(1)])).unwrap_err();
+    assert!(matches!(err, SubmitError::NeverFitsBesideHeadroom { .. }), "{err}");
+    assert!(err.to_string().contains("kept for critical work"), "{err}");
+    e.check(&critical(vec![partition(1)])).expect("critical work may use the headroom");
+}
+
+#[test]
+fn without_a_critical_lane_critical_work_still_goes_first() {
+    let (gpu, go) = Gated::new();
+    let config = PipelineConfig {
+        partition_permits: 1,
+        gpu_queue_capacity: 1,
+        critical_permits: 0,
+        synthesis_threads: 2,
+        ..Default::default()
+    };
+    let e = Engine::start(config, vec![gpu.clone()], Arc::new(Metrics::new())).unwrap();
+    let low = e.submit(JobSpec { priority: Priority::Low, ..job((0..4).map(partition).collect()) }).unwrap();
+    let m = e.metrics().clone();
+    wait_until("a saturated pipeline", || {
+        gpu.started() == 1 && m.gpu_queue_depth.get() == 1 && m.partition_permits_in_use.get() == 1
+    });
+    let urgent = e.submit(critical(vec![partition(100)])).unwrap();
+    // The shared permit frees after two partitions leave the device (the
+    // one in the GPU queue moves up, the one holding the permit moves in);
+    // the critical partition is admitted next, before the low ones queued.
+    drop(go);
+    assert_eq!(e.wait(urgent, Some(Duration::from_secs(60))).unwrap().outcome, Some(Outcome::Succeeded));
+    assert!(past_the_device(&e, low) <= 3, "it went before the low partition queued behind the permit");
+    assert_eq!(e.wait(low, Some(Duration::from_secs(60))).unwrap().outcome, Some(Outcome::Succeeded));
+    assert_all_released(&e);
 }

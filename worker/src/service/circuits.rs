@@ -8,12 +8,15 @@ use std::sync::Arc;
 use crate::circuits::{CircuitKind, VkEncoding};
 use crate::groth16::Verifier;
 use crate::pipeline::memory::Reservation;
+use crate::pipeline::Priority;
 
 /// A circuit the service proves: its kind (key resident), the prepared
 /// verifying key, and the key's hold on the memory budget.
 pub struct Served {
     pub kind: Arc<dyn CircuitKind>,
     pub verifier: Arc<Verifier>,
+    /// Its jobs' priority when a request does not give one.
+    pub priority: Priority,
     pub(super) _budget: Reservation,
 }
 

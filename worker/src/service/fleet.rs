@@ -10,7 +10,7 @@ use super::jobs::{Jobs, Unavailable};
 use super::snapshot::FleetSnapshot;
 use crate::fleet::{Claim, Fleet, QueueError, RunError, Runner};
 use crate::jobs::journal::AcceptedJob;
-use crate::pipeline::{Engine, JobId, JobStatus};
+use crate::pipeline::{Engine, JobId, JobStatus, Priority};
 
 /// Jobs in the fleet's queue; the partitions this worker claims run on its engine.
 pub struct FleetJobs {
@@ -32,15 +32,17 @@ impl Jobs for FleetJobs {
         &self,
         circuit: &str,
         witnesses: Witnesses,
+        priority: Priority,
         idempotency: Option<Idempotency>,
     ) -> Result<Submitted, RequestError> {
         // A retry is answered by the queue's database, with the submission.
         self.intake.admit(circuit, &witnesses)?;
         // Decoded here only to refuse bad witnesses before they are queued.
-        let decoded = self.intake.decode(circuit, witnesses, true)?;
+        let decoded = self.intake.decode(circuit, witnesses, priority, true)?;
         let job = AcceptedJob {
             id: JobId::new(),
             circuit: circuit.to_string(),
+            priority,
             witnesses: decoded.stored,
             idempotency: idempotency.map(|i| (i.key, i.digest)),
         };
@@ -136,7 +138,10 @@ impl Runner for ClaimRunner {
             }
             _ => RunError::NotNow(e.to_string()),
         };
-        let spec = self.intake.decode_stored(&claim.circuit, claim.index, &claim.witness).map_err(refused)?;
+        let spec = self
+            .intake
+            .decode_stored(&claim.circuit, claim.index, &claim.witness, claim.priority)
+            .map_err(refused)?;
         self.engine.submit(spec).map_err(|e| refused(e.into()))
     }
 

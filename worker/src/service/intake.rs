@@ -12,7 +12,7 @@ use crate::circuits::{CircuitKind, WitnessError};
 use crate::fleet::QueueError;
 use crate::jobs::journal::{JournalError, StoredWitness};
 use crate::pipeline::memory::HeldWitness;
-use crate::pipeline::{Engine, JobId, JobSpec, SubmitError, SynthesisFn, WitnessDoesNotFit};
+use crate::pipeline::{Engine, JobId, JobSpec, Priority, SubmitError, SynthesisFn, WitnessDoesNotFit};
 
 /// Why a request was refused before a job existed.
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +75,11 @@ impl RequestError {
             RequestError::UnknownCircuit(_)
             | RequestError::Invalid(_)
             | RequestError::Witness(_)
-            | RequestError::Submit(SubmitError::Empty | SubmitError::NeverFits { .. }) => Refusal::BadInput,
+            | RequestError::Submit(
+                SubmitError::Empty
+                | SubmitError::NeverFits { .. }
+                | SubmitError::NeverFitsBesideHeadroom { .. },
+            ) => Refusal::BadInput,
             RequestError::DoesNotFit(WitnessDoesNotFit::Never { .. }) | RequestError::TooLarge(_) => {
                 Refusal::TooLarge
             }
@@ -127,10 +131,15 @@ pub struct Idempotency {
 impl Idempotency {
     /// `key` for a request of `witnesses` to `circuit`: equal requests get
     /// equal digests.
-    pub fn of(key: String, circuit: &str, witnesses: &Witnesses) -> Self {
+    /// A priority the request gave counts; the circuit's default does not
+    /// (so a retry is the same request whatever the config says now).
+    pub fn of(key: String, circuit: &str, priority: Option<Priority>, witnesses: &Witnesses) -> Self {
         use sha2::Digest;
         let mut h = sha2::Sha256::new();
         h.update(circuit.as_bytes());
+        if let Some(p) = priority {
+            h.update([2, p.rank() as u8]);
+        }
         match witnesses {
             Witnesses::Json(partitions) => {
                 h.update([0]);
@@ -233,7 +242,13 @@ impl Intake {
     /// Decodes a request's witnesses into a job of `circuit` whose
     /// partitions each hold their witness's share of the budget; with
     /// `keep`, also the witnesses as a store keeps them.
-    pub fn decode(&self, circuit: &str, witnesses: Witnesses, keep: bool) -> Result<Decoded, RequestError> {
+    pub fn decode(
+        &self,
+        circuit: &str,
+        witnesses: Witnesses,
+        priority: Priority,
+        keep: bool,
+    ) -> Result<Decoded, RequestError> {
         let served = self.circuits.get(circuit)?;
         let kind = served.kind.as_ref();
         let (work, stored, decoding) = match witnesses {
@@ -270,7 +285,7 @@ impl Intake {
                 (vec![holding(f, kept)], stored, Some(held))
             }
         };
-        Ok(Decoded { spec: self.spec(circuit, served, work), stored, decoding })
+        Ok(Decoded { spec: self.spec(circuit, served, priority, work), stored, decoding })
     }
 
     /// One partition of a job, from its witness as a store kept it (a
@@ -280,6 +295,7 @@ impl Intake {
         circuit: &str,
         index: usize,
         witness: &StoredWitness,
+        priority: Priority,
     ) -> Result<JobSpec, RequestError> {
         let served = self.circuits.get(circuit)?;
         let kind = served.kind.as_ref();
@@ -295,13 +311,20 @@ impl Intake {
             Some(held) => holding(work, held),
             None => work,
         };
-        Ok(self.spec(circuit, served, vec![work]))
+        Ok(self.spec(circuit, served, priority, vec![work]))
     }
 
-    fn spec(&self, circuit: &str, served: &Served, partitions: Vec<SynthesisFn>) -> JobSpec {
+    fn spec(
+        &self,
+        circuit: &str,
+        served: &Served,
+        priority: Priority,
+        partitions: Vec<SynthesisFn>,
+    ) -> JobSpec {
         let kind: &dyn CircuitKind = served.kind.as_ref();
         JobSpec {
             circuit: circuit.to_string(),
+            priority,
             key: kind.key().clone(),
             verifier: self.verify_proofs.then(|| served.verifier.clone()),
             witness_check: kind.witness_check(),

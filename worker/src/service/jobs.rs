@@ -9,7 +9,7 @@ use super::intake::{Idempotency, RequestError, Submitted, Witnesses};
 use super::snapshot::FleetSnapshot;
 use crate::fleet::QueueError;
 use crate::jobs::journal::JournalError;
-use crate::pipeline::{JobId, JobStatus};
+use crate::pipeline::{JobId, JobStatus, Priority};
 
 /// The job store could not be reached or written: retry later (503).
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +31,7 @@ pub trait Jobs: Send + Sync {
         &self,
         circuit: &str,
         witnesses: Witnesses,
+        priority: Priority,
         idempotency: Option<Idempotency>,
     ) -> Result<Submitted, RequestError>;
 

@@ -11,7 +11,7 @@ use super::jobs::{Jobs, Unavailable};
 use crate::config::OnRestart;
 use crate::jobs::journal::{AcceptedJob, EndedRecord, Journal, Recovered, RecoveredWitness, UnfinishedJob};
 use crate::pipeline::{
-    now_ms, EndedJob, EndedPartition, Engine, JobId, JobStatus, Outcome, ProvedPartition, Stage,
+    now_ms, EndedJob, EndedPartition, Engine, JobId, JobStatus, Outcome, Priority, ProvedPartition, Stage,
 };
 
 /// This worker's jobs: the engine runs them, the journal keeps them.
@@ -98,15 +98,17 @@ impl LocalJobs {
         id: JobId,
         circuit: &str,
         witnesses: Witnesses,
+        priority: Priority,
         idempotency: Option<&Idempotency>,
         proved: Vec<ProvedPartition>,
     ) -> Result<(), RequestError> {
-        let decoded = self.intake.decode(circuit, witnesses, self.journal.is_some())?;
+        let decoded = self.intake.decode(circuit, witnesses, priority, self.journal.is_some())?;
         self.engine.check(&decoded.spec)?;
         if let Some(journal) = &self.journal {
             journal.accepted(&AcceptedJob {
                 id,
                 circuit: circuit.to_string(),
+                priority,
                 witnesses: decoded.stored,
                 idempotency: idempotency.map(|i| (i.key.clone(), i.digest)),
             })?;
@@ -143,15 +145,15 @@ impl LocalJobs {
             }
         }
         for unfinished in recovered.unfinished {
-            let (id, circuit, count) =
-                (unfinished.id, unfinished.circuit.clone(), unfinished.witnesses.len());
+            let (id, circuit, count, priority) =
+                (unfinished.id, unfinished.circuit.clone(), unfinished.witnesses.len(), unfinished.priority);
             let proved = unfinished.proved.len();
             match self.rerun(unfinished, on_restart) {
                 Ok(()) => tracing::info!(job = %id, circuit = %circuit, partitions = count, proved,
                     "running a job again that was accepted before the restart (its proved partitions kept)"),
                 Err(reason) => {
                     tracing::warn!(job = %id, circuit = %circuit, "a job accepted before the restart failed: {reason}");
-                    self.fail_recovered(id, circuit, count, reason);
+                    self.fail_recovered(id, circuit, priority, count, reason);
                 }
             }
         }
@@ -159,7 +161,7 @@ impl LocalJobs {
 
     /// Submits a journaled job again, or says why it cannot run.
     fn rerun(&self, job: UnfinishedJob, on_restart: OnRestart) -> Result<(), String> {
-        let UnfinishedJob { id, circuit, witnesses, idempotency, proved } = job;
+        let UnfinishedJob { id, circuit, priority, witnesses, idempotency, proved } = job;
         if on_restart == OnRestart::Fail {
             return Err("provd restarted before the job ended (jobs.on_restart = \"fail\")".into());
         }
@@ -199,12 +201,19 @@ impl LocalJobs {
             ),
         };
         let idempotency = idempotency.map(|(key, digest)| Idempotency { key, digest });
-        self.start(id, &circuit, witnesses, idempotency.as_ref(), proved).map_err(|e| e.to_string())
+        self.start(id, &circuit, witnesses, priority, idempotency.as_ref(), proved).map_err(|e| e.to_string())
     }
 
     /// Ends a journaled job that cannot run again after a restart, saying
     /// why, and serves it (failed) until it expires.
-    fn fail_recovered(&self, id: JobId, circuit: String, partitions: usize, reason: String) {
+    fn fail_recovered(
+        &self,
+        id: JobId,
+        circuit: String,
+        priority: Priority,
+        partitions: usize,
+        reason: String,
+    ) {
         if let Some(journal) = &self.journal {
             journal.job_ended(id, Outcome::Failed, Some(&reason));
         }
@@ -221,6 +230,7 @@ impl LocalJobs {
             EndedJob {
                 id,
                 circuit,
+                priority,
                 outcome: Outcome::Failed,
                 error: Some(reason),
                 created_ms: now,
@@ -237,6 +247,7 @@ impl Jobs for LocalJobs {
         &self,
         circuit: &str,
         witnesses: Witnesses,
+        priority: Priority,
         idempotency: Option<Idempotency>,
     ) -> Result<Submitted, RequestError> {
         // Idempotent submissions one at a time, from the check to the key
@@ -252,7 +263,7 @@ impl Jobs for LocalJobs {
         self.intake.admit(circuit, &witnesses)?;
         let _places = self.places(witnesses.count())?;
         let id = JobId::new();
-        self.start(id, circuit, witnesses, idempotency.as_ref(), Vec::new())?;
+        self.start(id, circuit, witnesses, priority, idempotency.as_ref(), Vec::new())?;
         Ok(Submitted::New(id))
     }
 

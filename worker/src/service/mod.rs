@@ -102,6 +102,56 @@ pub struct Service {
     _data_dir: Option<crate::Exclusive>,
 }
 
+/// The memory other work leaves free for critical work: as configured, or
+/// one partition of the largest circuit whose jobs are critical by default
+/// (a WinningPoSt arrives unannounced; room for one partition is what lets
+/// it start at once, and more than one is rarely in flight).
+fn critical_headroom(
+    config: &crate::pipeline::PipelineConfig,
+    circuits: &circuits::Circuits,
+    engine: &Engine,
+) -> u64 {
+    let bytes = config.critical_headroom.map(|b| b.0).unwrap_or_else(|| {
+        circuits
+            .iter()
+            .filter(|(_, s)| s.priority == crate::pipeline::Priority::Critical)
+            .map(|(_, s)| engine.footprint(s.kind.key()).total())
+            .max()
+            .unwrap_or(0)
+    });
+    let budget = engine.budget();
+    let room = budget.total().saturating_sub(budget.resident());
+    for (name, served) in circuits.iter().filter(|(_, s)| s.priority != crate::pipeline::Priority::Critical) {
+        let need = engine.footprint(served.kind.key()).total();
+        if need + bytes > room {
+            tracing::warn!(circuit = %name, need, headroom = bytes, room,
+                "the memory kept for critical work leaves too little for one partition of this circuit: only \
+                 critical jobs of it can run; lower pipeline.critical_headroom or raise pipeline.memory_budget");
+        }
+    }
+    if bytes > 0 {
+        tracing::info!(headroom_mib = bytes >> 20, "memory kept free for critical work");
+    }
+    bytes
+}
+
+/// What a request says beside its circuit and witnesses.
+#[derive(Clone, Debug, Default)]
+pub struct SubmitOptions {
+    /// How urgent the job is; `None`: the circuit's default.
+    pub priority: Option<crate::pipeline::Priority>,
+    /// The client's idempotency key: a retry of the same request under it
+    /// returns the job the first one created.
+    pub idempotency_key: Option<String>,
+}
+
+impl SubmitOptions {
+    /// Under an idempotency key, at the circuit's priority.
+    pub fn keyed(key: &str) -> Self {
+        Self { idempotency_key: Some(key.to_string()), ..Self::default() }
+    }
+}
+
 impl Service {
     /// Loads every configured circuit's key (generating TEST-ONLY keys where
     /// none is named), picks the backend and starts the engine.
@@ -188,9 +238,17 @@ impl Service {
             metrics.srs_bytes.with_label_values(&[&name, "host"]).set(key_bytes as i64);
             metrics.srs_bytes.with_label_values(&[&name, "device"]).set(0);
             let verifier = Arc::new(Verifier::new(&kind.key().vk));
-            tracing::info!(circuit = %name, kind = kind.kind(), key_mib = key_bytes >> 20, resident_mib = bytes >> 20, "serving");
-            circuits.insert(name, Served { kind, verifier, _budget: hold })?;
+            let priority = config
+                .circuits
+                .iter()
+                .find(|c| c.name() == name)
+                .and_then(|c| c.priority())
+                .unwrap_or_else(|| kind.default_priority());
+            tracing::info!(circuit = %name, kind = kind.kind(), priority = priority.name(), key_mib = key_bytes >> 20,
+                resident_mib = bytes >> 20, "serving");
+            circuits.insert(name, Served { kind, verifier, priority, _budget: hold })?;
         }
+        engine.keep_for_critical(critical_headroom(&config.pipeline, &circuits, &engine));
         let limit = config.server.max_queued_partitions;
         let intake = Arc::new(Intake::new(circuits, engine.clone(), limit, config.pipeline.verify_proofs));
         let jobs: Box<dyn Jobs> = match &config.jobs.store {
@@ -204,6 +262,7 @@ impl Service {
                     config.fleet.clone(),
                     default_claims,
                     retention,
+                    p.priority_aging(),
                     runner,
                     &metrics.registry,
                 )
@@ -232,6 +291,11 @@ impl Service {
     /// The circuits served, by name.
     pub fn circuits(&self) -> impl Iterator<Item = (&str, &Arc<dyn CircuitKind>)> {
         self.intake.circuits.iter().map(|(n, s)| (n.as_str(), &s.kind))
+    }
+
+    /// The served circuits with what the service keeps beside their kinds.
+    pub fn served(&self) -> impl Iterator<Item = (&str, &Served)> {
+        self.intake.circuits.iter().map(|(n, s)| (n.as_str(), s))
     }
 
     /// The circuit named `name`.
@@ -294,7 +358,8 @@ impl Service {
 
     /// Validates a request's partitions with the circuit's kind and submits the job.
     pub fn submit(&self, circuit: &str, partitions: Vec<serde_json::Value>) -> Result<JobId, RequestError> {
-        self.submit_witnesses(circuit, Witnesses::Json(partitions), None).map(Submitted::id)
+        self.submit_witnesses(circuit, Witnesses::Json(partitions), SubmitOptions::default())
+            .map(Submitted::id)
     }
 
     /// Submits a JSON job: its partitions, or an input its circuit's kind
@@ -303,10 +368,10 @@ impl Service {
         &self,
         circuit: &str,
         job: JobInput,
-        key: Option<String>,
+        options: SubmitOptions,
     ) -> Result<Submitted, RequestError> {
         let partitions = self.intake.partitions(circuit, job)?;
-        self.submit_witnesses(circuit, Witnesses::Json(partitions), key)
+        self.submit_witnesses(circuit, Witnesses::Json(partitions), options)
     }
 
     /// Holds the budget for one binary witness of `circuit` before its body
@@ -324,10 +389,15 @@ impl Service {
         &self,
         circuit: &str,
         witnesses: Witnesses,
-        key: Option<String>,
+        options: SubmitOptions,
     ) -> Result<Submitted, RequestError> {
-        let idempotency = key.map(|key| Idempotency::of(key, circuit, &witnesses));
-        self.jobs.submit(circuit, witnesses, idempotency)
+        let priority = match options.priority {
+            Some(p) => p,
+            None => self.intake.circuits.get(circuit)?.priority,
+        };
+        let idempotency =
+            options.idempotency_key.map(|key| Idempotency::of(key, circuit, options.priority, &witnesses));
+        self.jobs.submit(circuit, witnesses, priority, idempotency)
     }
 
     /// A job's state; in fleet mode any job of the fleet, read from the

@@ -33,6 +33,10 @@ pub struct Snapshot {
     pub gpu_queue_depth: i64,
     pub gpu_queue_capacity: i64,
     pub partitions_waiting: usize,
+    /// Partitions waiting, by their job's priority (`low` … `critical`).
+    pub priorities: BTreeMap<&'static str, WaitingByPriority>,
+    /// The part of the budget that work of every class but critical leaves free.
+    pub critical_headroom_bytes: u64,
     pub partitions_completed: u64,
     pub partitions_failed: u64,
     pub jobs_succeeded: u64,
@@ -42,6 +46,15 @@ pub struct Snapshot {
     /// In fleet mode: this worker's claims and the fleet's queue.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fleet: Option<FleetSnapshot>,
+}
+
+/// Partitions of one priority waiting for admission and for a GPU.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct WaitingByPriority {
+    /// Accepted, not yet admitted to synthesis.
+    pub queued: usize,
+    /// Synthesized, waiting for a GPU worker.
+    pub gpu_queue: i64,
 }
 
 /// A fleet worker's view of the queue, as its heartbeat last read it.
@@ -166,6 +179,17 @@ impl Service {
             gpu_queue_depth: m.gpu_queue_depth.get(),
             gpu_queue_capacity: m.gpu_queue_capacity.get(),
             partitions_waiting: self.engine.queued_partitions(),
+            priorities: {
+                let queued = self.engine.queued_by_priority();
+                crate::pipeline::Priority::ALL
+                    .into_iter()
+                    .map(|p| {
+                        let gpu_queue = m.gpu_queue_depth_by_priority.with_label_values(&[p.name()]).get();
+                        (p.name(), WaitingByPriority { queued: queued[p.rank()], gpu_queue })
+                    })
+                    .collect()
+            },
+            critical_headroom_bytes: self.engine.budget().headroom(),
             partitions_completed: count(&m.partitions, Outcome::Succeeded),
             partitions_failed: count(&m.partitions, Outcome::Failed),
             jobs_succeeded: count(&m.jobs, Outcome::Succeeded),

@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{Refusal, RequestError, Service, Submitted, Witnesses};
+use super::{Refusal, RequestError, Service, SubmitOptions, Submitted, Witnesses};
 use crate::backend::CpuBackend;
 use crate::circuits::{CircuitKind, KeySource, WitnessError};
 use crate::config::{Config, JobStoreKind, OnRestart};
 use crate::groth16::tests::Square;
 use crate::groth16::{keygen, synthesize, ProvingKey, SynthesisFn};
 use crate::jobs::journal::{AcceptedJob, JobObserver, Journal, SqliteJournal, StoredWitness};
-use crate::pipeline::{EndedPartition, JobId, Outcome, Stage, SubmitError};
+use crate::pipeline::{EndedPartition, JobId, Outcome, Priority, Stage, SubmitError};
 
 /// A kind that exists only in tests: witnesses are `{"x": N}`.
 pub(crate) struct SquareKind {
@@ -89,7 +89,7 @@ fn succeeded(s: &Service, id: JobId) {
 #[test]
 fn retries_under_one_key_make_one_job_and_another_request_under_it_is_refused() {
     let s = service(None, OnRestart::Rerun);
-    let submit = |xs: &[u64]| s.submit_witnesses("square", witnesses(xs), Some("k".into()));
+    let submit = |xs: &[u64]| s.submit_witnesses("square", witnesses(xs), SubmitOptions::keyed("k"));
     let answers: Vec<Submitted> = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..8).map(|_| scope.spawn(|| submit(&[3, 4]).unwrap())).collect();
         threads.into_iter().map(|t| t.join().unwrap()).collect()
@@ -103,21 +103,23 @@ fn retries_under_one_key_make_one_job_and_another_request_under_it_is_refused() 
     assert!(matches!(&other, RequestError::KeyReused { job, .. } if *job == id), "{other}");
     assert_eq!(other.refusal(), Refusal::Conflict);
     // Without a key, the same request is a new job.
-    let again = s.submit_witnesses("square", witnesses(&[3, 4]), None).unwrap();
+    let again = s.submit_witnesses("square", witnesses(&[3, 4]), SubmitOptions::default()).unwrap();
     assert!(matches!(again, Submitted::New(j) if j != id));
 }
 
 #[test]
 fn requests_are_refused_by_what_is_wrong_with_them() {
     let s = service(None, OnRestart::Rerun);
-    let refusal = |circuit: &str, w: Witnesses| s.submit_witnesses(circuit, w, None).unwrap_err().refusal();
+    let refusal = |circuit: &str, w: Witnesses| {
+        s.submit_witnesses(circuit, w, SubmitOptions::default()).unwrap_err().refusal()
+    };
     assert_eq!(refusal("cube", witnesses(&[1])), Refusal::BadInput);
     assert_eq!(refusal("square", witnesses(&[])), Refusal::BadInput);
     assert_eq!(refusal("square", Witnesses::Json(vec![json!({"y": 1})])), Refusal::BadInput);
     let too_many: Vec<u64> = (0..=s.config.server.max_queued_partitions as u64).collect();
     assert_eq!(refusal("square", witnesses(&too_many)), Refusal::BadInput);
     s.drain(Duration::ZERO);
-    let draining = s.submit_witnesses("square", witnesses(&[2]), None).unwrap_err();
+    let draining = s.submit_witnesses("square", witnesses(&[2]), SubmitOptions::default()).unwrap_err();
     assert!(matches!(draining, RequestError::Submit(SubmitError::ShuttingDown)), "{draining}");
     assert_eq!(draining.refusal(), Refusal::ShuttingDown);
 }
@@ -128,7 +130,7 @@ fn the_journal_has_every_end_and_a_restart_serves_them_with_their_keys() {
     let path = dir.path().join("jobs.sqlite3");
     let ok = {
         let s = service(Some(&path), OnRestart::Rerun);
-        let ok = s.submit_witnesses("square", witnesses(&[3, 4]), Some("ok".into())).unwrap().id();
+        let ok = s.submit_witnesses("square", witnesses(&[3, 4]), SubmitOptions::keyed("ok")).unwrap().id();
         succeeded(&s, ok);
         ok
     };
@@ -143,7 +145,7 @@ fn the_journal_has_every_end_and_a_restart_serves_them_with_their_keys() {
     let status = s.job(ok).unwrap().expect("served after the restart");
     assert_eq!(status.outcome, Some(Outcome::Succeeded));
     assert_eq!(
-        s.submit_witnesses("square", witnesses(&[3, 4]), Some("ok".into())).unwrap(),
+        s.submit_witnesses("square", witnesses(&[3, 4]), SubmitOptions::keyed("ok")).unwrap(),
         Submitted::Existing(ok),
         "the key still names its job"
     );
@@ -156,6 +158,7 @@ fn journaled(path: &Path, xs: &[u64], key: Option<&str>) -> JobId {
     let job = AcceptedJob {
         id,
         circuit: "square".into(),
+        priority: Priority::High,
         witnesses: xs.iter().map(|x| StoredWitness::Json(json!({ "x": x }))).collect(),
         idempotency: key.map(|k| (k.to_string(), [1; 32])),
     };
@@ -170,15 +173,19 @@ fn a_restart_runs_unfinished_jobs_again_under_their_ids_or_fails_them_by_config(
     let rerun = journaled(&path, &[2, 5], Some("r"));
     let s = service(Some(&path), OnRestart::Rerun);
     succeeded(&s, rerun);
+    assert_eq!(s.job(rerun).unwrap().unwrap().priority, Priority::High, "run again at its own priority");
     let same = crate::service::Idempotency { key: "r".into(), digest: [1; 32] };
-    assert_eq!(s.jobs.submit("square", witnesses(&[2, 5]), Some(same)).unwrap(), Submitted::Existing(rerun));
+    assert_eq!(
+        s.jobs.submit("square", witnesses(&[2, 5]), Priority::Normal, Some(same)).unwrap(),
+        Submitted::Existing(rerun)
+    );
     s.drain(Duration::from_secs(60));
     drop(s);
 
     let failed = journaled(&path, &[7], None);
     let s = service(Some(&path), OnRestart::Fail);
     let status = s.job(failed).unwrap().expect("served, failed");
-    assert_eq!(status.outcome, Some(Outcome::Failed));
+    assert_eq!((status.outcome, status.priority), (Some(Outcome::Failed), Priority::High));
     assert!(status.error.as_deref().unwrap_or("").contains("on_restart"), "{:?}", status.error);
     drop(s);
     let (_, recovered) = SqliteJournal::open(&path).unwrap();
@@ -213,7 +220,7 @@ fn a_job_the_draining_engine_refuses_is_not_left_in_the_journal() {
     let path = dir.path().join("jobs.sqlite3");
     let s = service(Some(&path), OnRestart::Rerun);
     s.drain(Duration::ZERO);
-    assert!(s.submit_witnesses("square", witnesses(&[2]), None).is_err());
+    assert!(s.submit_witnesses("square", witnesses(&[2]), SubmitOptions::default()).is_err());
     drop(s);
     let (_, recovered) = SqliteJournal::open(&path).unwrap();
     assert!(recovered.unfinished.is_empty() && recovered.ended.is_empty());
@@ -281,25 +288,28 @@ impl CircuitKind for GatedKind {
 fn concurrent_submissions_never_pass_the_queue_bound_together() {
     let gate = Arc::new(Gate::default());
     let mut config = Config::default();
-    config.server.max_queued_partitions = 4;
+    config.server.max_queued_partitions = 5;
     config.pipeline.partition_permits = 1;
     let s = serve(config, GatedKind { square: square(), gate: gate.clone() });
-    // One partition holds the only permit at the gate; the dispatcher holds
-    // the next one it took waiting for the permit; the rest stay queued.
-    let first = s.submit_witnesses("square", witnesses(&[2, 3]), None).unwrap().id();
+    // One partition holds the only permit at the gate; the other stays
+    // queued (a partition is taken only with a permit), leaving room for four.
+    let first = s.submit_witnesses("square", witnesses(&[2, 3]), SubmitOptions::default()).unwrap().id();
     let deadline = std::time::Instant::now() + Duration::from_secs(600);
-    while s.queued_partitions() > 0 {
-        assert!(std::time::Instant::now() < deadline, "the dispatcher never took the first job's partitions");
+    while s.queued_partitions() > 1 {
+        assert!(std::time::Instant::now() < deadline, "the dispatcher never took the first job's partition");
         std::thread::sleep(Duration::from_millis(5));
     }
     let answers: Vec<Result<Submitted, RequestError>> = std::thread::scope(|scope| {
-        let threads: Vec<_> =
-            (0..8).map(|_| scope.spawn(|| s.submit_witnesses("square", witnesses(&[4, 5]), None))).collect();
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                scope.spawn(|| s.submit_witnesses("square", witnesses(&[4, 5]), SubmitOptions::default()))
+            })
+            .collect();
         threads.into_iter().map(|t| t.join().unwrap()).collect()
     });
     let accepted: Vec<JobId> = answers.iter().filter_map(|a| a.as_ref().ok().map(|s| s.id())).collect();
-    assert_eq!(accepted.len(), 2, "two jobs of two fill a bound of four: {answers:?}");
-    assert!(s.queued_partitions() <= 4, "{} queued", s.queued_partitions());
+    assert_eq!(accepted.len(), 2, "two jobs of two fill the four places left: {answers:?}");
+    assert!(s.queued_partitions() <= 5, "{} queued", s.queued_partitions());
     for refused in answers.iter().filter_map(|a| a.as_ref().err()) {
         assert_eq!(refused.refusal(), Refusal::Busy, "{refused}");
     }

@@ -124,3 +124,60 @@ impl FailureReason {
         }
     }
 }
+
+/// How urgent a job is. Higher classes are admitted, proved and finished
+/// first; `Critical` also has a lane of its own (a permit, a synthesis
+/// pool and memory kept free for it), so that a queue of other work can
+/// never hold it back by more than the partition already on its device.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Priority {
+    Low,
+    #[default]
+    Normal,
+    High,
+    /// Work with seconds of slack (a WinningPoSt: a late proof forfeits the
+    /// block reward).
+    Critical,
+}
+
+impl Priority {
+    /// Lowest first.
+    pub const ALL: [Priority; 4] = [Self::Low, Self::Normal, Self::High, Self::Critical];
+
+    /// The class's name in JSON, the config and metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Low => "low",
+            Self::Normal => "normal",
+            Self::High => "high",
+            Self::Critical => "critical",
+        }
+    }
+
+    /// 0 for `Low` up to 3 for `Critical`.
+    pub fn rank(self) -> usize {
+        self as usize
+    }
+
+    /// One class up, stopping at `High`: waiting raises a partition's class
+    /// but never into the critical lane.
+    pub fn raised(self, by: u32) -> Priority {
+        if self == Self::Critical {
+            return self;
+        }
+        Self::ALL[(self.rank() + by as usize).min(Self::High.rank())]
+    }
+}
+
+impl std::str::FromStr for Priority {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| format!("unknown priority '{s}' (one of: low, normal, high, critical)"))
+    }
+}

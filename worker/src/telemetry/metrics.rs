@@ -24,6 +24,12 @@ pub struct Metrics {
     pub gpu_queue_depth: IntGauge,
     pub gpu_queue_capacity: IntGauge,
     pub partitions_waiting: IntGauge,
+    pub partitions_queued: IntGaugeVec,
+    pub gpu_queue_depth_by_priority: IntGaugeVec,
+    pub partition_wait: HistogramVec,
+    pub critical_permits: IntGauge,
+    pub critical_permits_in_use: IntGauge,
+    pub memory_critical_headroom_bytes: IntGauge,
     pub partitions_in_stage: IntGaugeVec,
     pub stage_duration: HistogramVec,
     pub job_duration: Histogram,
@@ -177,6 +183,67 @@ impl Metrics {
                 IntGauge::new(
                     "provd_partitions_waiting",
                     "Accepted partitions not yet admitted to synthesis.",
+                )
+                .unwrap(),
+            ),
+            partitions_queued: reg(
+                r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "provd_partitions_queued",
+                        "Accepted partitions not yet admitted to synthesis, by their job's priority.",
+                    ),
+                    &["priority"],
+                )
+                .unwrap(),
+            ),
+            gpu_queue_depth_by_priority: reg(
+                r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "provd_gpu_queue_depth_by_priority",
+                        "Synthesized partitions waiting for a GPU worker, by their job's priority.",
+                    ),
+                    &["priority"],
+                )
+                .unwrap(),
+            ),
+            partition_wait: reg(
+                r,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "provd_partition_wait_seconds",
+                        "Time a partition waited in a queue (admission, gpu, finalize) before it was served, by \
+                         its job's priority.",
+                    )
+                    // 1 ms to 2.3 h, as the stages.
+                    .buckets(prometheus::exponential_buckets(0.001, 2.0, 24).unwrap()),
+                    &["priority", "queue"],
+                )
+                .unwrap(),
+            ),
+            critical_permits: reg(
+                r,
+                IntGauge::new(
+                    "provd_critical_permits",
+                    "The critical lane's partition permits (pipeline.critical_permits).",
+                )
+                .unwrap(),
+            ),
+            critical_permits_in_use: reg(
+                r,
+                IntGauge::new(
+                    "provd_critical_permits_in_use",
+                    "Critical lane permits held: critical partitions from admission until the GPU queue accepts them.",
+                )
+                .unwrap(),
+            ),
+            memory_critical_headroom_bytes: reg(
+                r,
+                IntGauge::new(
+                    "provd_memory_critical_headroom_bytes",
+                    "Bytes of the memory budget that every class but critical leaves free \
+                     (pipeline.critical_headroom).",
                 )
                 .unwrap(),
             ),

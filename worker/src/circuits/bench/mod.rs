@@ -126,6 +126,10 @@ pub struct BenchConfig {
     /// generated and cached under the data directory.
     #[serde(default)]
     pub params: Option<PathBuf>,
+    /// How urgent its jobs are when a request does not say (the kind's
+    /// default when unset: normal, WinningPoSt critical, WindowPoSt high).
+    #[serde(default)]
+    pub priority: Option<crate::pipeline::Priority>,
 }
 
 /// A loaded bench circuit.
@@ -498,7 +502,7 @@ mod tests {
     fn the_shape_comes_from_the_config_or_the_name() {
         let dir = tempfile::tempdir().unwrap();
         let load = |name: &str, log_size, shape| {
-            let config = BenchConfig { name: name.into(), log_size, shape, params: None };
+            let config = BenchConfig { name: name.into(), log_size, shape, params: None, priority: None };
             BenchKind::load(&config, dir.path()).map(|k| k.builtin)
         };
         let dense = Builtin { shape: Shape::Dense, log_size: 6 };

@@ -51,6 +51,10 @@ pub struct CircomConfig {
     /// constraints before they are proved.
     #[serde(default)]
     pub r1cs: Option<PathBuf>,
+    /// How urgent its jobs are when a request does not say (the kind's
+    /// default when unset: normal, WinningPoSt critical, WindowPoSt high).
+    #[serde(default)]
+    pub priority: Option<crate::pipeline::Priority>,
 }
 
 /// What synthesis needs from a zkey besides the key: the coefficient matrices.

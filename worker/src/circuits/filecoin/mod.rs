@@ -70,6 +70,10 @@ pub struct FilecoinPorepConfig {
     /// start, with a warning.
     #[serde(default)]
     pub matrices_cache: Option<PathBuf>,
+    /// How urgent its jobs are when a request does not say (the kind's
+    /// default when unset: normal, WinningPoSt critical, WindowPoSt high).
+    #[serde(default)]
+    pub priority: Option<crate::pipeline::Priority>,
 }
 
 /// How a Filecoin circuit's partitions are synthesized.
