@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, over .device-bundle/:
-#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [supraseal-probe] [circom] [porep] [porep-shape] [soak] [in-flight] [products] ...
+#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [supraseal-probe] [circom] [porep] [porep-shape] [soak] [in-flight] [products] [lane] ...
 # TEST_BINS (e.g. "gpu-test msm-test") limits `tests` to those binaries; TESTS_SKIP names ignored tests not
 # to run (default "512mib": sealing a 512 MiB sector takes minutes and needs no GPU).
 # B_G2=gpu|cpu places B's G2 MSM for bench-prove and bench-pipeline (default: the binary's);
@@ -34,6 +34,8 @@
 # `bench pipeline` (PRODUCTS_JOBS jobs × 4 partitions, default 30) with a, b, c computed on the host (--products cpu)
 # and on the device (--products gpu), alternated PRODUCTS_ROUNDS times (default 1), PRODUCTS_PERMITS partition permits
 # (default the binary's); logs in products.log, JSON and nvidia-smi samples in products.tgz.
+# lane: `provd bench lane --backend cuda`, LANE_CRITICAL (default bench-22, a WinningPoSt's size) arriving into a
+# stream of LANE_STREAM (default bench-24), LANE_RUNS urgent jobs (default 5), nvidia-smi sampled beside it (lane-smi.csv).
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 bundle=.device-bundle
@@ -67,6 +69,13 @@ for step in "${@:-tests}"; do
       "$bundle/provd" bench ntt --sizes "${NTT_SIZES:-20,22,24,26}" --json "$OUT/ntt.json" 2>&1 | tee "$OUT/bench-ntt.log" || status=1 ;;
     bench-msm)
       "$bundle/provd" bench msm --sizes "${MSM_SIZES:-20,22,24,26}" --json "$OUT/msm.json" 2>&1 | tee "$OUT/bench-msm.log" || status=1 ;;
+    lane)
+      nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 500 \
+        > "$OUT/lane-smi.csv" & smi=$!
+      "$bundle/provd" bench lane --backend cuda --critical "${LANE_CRITICAL:-bench-22}" \
+        --stream "${LANE_STREAM:-bench-24}" --runs "${LANE_RUNS:-5}" --json "$OUT/lane.json" \
+        2>&1 | grep -v ' INFO ' | tee "$OUT/lane.log" || status=1
+      kill $smi ;;
     porep-shape)
       # The host's pieces of a PoRep partition at SHAPE_PROOF's real shape (a synthetic C1; its matrix
       # store, ~27 GiB at 32 GiB, in SHAPE_WORK on the machine's disk, not in $OUT); peak RSS from time -v.

@@ -254,6 +254,24 @@ enum BenchCommand {
         #[command(flatten)]
         common: Common,
     },
+    /// A critical job (one partition) arriving into a saturated stream of
+    /// normal work: its latency against an idle worker, and against the
+    /// same job sent as normal (first come first served), in one run.
+    Lane {
+        /// The urgent job's circuit (a WinningPoSt is 2^22 constraints).
+        #[arg(long, default_value = "bench-14")]
+        critical: Builtin,
+        /// The stream's circuit (larger partitions, as sealing's).
+        #[arg(long, default_value = "bench-16")]
+        stream: Builtin,
+        /// Urgent jobs timed in each scenario (3 at most first come first served).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        #[arg(long, default_value = "bench-results/lane.json")]
+        json: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Filecoin PoRep C2 of a sector sealed here (TEST-ONLY parameters),
     /// against filecoin-proofs' own seal_commit_phase2.
     #[cfg(feature = "filecoin")]
@@ -679,6 +697,18 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             let gpus = selected.gpus.clone();
             bench::pipeline::PipelineBench { circuit, jobs, partitions, config, json, sample_every, gpus }
                 .run(selected.backends, key)
+        }
+        BenchCommand::Lane { critical, stream, runs, json, common } => {
+            anyhow::ensure!(runs > 0, "--runs must be at least 1");
+            let critical_key = std::sync::Arc::new(key_cache::load_or_generate(&common.data_dir, critical)?);
+            let stream_key = std::sync::Arc::new(key_cache::load_or_generate(&common.data_dir, stream)?);
+            let selected = provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?;
+            let config = provd::pipeline::PipelineConfig::default();
+            bench::lane::LaneBench { critical, stream, runs, config, json }.run(
+                selected.backends,
+                critical_key,
+                stream_key,
+            )
         }
         #[cfg(feature = "filecoin")]
         BenchCommand::Porep { proof, runs, work_dir, vs, synthesis, json, common } => {

@@ -2,6 +2,7 @@
 //! with the machine and commit it ran on.
 
 pub mod circom;
+pub mod lane;
 pub mod msm;
 pub mod ntt;
 pub mod pipeline;

@@ -31,7 +31,7 @@ pub struct PipelineBench {
 /// assignment over matrices recorded once, with a, b and c left for the
 /// engine to compute where the backends say (on the device, or at the end of
 /// synthesis on the host's cores).
-fn partition(matrices: &Arc<Matrices>, circuit: Builtin, seed: u64) -> SynthesisFn {
+pub(super) fn partition(matrices: &Arc<Matrices>, circuit: Builtin, seed: u64) -> SynthesisFn {
     let m = matrices.clone();
     Arc::new(move || m.assign(circuit.circuit(Some(seed))))
 }
