@@ -15,7 +15,7 @@ use super::{environment, median, print_table, write_json};
 use crate::backend::Backend;
 use crate::circuits::Builtin;
 use crate::groth16::{Matrices, ProvingKey, Verifier, WitnessCheck};
-use crate::pipeline::{Engine, JobId, JobSpec, Outcome, PipelineConfig, Priority};
+use crate::pipeline::{Engine, JobId, JobSpec, Outcome, PipelineConfig, Priority, StageTimes};
 use crate::telemetry::Metrics;
 
 pub struct LaneBench {
@@ -57,22 +57,44 @@ impl Served {
     }
 }
 
-/// Seconds from acceptance to the end of each of `runs` urgent jobs, sent
-/// one after another (each once the last has ended) at `priority`.
-fn time_urgent(
-    engine: &Engine,
-    urgent: &Served,
-    priority: Priority,
-    runs: usize,
-) -> anyhow::Result<Vec<f64>> {
-    let mut secs = Vec::with_capacity(runs);
+/// The urgent jobs of one scenario: each one's seconds from acceptance to
+/// its end, and where its partition spent them.
+#[derive(Default)]
+struct Timed {
+    total: Vec<f64>,
+    stages: Vec<StageTimes>,
+}
+
+impl Timed {
+    /// Median seconds of each stage, by name (0 where a stage was not timed:
+    /// `gpu_device` on the CPU).
+    fn breakdown(&self) -> Vec<(&'static str, f64)> {
+        let stage = |f: fn(&StageTimes) -> Option<f64>| {
+            median(&self.stages.iter().map(|t| f(t).unwrap_or(0.0)).collect::<Vec<_>>())
+        };
+        vec![
+            ("synthesis", stage(|t| t.synthesis)),
+            ("gpu_queue", stage(|t| t.gpu_queue)),
+            ("prove_start", stage(|t| t.prove_start)),
+            ("gpu_device", stage(|t| t.gpu_device)),
+            ("prove_finish", stage(|t| t.prove_finish)),
+            ("verify", stage(|t| t.verify)),
+        ]
+    }
+}
+
+/// Times `runs` urgent jobs, sent one after another (each once the last has
+/// ended) at `priority`.
+fn time_urgent(engine: &Engine, urgent: &Served, priority: Priority, runs: usize) -> anyhow::Result<Timed> {
+    let mut timed = Timed::default();
     for r in 0..runs {
         let id = engine.submit(urgent.job(priority, 1_000_000 + r as u64))?;
         let st = engine.wait(id, None).expect("a job it accepted");
         anyhow::ensure!(st.outcome == Some(Outcome::Succeeded), "an urgent job failed: {:?}", st.error);
-        secs.push(st.elapsed_seconds);
+        timed.total.push(st.elapsed_seconds);
+        timed.stages.push(st.partitions[0].times.clone());
     }
-    Ok(secs)
+    Ok(timed)
 }
 
 /// Keeps `backlog` stream partitions waiting for admission until `stop`,
@@ -138,32 +160,36 @@ impl LaneBench {
         for id in &streamed {
             engine.wait(*id, None);
         }
-        let row = |name: &str, s: &[f64]| {
-            let m = median(s);
-            let max = s.iter().copied().fold(0.0, f64::max);
-            vec![
-                name.to_string(),
-                s.len().to_string(),
-                format!("{:.1}", m * 1e3),
-                format!("{:.1}", max * 1e3),
-                format!("{:.2}", m / median(&idle)),
-            ]
+        let idle_median = median(&idle.total);
+        let row = |name: &str, t: &Timed| {
+            let m = median(&t.total);
+            let max = t.total.iter().copied().fold(0.0, f64::max);
+            let mut row = vec![name.to_string(), t.total.len().to_string(), format!("{:.1}", m * 1e3)];
+            row.extend([format!("{:.1}", max * 1e3), format!("{:.2}", m / idle_median)]);
+            row.extend(t.breakdown().into_iter().map(|(_, s)| format!("{:.1}", s * 1e3)));
+            row
         };
         println!(
-            "\n{} (one partition a job) arriving into a stream of {} partitions on {} ({:.1} ms a stream partition alone):",
+            "\n{} (one partition a job) arriving into a stream of {} partitions on {} ({:.1} ms a stream partition \
+             alone); stage columns are the urgent partition's median ms:",
             self.critical,
             self.stream,
             names.join(","),
             one_stream * 1e3
         );
+        let mut header = vec!["urgent job", "runs", "median ms", "max ms", "× idle"];
+        header.extend(idle.breakdown().into_iter().map(|(k, _)| k));
         print_table(
-            &["urgent job", "runs", "median ms", "max ms", "× idle"],
+            &header,
             &[
                 row("idle worker", &idle),
                 row("critical, saturated stream", &critical),
                 row("normal (first come first served), saturated", &fcfs),
             ],
         );
+        let stages = |t: &Timed| -> serde_json::Map<String, serde_json::Value> {
+            t.breakdown().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect()
+        };
         let report = json!({
             "bench": "lane",
             "env": environment(),
@@ -174,11 +200,13 @@ impl LaneBench {
             "config": { "partition_permits": self.config.partition_permits,
                         "gpu_queue_capacity": self.config.gpu_queue_capacity,
                         "critical_permits": self.config.critical_permits, "backlog": backlog },
-            "idle_seconds": idle,
-            "critical_saturated_seconds": critical,
-            "fcfs_saturated_seconds": fcfs,
-            "critical_over_idle": median(&critical) / median(&idle),
-            "fcfs_over_idle": median(&fcfs) / median(&idle),
+            "idle_seconds": idle.total,
+            "critical_saturated_seconds": critical.total,
+            "fcfs_saturated_seconds": fcfs.total,
+            "median_stage_seconds": { "idle": stages(&idle), "critical_saturated": stages(&critical),
+                                      "fcfs_saturated": stages(&fcfs) },
+            "critical_over_idle": median(&critical.total) / idle_median,
+            "fcfs_over_idle": median(&fcfs.total) / idle_median,
         });
         write_json(&self.json, &report)
     }
