@@ -1,5 +1,5 @@
 //! The circuits a worker serves. Each is a *kind* (`bench`, `circom`,
-//! `filecoin-porep`) plus
+//! `filecoin-porep`, `filecoin-winning-post`, `filecoin-window-post`) plus
 //! the kind's files, named in the config's `[[circuits]]` entries.
 //!
 //! A kind implements [`CircuitKind`]: it owns loading and checking its key,
@@ -213,6 +213,12 @@ pub enum CircuitConfig {
     /// `kind = "filecoin-porep"`: Filecoin's PoRep C2, from a sector's C1 output.
     #[cfg(feature = "filecoin")]
     FilecoinPorep(FilecoinPorepConfig),
+    /// `kind = "filecoin-winning-post"`: Filecoin's WinningPoSt, from its vanilla proof.
+    #[cfg(feature = "filecoin")]
+    FilecoinWinningPost(filecoin::post::FilecoinPostConfig),
+    /// `kind = "filecoin-window-post"`: one partition of a WindowPoSt, from its vanilla proofs.
+    #[cfg(feature = "filecoin")]
+    FilecoinWindowPost(filecoin::post::FilecoinPostConfig),
 }
 
 impl CircuitConfig {
@@ -223,6 +229,8 @@ impl CircuitConfig {
             CircuitConfig::Circom(c) => &c.name,
             #[cfg(feature = "filecoin")]
             CircuitConfig::FilecoinPorep(c) => &c.name,
+            #[cfg(feature = "filecoin")]
+            CircuitConfig::FilecoinWinningPost(c) | CircuitConfig::FilecoinWindowPost(c) => &c.name,
         }
     }
 
@@ -233,6 +241,8 @@ impl CircuitConfig {
             CircuitConfig::Circom(c) => c.priority,
             #[cfg(feature = "filecoin")]
             CircuitConfig::FilecoinPorep(c) => c.priority,
+            #[cfg(feature = "filecoin")]
+            CircuitConfig::FilecoinWinningPost(c) | CircuitConfig::FilecoinWindowPost(c) => c.priority,
         }
     }
 
@@ -244,6 +254,16 @@ impl CircuitConfig {
             CircuitConfig::Circom(c) => Ok(Arc::new(CircomKind::load(c)?)),
             #[cfg(feature = "filecoin")]
             CircuitConfig::FilecoinPorep(c) => Ok(Arc::new(FilecoinPorepKind::load(c)?)),
+            #[cfg(feature = "filecoin")]
+            CircuitConfig::FilecoinWinningPost(c) => Ok(Arc::new(filecoin::post::FilecoinPostKind::load(
+                c,
+                filecoin_proofs_api::PoStType::Winning,
+            )?)),
+            #[cfg(feature = "filecoin")]
+            CircuitConfig::FilecoinWindowPost(c) => Ok(Arc::new(filecoin::post::FilecoinPostKind::load(
+                c,
+                filecoin_proofs_api::PoStType::Window,
+            )?)),
         }
     }
 }

@@ -8,7 +8,7 @@
 //! G1 work goes through a second bounded queue to the finalize threads, so a
 //! slow G2 stage holds the GPU back instead of piling up pending partitions.
 //!
-//! Every queue serves the most urgent job's partitions first ([`lanes`]).
+//! Every queue serves the most urgent job's partitions first (the `lanes` module).
 //! Critical work has a lane of its own beside that order: a dispatcher with
 //! its own permits, a synthesis pool, a finalize thread, memory the other
 //! classes leave free (`Budget::headroom`), and a place in the bounded

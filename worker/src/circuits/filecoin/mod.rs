@@ -22,6 +22,7 @@
 
 mod challenges;
 pub mod params;
+pub mod post;
 pub mod seal;
 mod shape;
 pub mod synthetic;
@@ -383,9 +384,10 @@ impl FilecoinPorepKind {
         let files = ParameterFiles::new(&config.parameter_cache(), &shape.cache_id());
         let t = std::time::Instant::now();
         let matrices = match config.synthesis {
-            Synthesis::Matrices => {
-                Some(Arc::new(recorded(&circuit, shape, &config.matrices_cache()).map_err(fail)?))
-            }
+            Synthesis::Matrices => Some(Arc::new(
+                recorded(&circuit, &config.matrices_cache(), |s| shape.record_in(s), || shape.record())
+                    .map_err(fail)?,
+            )),
             Synthesis::Recorder => None,
         };
         let (constraints, inputs) = match &matrices {
@@ -418,12 +420,23 @@ impl FilecoinPorepKind {
     }
 }
 
-/// The partition circuit's matrices: from the store, recorded into it
-/// first if need be; recorded in memory where the store cannot be written.
-fn recorded(circuit: &str, shape: &dyn PorepShape, dir: &Path) -> Result<Matrices, String> {
+/// A circuit's matrices: from the store in `dir` (`in_store`, which records
+/// into it first if need be); recorded in memory (`in_memory`) where the
+/// store cannot be used. Every Filecoin kind's.
+fn recorded(
+    circuit: &str,
+    dir: &Path,
+    in_store: impl FnOnce(
+        &crate::groth16::matrix_store::MatrixStore,
+    ) -> Result<
+        (Matrices, crate::groth16::matrix_store::Origin),
+        crate::groth16::matrix_store::StoreError,
+    >,
+    in_memory: impl FnOnce() -> Result<Matrices, crate::groth16::ProveError>,
+) -> Result<Matrices, String> {
     use crate::groth16::matrix_store::{MatrixStore, Origin, StoreError};
     let because = |e: &dyn std::fmt::Display| format!("recording the partition circuit's constraints: {e}");
-    match shape.record_in(&MatrixStore::new(dir)) {
+    match in_store(&MatrixStore::new(dir)) {
         Ok((m, origin)) => {
             match origin {
                 Origin::Loaded { read } => {
@@ -441,7 +454,7 @@ fn recorded(circuit: &str, shape: &dyn PorepShape, dir: &Path) -> Result<Matrice
             tracing::warn!(%circuit, error = %e,
                 "the matrices store cannot be used; recording in memory (again at every start): set matrices_cache \
                  to a writable directory");
-            shape.record().map_err(|e| because(&e))
+            in_memory().map_err(|e| because(&e))
         }
     }
 }

@@ -1,0 +1,255 @@
+//! Filecoin PoSt end to end: 2 KiB sectors sealed here with filecoin-proofs,
+//! their vanilla proofs made with filecoin-proofs-api as a storage
+//! provider's node makes them, proved by the real binary over HTTP on the
+//! CPU backend, and checked with filecoin-proofs-api's own
+//! `verify_winning_post` and `verify_window_post`, against TEST-ONLY
+//! parameters generated into a parameter cache of the test's own.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use base64::Engine as _;
+use filecoin_proofs_api::post::{
+    generate_fallback_sector_challenges, generate_single_vanilla_proof,
+    generate_winning_post_sector_challenge, verify_window_post, verify_winning_post,
+};
+use filecoin_proofs_api::{PoStType, PrivateReplicaInfo, PublicReplicaInfo, RegisteredPoStProof, SectorId};
+use provd::circuits::filecoin::post::{FilecoinPostConfig, FilecoinPostKind};
+use provd::circuits::filecoin::seal::{seal_sector, SealedSector};
+use provd::circuits::filecoin::Ids;
+use provd_e2e::{Server, JOBS_DEADLINE};
+use serde_json::{json, Value};
+
+const SEAL: &str = "StackedDrg2KiBV1_1";
+const WINNING: RegisteredPoStProof = RegisteredPoStProof::StackedDrgWinning2KiBV1;
+const WINDOW: RegisteredPoStProof = RegisteredPoStProof::StackedDrgWindow2KiBV1_2;
+/// Before V1_2, a WindowPoSt's challenges depended on its partition's index.
+const WINDOW_V1: RegisteredPoStProof = RegisteredPoStProof::StackedDrgWindow2KiBV1;
+const MINER: u64 = 1000;
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    /// Sealed 2 KiB sectors (ids 1, 2, 3) and where each one's files are.
+    sectors: Vec<(SealedSector, PathBuf)>,
+}
+
+impl Fixture {
+    fn config(&self) -> String {
+        let params = self.dir.path().join("params");
+        let entry = |kind: &str, name: &str, proof: RegisteredPoStProof| {
+            format!(
+                "[[circuits]]\nkind = \"{kind}\"\nname = \"{name}\"\nproof = \"{proof:?}\"\n\
+                 parameter_cache = \"{}\"\ntest_only_parameters = true\n",
+                params.display()
+            )
+        };
+        entry("filecoin-winning-post", "winning-2k", WINNING)
+            + &entry("filecoin-window-post", "window-2k", WINDOW)
+            + &entry("filecoin-window-post", "window-2k-v1", WINDOW_V1)
+    }
+
+    fn sector(&self, id: u64) -> &(SealedSector, PathBuf) {
+        self.sectors.iter().find(|(s, _)| s.ids.sector_id == id).expect("a sealed sector")
+    }
+
+    /// Each sector's vanilla proof for `proof`'s challenges of `randomness`,
+    /// as filecoin-proofs-api makes it (bincode bytes).
+    fn vanilla(&self, proof: RegisteredPoStProof, randomness: [u8; 32], ids: &[u64]) -> Vec<Vec<u8>> {
+        let sectors: Vec<SectorId> = ids.iter().map(|&i| SectorId::from(i)).collect();
+        let prover_id = provd::circuits::filecoin::prover_id_of_miner(MINER);
+        let challenges =
+            generate_fallback_sector_challenges(proof, &randomness, &sectors, prover_id).unwrap();
+        sectors
+            .iter()
+            .map(|id| {
+                let (sealed, at) = self.sector(u64::from(*id));
+                let replica =
+                    PrivateReplicaInfo::new(proof, sealed.comm_r, at.join("cache"), at.join("sealed"));
+                generate_single_vanilla_proof(proof, *id, &replica, &challenges[id]).unwrap()
+            })
+            .collect()
+    }
+
+    fn public(&self, proof: RegisteredPoStProof, ids: &[u64]) -> BTreeMap<SectorId, PublicReplicaInfo> {
+        ids.iter()
+            .map(|&i| (SectorId::from(i), PublicReplicaInfo::new(proof, self.sector(i).0.comm_r)))
+            .collect()
+    }
+}
+
+/// Seals the sectors once, and generates the circuits' TEST-ONLY parameters
+/// once (in process, so that servers started at once do not race to).
+fn fixture() -> &'static Fixture {
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        // filecoin-proofs reads these once, when first used: before any sealing.
+        std::env::set_var("FIL_PROOFS_PARAMETER_CACHE", dir.path().join("params"));
+        std::env::set_var("FIL_PROOFS_PARENT_CACHE", dir.path().join("parents"));
+        let prover_id = provd::circuits::filecoin::prover_id_of_miner(MINER);
+        let sectors = (1..=3)
+            .map(|sector_id| {
+                let at = dir.path().join(format!("sector-{sector_id}"));
+                let proof = serde_json::from_value(json!(SEAL)).unwrap();
+                (seal_sector(proof, Ids { prover_id, sector_id }, &at, sector_id).unwrap(), at)
+            })
+            .collect();
+        let params = dir.path().join("params");
+        for (proof, typ) in
+            [(WINNING, PoStType::Winning), (WINDOW, PoStType::Window), (WINDOW_V1, PoStType::Window)]
+        {
+            let config = FilecoinPostConfig {
+                name: format!("{proof:?}"),
+                proof,
+                parameter_cache: Some(params.clone()),
+                test_only_parameters: true,
+                synthesis: Default::default(),
+                matrices_cache: None,
+                priority: None,
+            };
+            FilecoinPostKind::load(&config, typ).unwrap();
+        }
+        Fixture { dir, sectors }
+    })
+}
+
+/// A field element's bytes, as chain randomness is.
+fn randomness(seed: u8) -> [u8; 32] {
+    let mut r = [seed; 32];
+    r[31] &= 0x3f;
+    r
+}
+
+fn input(vanilla: &[Vec<u8>], randomness: [u8; 32], partition: Option<usize>) -> Value {
+    let b64: Vec<String> =
+        vanilla.iter().map(|v| base64::engine::general_purpose::STANDARD.encode(v)).collect();
+    let mut input =
+        json!({ "vanilla_proofs": b64, "randomness": hex::encode(randomness), "miner_id": MINER });
+    if let Some(k) = partition {
+        input["partition_index"] = json!(k);
+    }
+    input
+}
+
+/// Submits a job: the submission's status and the refusal, or the ended job.
+fn prove(server: &Server, circuit: &str, input: &Value) -> (u16, Value) {
+    let body = json!({ "circuit": circuit, "input": input });
+    let (status, reply) = server.call("POST", "/v1/prove", Some(&body.to_string()));
+    if status != 202 {
+        return (status, reply);
+    }
+    let id = reply["job_id"].as_str().expect("an accepted job's id").to_string();
+    let mut done = server.wait_all([&id], JOBS_DEADLINE);
+    (status, done.remove(&id).expect("the job waited for"))
+}
+
+fn proof_of(job: &Value) -> Vec<u8> {
+    hex::decode(job["result"]["proof"].as_str().unwrap_or_else(|| panic!("no proof in {job}"))).unwrap()
+}
+
+#[test]
+fn winning_and_window_posts_are_proved_over_http_and_filecoin_proofs_accepts_them() {
+    let f = fixture();
+    let server = Server::start(&f.config(), &[]);
+    let prover_id = provd::circuits::filecoin::prover_id_of_miner(MINER);
+
+    // WinningPoSt: the sector the chain's randomness elects among three.
+    let r = randomness(7);
+    let elected = generate_winning_post_sector_challenge(WINNING, &r, 3, prover_id).unwrap();
+    let id = f.sectors[elected[0] as usize].0.ids.sector_id;
+    let (status, job) = prove(&server, "winning-2k", &input(&f.vanilla(WINNING, r, &[id]), r, None));
+    assert_eq!(
+        (status, job["state"].as_str(), job["priority"].as_str()),
+        (202, Some("succeeded"), Some("critical")),
+        "{job}"
+    );
+    let proof = proof_of(&job);
+    assert_eq!(proof.len(), 192, "one partition");
+    assert!(
+        verify_winning_post(&r, &proof, &f.public(WINNING, &[id]), prover_id).unwrap(),
+        "verify_winning_post"
+    );
+    assert!(!verify_winning_post(&randomness(8), &proof, &f.public(WINNING, &[id]), prover_id).unwrap());
+
+    // WindowPoSt: a partition of two sectors (a 2 KiB partition's size).
+    let r = randomness(9);
+    let (status, job) = prove(&server, "window-2k", &input(&f.vanilla(WINDOW, r, &[1, 2]), r, Some(0)));
+    assert_eq!(
+        (status, job["state"].as_str(), job["priority"].as_str()),
+        (202, Some("succeeded"), Some("high")),
+        "{job}"
+    );
+    let proof = proof_of(&job);
+    assert!(
+        verify_window_post(&r, &[(WINDOW, &proof)], &f.public(WINDOW, &[1, 2]), prover_id).unwrap(),
+        "verify_window_post"
+    );
+    // One sector of a partition of two: filecoin-proofs pads it; still one proof.
+    let (_, job) = prove(&server, "window-2k", &input(&f.vanilla(WINDOW, r, &[3]), r, Some(0)));
+    assert!(verify_window_post(&r, &[(WINDOW, &proof_of(&job))], &f.public(WINDOW, &[3]), prover_id).unwrap());
+
+    let (_, circuits) = server.call("GET", "/v1/circuits", None);
+    let kinds: Vec<_> = circuits["circuits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["kind"].clone(), c["priority"].clone()))
+        .collect();
+    assert!(kinds.contains(&(json!("filecoin-winning-post"), json!("critical"))), "{circuits}");
+    assert!(kinds.contains(&(json!("filecoin-window-post"), json!("high"))), "{circuits}");
+}
+
+#[test]
+fn bad_post_inputs_are_refused_naming_the_cause() {
+    let f = fixture();
+    let server = Server::start(&f.config(), &[]);
+    let r = randomness(11);
+    let window = f.vanilla(WINDOW, r, &[1, 2]);
+    let refused = |circuit: &str, input: Value, says: &str| {
+        let (status, reply) = prove(&server, circuit, &input);
+        eprintln!("REFUSAL CASE: {says}");
+        assert_eq!(status, 400, "{reply}");
+        let error = reply["error"].as_str().unwrap();
+        assert!(error.contains(says), "wanted '{says}' in: {error}");
+    };
+    // Another randomness than the one the vanilla proofs answer.
+    refused("window-2k", input(&window, randomness(12), Some(0)), "do not verify");
+    // Another partition of the deadline than the one they were made for:
+    // where the index enters the challenges (before V1_2), the vanilla
+    // proofs do not verify. (In V1_2 it does not enter the proof at all.)
+    let v1 = f.vanilla(WINDOW_V1, r, &[1, 2]);
+    refused("window-2k-v1", input(&v1, r, Some(1)), "partition index");
+    // A vanilla proof tampered with: a byte of a Merkle path flipped.
+    let mut tampered = window.clone();
+    let at = tampered[0].len() - 40;
+    tampered[0][at] ^= 1;
+    let (status, reply) = prove(&server, "window-2k", &input(&tampered, r, Some(0)));
+    assert_eq!(status, 400, "{reply}");
+    assert!(reply["error"].as_str().unwrap().contains("vanilla proof"), "{reply}");
+    // Bytes that are no vanilla proof at all.
+    refused(
+        "window-2k",
+        input(&[vec![1, 2, 3]], r, Some(0)),
+        "is not a StackedDrgWindow2KiBV1_2 vanilla proof",
+    );
+    // Another sector size's proof type.
+    let mut other = input(&window, r, Some(0));
+    other["registered_proof"] = json!("StackedDrgWindow32GiBV1_2");
+    refused("window-2k", other, "this circuit serves StackedDrgWindow2KiBV1_2");
+    // More sectors than a partition holds, and a WindowPoSt without its partition.
+    refused("window-2k", input(&f.vanilla(WINDOW, r, &[1, 2, 3]), r, Some(0)), "takes 1 to 2");
+    refused("window-2k", input(&window, r, None), "names its partition_index");
+    // A WinningPoSt proves one sector, in its one partition.
+    let winning = [f.vanilla(WINNING, r, &[1]), f.vanilla(WINNING, r, &[2])].concat();
+    refused("winning-2k", input(&winning, r, None), "takes 1");
+    refused("winning-2k", input(&winning[..1], r, Some(1)), "one partition");
+    refused(
+        "winning-2k",
+        json!({ "vanilla_proofs": [], "randomness": hex::encode(r) }),
+        "give one of prover_id and miner_id",
+    );
+    // Nothing was proved, and the worker is as it was.
+    let (_, status) = server.call("GET", "/v1/status", None);
+    assert_eq!(status["snapshot"]["reserved_bytes"], status["snapshot"]["key_bytes"], "{status}");
+}
