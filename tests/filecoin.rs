@@ -75,17 +75,9 @@ fn fixture() -> &'static Fixture {
 }
 
 /// Submits a sector: the submission's status, and the error of a refused
-/// one, or the job of an accepted one once it has ended (polled, up to
-/// [`JOBS_DEADLINE`]).
+/// one, or the job of an accepted one once it has ended.
 fn prove(server: &Server, input: &Value) -> (u16, Value) {
-    let body = json!({"circuit": "porep-2k", "input": input});
-    let (status, reply) = server.call("POST", "/v1/prove", Some(&body.to_string()));
-    if status != 202 {
-        return (status, reply);
-    }
-    let id = reply["job_id"].as_str().expect("an accepted job's id").to_string();
-    let mut done = server.wait_all([&id], JOBS_DEADLINE);
-    (status, done.remove(&id).expect("the job waited for"))
+    server.prove_input("porep-2k", input)
 }
 
 fn seal_proof(job: &Value) -> Vec<u8> {

@@ -18,7 +18,7 @@ use filecoin_proofs_api::{PoStType, PrivateReplicaInfo, PublicReplicaInfo, Regis
 use provd::circuits::filecoin::post::{FilecoinPostConfig, FilecoinPostKind};
 use provd::circuits::filecoin::seal::{seal_sector, SealedSector};
 use provd::circuits::filecoin::Ids;
-use provd_e2e::{Server, JOBS_DEADLINE};
+use provd_e2e::Server;
 use serde_json::{json, Value};
 
 const SEAL: &str = "StackedDrg2KiBV1_1";
@@ -132,18 +132,6 @@ fn input(vanilla: &[Vec<u8>], randomness: [u8; 32], partition: Option<usize>) ->
     input
 }
 
-/// Submits a job: the submission's status and the refusal, or the ended job.
-fn prove(server: &Server, circuit: &str, input: &Value) -> (u16, Value) {
-    let body = json!({ "circuit": circuit, "input": input });
-    let (status, reply) = server.call("POST", "/v1/prove", Some(&body.to_string()));
-    if status != 202 {
-        return (status, reply);
-    }
-    let id = reply["job_id"].as_str().expect("an accepted job's id").to_string();
-    let mut done = server.wait_all([&id], JOBS_DEADLINE);
-    (status, done.remove(&id).expect("the job waited for"))
-}
-
 fn proof_of(job: &Value) -> Vec<u8> {
     hex::decode(job["result"]["proof"].as_str().unwrap_or_else(|| panic!("no proof in {job}"))).unwrap()
 }
@@ -158,7 +146,7 @@ fn winning_and_window_posts_are_proved_over_http_and_filecoin_proofs_accepts_the
     let r = randomness(7);
     let elected = generate_winning_post_sector_challenge(WINNING, &r, 3, prover_id).unwrap();
     let id = f.sectors[elected[0] as usize].0.ids.sector_id;
-    let (status, job) = prove(&server, "winning-2k", &input(&f.vanilla(WINNING, r, &[id]), r, None));
+    let (status, job) = server.prove_input("winning-2k", &input(&f.vanilla(WINNING, r, &[id]), r, None));
     assert_eq!(
         (status, job["state"].as_str(), job["priority"].as_str()),
         (202, Some("succeeded"), Some("critical")),
@@ -174,7 +162,7 @@ fn winning_and_window_posts_are_proved_over_http_and_filecoin_proofs_accepts_the
 
     // WindowPoSt: a partition of two sectors (a 2 KiB partition's size).
     let r = randomness(9);
-    let (status, job) = prove(&server, "window-2k", &input(&f.vanilla(WINDOW, r, &[1, 2]), r, Some(0)));
+    let (status, job) = server.prove_input("window-2k", &input(&f.vanilla(WINDOW, r, &[1, 2]), r, Some(0)));
     assert_eq!(
         (status, job["state"].as_str(), job["priority"].as_str()),
         (202, Some("succeeded"), Some("high")),
@@ -186,7 +174,7 @@ fn winning_and_window_posts_are_proved_over_http_and_filecoin_proofs_accepts_the
         "verify_window_post"
     );
     // One sector of a partition of two: filecoin-proofs pads it; still one proof.
-    let (_, job) = prove(&server, "window-2k", &input(&f.vanilla(WINDOW, r, &[3]), r, Some(0)));
+    let (_, job) = server.prove_input("window-2k", &input(&f.vanilla(WINDOW, r, &[3]), r, Some(0)));
     assert!(verify_window_post(&r, &[(WINDOW, &proof_of(&job))], &f.public(WINDOW, &[3]), prover_id).unwrap());
 
     let (_, circuits) = server.call("GET", "/v1/circuits", None);
@@ -207,7 +195,7 @@ fn bad_post_inputs_are_refused_naming_the_cause() {
     let r = randomness(11);
     let window = f.vanilla(WINDOW, r, &[1, 2]);
     let refused = |circuit: &str, input: Value, says: &str| {
-        let (status, reply) = prove(&server, circuit, &input);
+        let (status, reply) = server.prove_input(circuit, &input);
         eprintln!("REFUSAL CASE: {says}");
         assert_eq!(status, 400, "{reply}");
         let error = reply["error"].as_str().unwrap();
@@ -224,7 +212,7 @@ fn bad_post_inputs_are_refused_naming_the_cause() {
     let mut tampered = window.clone();
     let at = tampered[0].len() - 40;
     tampered[0][at] ^= 1;
-    let (status, reply) = prove(&server, "window-2k", &input(&tampered, r, Some(0)));
+    let (status, reply) = server.prove_input("window-2k", &input(&tampered, r, Some(0)));
     assert_eq!(status, 400, "{reply}");
     assert!(reply["error"].as_str().unwrap().contains("vanilla proof"), "{reply}");
     // Bytes that are no vanilla proof at all.

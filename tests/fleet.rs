@@ -183,6 +183,11 @@ fn check_fleet_scrape(w: &Server) {
     }
 }
 
+/// A job of the shared circuit, written to the queue as a client's would be.
+fn accepted(priority: Priority, witnesses: Vec<StoredWitness>) -> AcceptedJob {
+    AcceptedJob { id: JobId::new(), circuit: CIRCUIT.into(), priority, witnesses, idempotency: None }
+}
+
 /// Claims age queued partitions as the engine does: a class a minute here.
 const AGING_MS: i64 = 60_000;
 
@@ -193,12 +198,8 @@ fn claims_take_the_most_urgent_partition_first() {
     let Some(pg) = Postgres::start() else { return };
     let mut queue = Queue::connect_and_migrate(&pg.url()).unwrap();
     let circuits = [CIRCUIT.to_string()];
-    let job = |priority, seed: u64| AcceptedJob {
-        id: JobId::new(),
-        circuit: CIRCUIT.into(),
-        priority,
-        witnesses: vec![StoredWitness::Json(serde_json::json!({ "seed": seed }))],
-        idempotency: None,
+    let job = |priority, seed: u64| {
+        accepted(priority, vec![StoredWitness::Json(serde_json::json!({ "seed": seed }))])
     };
     let mut ids = BTreeMap::new();
     for (priority, seed) in
@@ -244,13 +245,7 @@ fn the_fleets_queue_bound_holds_under_concurrent_submissions() {
                     let witnesses = (0..200)
                         .map(|p| StoredWitness::Json(serde_json::json!({"seed": 1000 * t + p})))
                         .collect();
-                    let job = AcceptedJob {
-                        id: JobId::new(),
-                        circuit: CIRCUIT.into(),
-                        priority: Priority::Normal,
-                        witnesses,
-                        idempotency: None,
-                    };
+                    let job = accepted(Priority::Normal, witnesses);
                     queue.submit(&job, "client", 256)
                 })
             })
@@ -542,13 +537,7 @@ impl BothClaimed {
         for j in 0..jobs {
             let witnesses =
                 (0..2).map(|p| StoredWitness::Json(serde_json::json!({"seed": 2 * j + p}))).collect();
-            let job = AcceptedJob {
-                id: JobId::new(),
-                circuit: CIRCUIT.into(),
-                priority: Priority::Normal,
-                witnesses,
-                idempotency: None,
-            };
+            let job = accepted(Priority::Normal, witnesses);
             ids.push(queues[0].submit(&job, "a", 256).unwrap().0);
             for (w, name) in Self::WORKERS.into_iter().enumerate() {
                 let claim =

@@ -220,6 +220,20 @@ impl Server {
         provd::groth16::Verifier::new(&provd::groth16::VerifyingKey::from_bytes(&vk.body).unwrap())
     }
 
+    /// Submits a job of `circuit` whose kind splits its `input` itself: the
+    /// submission's status and the refusal, or the accepted job's document
+    /// once it has ended (polled, up to [`JOBS_DEADLINE`]).
+    pub fn prove_input(&self, circuit: &str, input: &serde_json::Value) -> (u16, serde_json::Value) {
+        let body = serde_json::json!({ "circuit": circuit, "input": input });
+        let (status, reply) = self.call("POST", "/v1/prove", Some(&body.to_string()));
+        if status != 202 {
+            return (status, reply);
+        }
+        let id = reply["job_id"].as_str().expect("an accepted job's id").to_string();
+        let mut done = self.wait_all([&id], JOBS_DEADLINE);
+        (status, done.remove(&id).expect("the job waited for"))
+    }
+
     /// Polls until every job in `ids` has ended (each must be known: 200);
     /// their documents, by id.
     pub fn wait_all<'a>(

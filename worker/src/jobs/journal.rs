@@ -790,15 +790,7 @@ mod tests {
             (b, Outcome::Failed, Some("why"), &key, Priority::Low)
         );
         // Running again marks the job queued and keeps its witnesses.
-        journal
-            .accepted(&AcceptedJob {
-                id: a,
-                circuit: "c".into(),
-                priority: Priority::Normal,
-                witnesses: vec![],
-                idempotency: None,
-            })
-            .unwrap();
+        journal.accepted(&accepted(a, vec![])).unwrap();
         let proof = Proof::from_bytes(&[0u8; 192]).ok();
         journal.partition_ended(
             a,
@@ -817,6 +809,11 @@ mod tests {
         drop(journal);
         let (_, recovered) = SqliteJournal::open(&path).unwrap();
         assert!(recovered.ended.is_empty(), "expired jobs are deleted");
+    }
+
+    /// A normal job of circuit "c", without an idempotency key.
+    fn accepted(id: JobId, witnesses: Vec<StoredWitness>) -> AcceptedJob {
+        AcceptedJob { id, circuit: "c".into(), priority: Priority::Normal, witnesses, idempotency: None }
     }
 
     /// The job as a restart records it again (known to the journal, which
@@ -842,8 +839,7 @@ mod tests {
         let (journal, _) = SqliteJournal::open(&path).unwrap();
         let id = JobId::new();
         let witnesses = (0..3).map(|i| StoredWitness::Json(serde_json::json!({ "seed": i }))).collect();
-        let job =
-            AcceptedJob { id, circuit: "c".into(), priority: Priority::Normal, witnesses, idempotency: None };
+        let job = accepted(id, witnesses);
         journal.accepted(&job).unwrap();
         let proof = Proof {
             a: blstrs::G1Affine::generator(),
@@ -883,15 +879,7 @@ mod tests {
         let (a, b) = (JobId::new(), JobId::new());
         for (id, bytes) in [(a, &big), (b, &small)] {
             let witnesses = vec![StoredWitness::Binary(bytes.clone())];
-            journal
-                .accepted(&AcceptedJob {
-                    id,
-                    circuit: "c".into(),
-                    priority: Priority::Normal,
-                    witnesses,
-                    idempotency: None,
-                })
-                .unwrap();
+            journal.accepted(&accepted(id, witnesses)).unwrap();
         }
         let files: Vec<_> = std::fs::read_dir(&spool).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(files, [std::ffi::OsString::from(format!("{a}-0.bin"))], "only the large one is a file");
@@ -915,15 +903,7 @@ mod tests {
 
         let c = JobId::new();
         let witnesses = vec![StoredWitness::Binary(vec![3u8; 500])];
-        journal
-            .accepted(&AcceptedJob {
-                id: c,
-                circuit: "c".into(),
-                priority: Priority::Normal,
-                witnesses,
-                idempotency: None,
-            })
-            .unwrap();
+        journal.accepted(&accepted(c, witnesses)).unwrap();
         drop(journal);
         std::fs::remove_file(spool.join(format!("{c}-0.bin"))).unwrap();
         // a file no row names (a crash between its write and its row) goes at open
@@ -949,15 +929,7 @@ mod tests {
         let two =
             || vec![StoredWitness::Json(serde_json::json!(1)), StoredWitness::Json(serde_json::json!(2))];
         for job in [id, done] {
-            journal
-                .accepted(&AcceptedJob {
-                    id: job,
-                    circuit: "c".into(),
-                    priority: Priority::Normal,
-                    witnesses: two(),
-                    idempotency: None,
-                })
-                .unwrap();
+            journal.accepted(&accepted(job, two())).unwrap();
         }
         let proof = Proof::from_bytes(&[0u8; 192]).ok();
         let ended = EndedPartition { stage: Stage::Done, proof, public_inputs: vec![], error: None };
@@ -989,15 +961,7 @@ mod tests {
         let id = JobId::new();
         let witnesses =
             vec![StoredWitness::Json(serde_json::json!(1)), StoredWitness::Json(serde_json::json!(2))];
-        journal
-            .accepted(&AcceptedJob {
-                id,
-                circuit: "c".into(),
-                priority: Priority::Normal,
-                witnesses,
-                idempotency: None,
-            })
-            .unwrap();
+        journal.accepted(&accepted(id, witnesses)).unwrap();
         assert!(journal.behind().is_none());
         journal.disk_full.store(true, std::sync::atomic::Ordering::Release);
         let done = EndedPartition { stage: Stage::Done, proof: None, public_inputs: vec![], error: None };

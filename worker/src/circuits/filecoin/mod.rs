@@ -44,14 +44,19 @@ pub use params::{default_parameter_cache, ParameterFiles};
 use shape::{PorepShape, Shaped};
 
 /// `[[circuits]]` with `kind = "filecoin-porep"`.
+pub type FilecoinPorepConfig = FilecoinConfig<RegisteredSealProof>;
+
+/// `[[circuits]]` of a Filecoin kind: the same fields for each, `P` its
+/// registered proof type.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct FilecoinPorepConfig {
+pub struct FilecoinConfig<P> {
     /// The name clients use.
     pub name: String,
-    /// The registered seal proof, as Filecoin names it (`StackedDrg32GiBV1_1`,
-    /// `StackedDrg2KiBV1_1_Feat_SyntheticPoRep`, …).
-    pub proof: RegisteredSealProof,
+    /// The registered proof, as Filecoin names it (`StackedDrg32GiBV1_1`,
+    /// `StackedDrg2KiBV1_1_Feat_SyntheticPoRep`, `StackedDrgWinning32GiBV1`,
+    /// `StackedDrgWindow32GiBV1_2`, …).
+    pub proof: P,
     /// The parameter cache directory; by default `FIL_PROOFS_PARAMETER_CACHE`,
     /// else filecoin-proofs' `/var/tmp/filecoin-proof-parameters`.
     #[serde(default)]
@@ -93,7 +98,7 @@ pub enum Synthesis {
     Recorder,
 }
 
-impl FilecoinPorepConfig {
+impl<P> FilecoinConfig<P> {
     /// The parameter cache directory this entry uses.
     pub fn parameter_cache(&self) -> PathBuf {
         self.parameter_cache.clone().unwrap_or_else(default_parameter_cache)
@@ -376,48 +381,82 @@ impl PorepCircuit {
 
 impl FilecoinPorepKind {
     pub fn load(config: &FilecoinPorepConfig) -> Result<Self, LoadError> {
-        let circuit = config.name.clone();
-        let fail = |reason: String| LoadError::Config { circuit: circuit.clone(), reason };
-        let proof = config.proof;
-        let porep = PorepCircuit::new(proof).map_err(fail)?;
-        let shape = porep.shape.as_ref();
-        let files = ParameterFiles::new(&config.parameter_cache(), &shape.cache_id());
-        let t = std::time::Instant::now();
-        let matrices = match config.synthesis {
-            Synthesis::Matrices => Some(Arc::new(
-                recorded(&circuit, &config.matrices_cache(), |s| shape.record_in(s), || shape.record())
-                    .map_err(fail)?,
-            )),
-            Synthesis::Recorder => None,
-        };
-        let (constraints, inputs) = match &matrices {
-            Some(m) => (m.num_constraints(), m.num_inputs()),
-            None => {
-                let (c, i) = shape
-                    .count()
-                    .map_err(|e| fail(format!("counting the partition circuit's constraints: {e}")))?;
-                (c + i, i)
-            }
-        };
-        tracing::info!(%circuit, constraints, secs = t.elapsed().as_secs_f64(), synthesis = ?config.synthesis,
-            "partition circuit recorded");
-        let expected =
-            Expected { public_inputs: inputs, constraints, sector_size: u64::from(proof.sector_size()) };
-        let record = || match &matrices {
-            Some(m) => Ok(m.clone()),
-            None => shape.record().map(Arc::new),
-        };
-        let (key, source) = params::load(
-            &circuit,
-            &format!("{proof:?}"),
-            &files,
-            config.test_only_parameters,
-            expected,
-            record,
-        )?;
-        tracing::info!(%circuit, ?proof, constraints, path = %files.params.display(), "loaded Filecoin parameters");
+        let porep = PorepCircuit::new(config.proof)
+            .map_err(|reason| LoadError::Config { circuit: config.name.clone(), reason })?;
+        let loaded = load_circuit(config, porep.shape.as_ref(), u64::from(config.proof.sector_size()))?;
+        let Loaded { matrices, key, source, constraints } = loaded;
         Ok(Self { circuit: porep, matrices, key: Arc::new(key), source, constraints })
     }
+}
+
+/// What every Filecoin kind's circuit offers its loader, whatever its
+/// sector shape: its parameters' name and its constraints, counted or recorded.
+pub(crate) trait FilecoinCircuit: Send + Sync {
+    /// The parameter cache's identifier of the circuit (its file names are
+    /// `v28-<id>.params`, `.vk`, `.meta`).
+    fn cache_id(&self) -> String;
+
+    /// Constraints and public inputs (the constant ONE included) of the
+    /// circuit, counted on its blank circuit.
+    fn count(&self) -> Result<(usize, usize), crate::groth16::ProveError>;
+
+    /// The circuit's constraint matrices (they do not depend on the
+    /// witness), for synthesis by sparse products.
+    fn record(&self) -> Result<Matrices, crate::groth16::ProveError>;
+
+    /// The same, read from `store` (recorded into it first if it has none).
+    fn record_in(
+        &self,
+        store: &crate::groth16::matrix_store::MatrixStore,
+    ) -> Result<(Matrices, crate::groth16::matrix_store::Origin), crate::groth16::matrix_store::StoreError>;
+}
+
+/// A Filecoin circuit's key and (with `synthesis = "matrices"`) matrices.
+struct Loaded {
+    matrices: Option<Arc<Matrices>>,
+    key: ProvingKey,
+    source: KeySource,
+    constraints: usize,
+}
+
+/// Loads `circuit` as `config` says, as every Filecoin kind does: its
+/// matrices recorded (or read from their store), its parameters read from
+/// the cache (or generated TEST-ONLY) and checked against it.
+fn load_circuit<P: std::fmt::Debug>(
+    config: &FilecoinConfig<P>,
+    circuit: &dyn FilecoinCircuit,
+    sector_size: u64,
+) -> Result<Loaded, LoadError> {
+    let name = config.name.clone();
+    let fail = |reason: String| LoadError::Config { circuit: name.clone(), reason };
+    let files = ParameterFiles::new(&config.parameter_cache(), &circuit.cache_id());
+    let t = std::time::Instant::now();
+    let matrices = match config.synthesis {
+        Synthesis::Matrices => Some(Arc::new(
+            recorded(&name, &config.matrices_cache(), |s| circuit.record_in(s), || circuit.record())
+                .map_err(fail)?,
+        )),
+        Synthesis::Recorder => None,
+    };
+    let (constraints, inputs) = match &matrices {
+        Some(m) => (m.num_constraints(), m.num_inputs()),
+        None => {
+            let (c, i) =
+                circuit.count().map_err(|e| fail(format!("counting the circuit's constraints: {e}")))?;
+            (c + i, i)
+        }
+    };
+    tracing::info!(circuit = %name, constraints, secs = t.elapsed().as_secs_f64(), synthesis = ?config.synthesis,
+        "circuit recorded");
+    let expected = Expected { public_inputs: inputs, constraints, sector_size };
+    let record = || match &matrices {
+        Some(m) => Ok(m.clone()),
+        None => circuit.record().map(Arc::new),
+    };
+    let proof = format!("{:?}", config.proof);
+    let (key, source) = params::load(&name, &proof, &files, config.test_only_parameters, expected, record)?;
+    tracing::info!(circuit = %name, %proof, constraints, path = %files.params.display(), "loaded Filecoin parameters");
+    Ok(Loaded { matrices, key, source, constraints })
 }
 
 /// A circuit's matrices: from the store in `dir` (`in_store`, which records

@@ -22,7 +22,6 @@
 //! derives, so that the proof that leaves is one `verify_winning_post` /
 //! `verify_window_post` accepts.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use base64::Engine as _;
@@ -38,51 +37,13 @@ use storage_proofs_post::fallback::{
     self, FallbackPoSt, FallbackPoStCircuit, FallbackPoStCompound, PublicSector,
 };
 
-use super::params::{self, Expected, ParameterFiles};
-use super::{prover_id_of_miner, ProverIdJson, Synthesis};
+use super::{prover_id_of_miner, ProverIdJson};
 use crate::circuits::{CircuitKind, KeySource, LoadError, WitnessError};
 use crate::groth16::{synthesize, Matrices, Proof, ProveError, ProvingKey, SynthesisFn};
 use crate::pipeline::Priority;
 
 /// `[[circuits]]` with `kind = "filecoin-winning-post"` or `"filecoin-window-post"`.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct FilecoinPostConfig {
-    /// The name clients use.
-    pub name: String,
-    /// The registered PoSt proof, as Filecoin names it
-    /// (`StackedDrgWinning32GiBV1`, `StackedDrgWindow32GiBV1_2`, …).
-    pub proof: RegisteredPoStProof,
-    /// The parameter cache directory; by default `FIL_PROOFS_PARAMETER_CACHE`,
-    /// else filecoin-proofs' `/var/tmp/filecoin-proof-parameters`.
-    #[serde(default)]
-    pub parameter_cache: Option<PathBuf>,
-    /// When the cache has no parameters for the circuit, generate TEST-ONLY
-    /// ones there (never for production).
-    #[serde(default)]
-    pub test_only_parameters: bool,
-    /// How partitions are synthesized (recorded matrices by default).
-    #[serde(default)]
-    pub synthesis: Synthesis,
-    /// Where the recorded matrices are kept; by default `provd-matrices` in
-    /// the parameter cache.
-    #[serde(default)]
-    pub matrices_cache: Option<PathBuf>,
-    /// How urgent its jobs are when a request does not say (default:
-    /// critical for WinningPoSt, high for WindowPoSt).
-    #[serde(default)]
-    pub priority: Option<Priority>,
-}
-
-impl FilecoinPostConfig {
-    pub fn parameter_cache(&self) -> PathBuf {
-        self.parameter_cache.clone().unwrap_or_else(super::default_parameter_cache)
-    }
-
-    pub fn matrices_cache(&self) -> PathBuf {
-        self.matrices_cache.clone().unwrap_or_else(|| self.parameter_cache().join("provd-matrices"))
-    }
-}
+pub type FilecoinPostConfig = super::FilecoinConfig<RegisteredPoStProof>;
 
 /// Why a PoSt job's input was refused.
 #[derive(Debug, thiserror::Error)]
@@ -145,14 +106,7 @@ const WINDOW_SHAPE: &str = "a filecoin-window-post job is {\"circuit\": NAME, \"
 
 /// One sector size's PoSt circuit (of one type), behind an object-safe
 /// trait chosen once at load by `with_shape!`.
-trait PostShape: Send + Sync {
-    fn cache_id(&self) -> String;
-    fn count(&self) -> Result<(usize, usize), ProveError>;
-    fn record(&self) -> Result<Matrices, ProveError>;
-    fn record_in(
-        &self,
-        store: &crate::groth16::matrix_store::MatrixStore,
-    ) -> Result<(Matrices, crate::groth16::matrix_store::Origin), crate::groth16::matrix_store::StoreError>;
+trait PostShape: super::FilecoinCircuit {
     /// Checks a witness's vanilla proofs (decoding them in the tree's types)
     /// against its public inputs.
     fn check(&self, w: &PostWitness) -> Result<(), PostError>;
@@ -268,7 +222,7 @@ impl<Tree: 'static + MerkleTreeTrait> Shaped<Tree> {
     }
 }
 
-impl<Tree: 'static + MerkleTreeTrait> PostShape for Shaped<Tree> {
+impl<Tree: 'static + MerkleTreeTrait> super::FilecoinCircuit for Shaped<Tree> {
     fn cache_id(&self) -> String {
         <FallbackPoStCompound<Tree> as CacheableParameters<FallbackPoStCircuit<Tree>, _>>::cache_identifier(
             &self.params.vanilla_params,
@@ -294,7 +248,9 @@ impl<Tree: 'static + MerkleTreeTrait> PostShape for Shaped<Tree> {
         let version = storage_proofs_core::parameter_cache::VERSION;
         store.load_or_record(&format!("v{version}-{}", self.cache_id()), || self.blank())
     }
+}
 
+impl<Tree: 'static + MerkleTreeTrait> PostShape for Shaped<Tree> {
     fn check(&self, w: &PostWitness) -> Result<(), PostError> {
         let (sectors, inputs) = self.open(w)?;
         self.partition_proof(&sectors, &inputs).map(drop)
@@ -375,42 +331,8 @@ impl FilecoinPostKind {
         }
         let shape = filecoin_proofs::with_shape!(u64::from(proof.sector_size()), shaped, proof,)
             .map_err(|e| fail(format!("{proof:?}: {e:#}")))?;
-        let files = ParameterFiles::new(&config.parameter_cache(), &shape.cache_id());
-        let matrices = match config.synthesis {
-            Synthesis::Matrices => Some(Arc::new(
-                super::recorded(
-                    &circuit,
-                    &config.matrices_cache(),
-                    |s| shape.record_in(s),
-                    || shape.record(),
-                )
-                .map_err(fail)?,
-            )),
-            Synthesis::Recorder => None,
-        };
-        let (constraints, inputs) = match &matrices {
-            Some(m) => (m.num_constraints(), m.num_inputs()),
-            None => {
-                let (c, i) =
-                    shape.count().map_err(|e| fail(format!("counting the circuit's constraints: {e}")))?;
-                (c + i, i)
-            }
-        };
-        let expected =
-            Expected { public_inputs: inputs, constraints, sector_size: u64::from(proof.sector_size()) };
-        let record = || match &matrices {
-            Some(m) => Ok(m.clone()),
-            None => shape.record().map(Arc::new),
-        };
-        let (key, source) = params::load(
-            &circuit,
-            &format!("{proof:?}"),
-            &files,
-            config.test_only_parameters,
-            expected,
-            record,
-        )?;
-        tracing::info!(%circuit, ?proof, constraints, path = %files.params.display(), "loaded Filecoin PoSt parameters");
+        let loaded = super::load_circuit(config, shape.as_ref(), u64::from(proof.sector_size()))?;
+        let super::Loaded { matrices, key, source, constraints } = loaded;
         Ok(Self { proof, shape, matrices, key: Arc::new(key), source, constraints })
     }
 

@@ -28,22 +28,7 @@ type Inputs<Tree> = stacked::PublicInputs<Domain<Tree>, DefaultPieceDomain>;
 type VanillaProofs<Tree> = Vec<Vec<RawVanillaProof<Tree>>>;
 
 /// One sector size's circuits.
-pub trait PorepShape: Send + Sync {
-    /// The parameter cache's identifier of the circuit (its file names are
-    /// `v28-<id>.params`, `.vk`, `.meta`).
-    fn cache_id(&self) -> String;
-
-    /// Constraints and public inputs (the constant ONE included) of the
-    /// partition circuit, counted on its blank circuit.
-    fn count(&self) -> Result<(usize, usize), ProveError>;
-
-    /// The partition circuit's constraint matrices (they do not depend on
-    /// the sector), for synthesis by sparse products.
-    fn record(&self) -> Result<Matrices, ProveError>;
-
-    /// The same, read from `store` (recorded into it first if it has none).
-    fn record_in(&self, store: &MatrixStore) -> Result<(Matrices, Origin), StoreError>;
-
+pub trait PorepShape: super::FilecoinCircuit {
     /// Checks a whole C1 output against its ids (its replica id, its
     /// vanilla proofs), before it is split into partitions.
     fn check_sector(&self, c1: &SealCommitPhase1Output, ids: &Ids) -> Result<(), SectorError>;
@@ -136,7 +121,7 @@ impl<Tree: 'static + MerkleTreeTrait> Shaped<Tree> {
     }
 }
 
-impl<Tree: 'static + MerkleTreeTrait> PorepShape for Shaped<Tree> {
+impl<Tree: 'static + MerkleTreeTrait> super::FilecoinCircuit for Shaped<Tree> {
     fn cache_id(&self) -> String {
         <StackedCompound<Tree, DefaultPieceHasher> as CacheableParameters<
             StackedCircuit<Tree, DefaultPieceHasher>,
@@ -151,6 +136,17 @@ impl<Tree: 'static + MerkleTreeTrait> PorepShape for Shaped<Tree> {
         Ok((cs.num_constraints(), cs.num_inputs()))
     }
 
+    fn record(&self) -> Result<Matrices, ProveError> {
+        Matrices::record(self.blank())
+    }
+
+    fn record_in(&self, store: &MatrixStore) -> Result<(Matrices, Origin), StoreError> {
+        let version = storage_proofs_core::parameter_cache::VERSION;
+        store.load_or_record(&format!("v{version}-{}", self.cache_id()), || self.blank())
+    }
+}
+
+impl<Tree: 'static + MerkleTreeTrait> PorepShape for Shaped<Tree> {
     fn check_sector(&self, c1: &SealCommitPhase1Output, ids: &Ids) -> Result<(), SectorError> {
         let (inputs, proofs) = self.open(c1.clone(), ids)?;
         let expected = usize::from(self.porep.partitions);
@@ -171,15 +167,6 @@ impl<Tree: 'static + MerkleTreeTrait> PorepShape for Shaped<Tree> {
             Ok(Err(e)) => Err(SectorError::Malformed(format!("its vanilla proofs: {e:#}"))),
             Err(_) => Err(SectorError::Malformed("its vanilla proofs are malformed".into())),
         }
-    }
-
-    fn record(&self) -> Result<Matrices, ProveError> {
-        Matrices::record(self.blank())
-    }
-
-    fn record_in(&self, store: &MatrixStore) -> Result<(Matrices, Origin), StoreError> {
-        let version = storage_proofs_core::parameter_cache::VERSION;
-        store.load_or_record(&format!("v{version}-{}", self.cache_id()), || self.blank())
     }
 
     fn synthetic_c1(
