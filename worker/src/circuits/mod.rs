@@ -48,8 +48,8 @@ pub trait CircuitKind: Send + Sync {
 
     /// The priority of its jobs when neither the request nor the config
     /// says: normal, but for proofs with a deadline (a WinningPoSt).
-    fn default_priority(&self) -> crate::pipeline::Priority {
-        crate::pipeline::Priority::Normal
+    fn default_priority(&self) -> crate::telemetry::labels::Priority {
+        crate::telemetry::labels::Priority::Normal
     }
 
     /// Host bytes the circuit holds while it is served (its key, and whatever
@@ -235,7 +235,7 @@ impl CircuitConfig {
     }
 
     /// The priority its jobs get when a request does not say; `None`: the kind's.
-    pub fn priority(&self) -> Option<crate::pipeline::Priority> {
+    pub fn priority(&self) -> Option<crate::telemetry::labels::Priority> {
         match self {
             CircuitConfig::Bench(c) => c.priority,
             CircuitConfig::Circom(c) => c.priority,

@@ -129,7 +129,7 @@ pub struct BenchConfig {
     /// How urgent its jobs are when a request does not say (the kind's
     /// default when unset: normal, WinningPoSt critical, WindowPoSt high).
     #[serde(default)]
-    pub priority: Option<crate::pipeline::Priority>,
+    pub priority: Option<crate::telemetry::labels::Priority>,
 }
 
 /// A loaded bench circuit.

@@ -54,7 +54,7 @@ pub struct CircomConfig {
     /// How urgent its jobs are when a request does not say (the kind's
     /// default when unset: normal, WinningPoSt critical, WindowPoSt high).
     #[serde(default)]
-    pub priority: Option<crate::pipeline::Priority>,
+    pub priority: Option<crate::telemetry::labels::Priority>,
 }
 
 /// What synthesis needs from a zkey besides the key: the coefficient matrices.

@@ -40,7 +40,7 @@ use storage_proofs_post::fallback::{
 use super::{prover_id_of_miner, ProverIdJson};
 use crate::circuits::{CircuitKind, KeySource, LoadError, WitnessError};
 use crate::groth16::{synthesize, Matrices, Proof, ProveError, ProvingKey, SynthesisFn};
-use crate::pipeline::Priority;
+use crate::telemetry::labels::Priority;
 
 /// `[[circuits]]` with `kind = "filecoin-winning-post"` or `"filecoin-window-post"`.
 pub type FilecoinPostConfig = super::FilecoinConfig<RegisteredPoStProof>;
