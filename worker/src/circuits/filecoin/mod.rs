@@ -411,6 +411,16 @@ pub(crate) trait FilecoinCircuit: Send + Sync {
     ) -> Result<(Matrices, crate::groth16::matrix_store::Origin), crate::groth16::matrix_store::StoreError>;
 }
 
+/// Constraints and public inputs (the constant ONE included) of a blank
+/// circuit, counted without building its linear combinations.
+fn count_constraints(
+    blank: impl bellperson::Circuit<blstrs::Scalar>,
+) -> Result<(usize, usize), crate::groth16::ProveError> {
+    let mut cs = bellperson::util_cs::bench_cs::BenchCS::<blstrs::Scalar>::new();
+    blank.synthesize(&mut cs).map_err(crate::groth16::ProveError::Synthesis)?;
+    Ok((cs.num_constraints(), cs.num_inputs()))
+}
+
 /// A Filecoin circuit's key and (with `synthesis = "matrices"`) matrices.
 struct Loaded {
     matrices: Option<Arc<Matrices>>,

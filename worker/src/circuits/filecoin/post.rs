@@ -25,7 +25,6 @@
 use std::sync::Arc;
 
 use base64::Engine as _;
-use blstrs::Scalar;
 use filecoin_proofs::types::{FallbackPoStSectorProof, PoStConfig};
 use filecoin_proofs_api::{PoStType, RegisteredPoStProof};
 use serde::Deserialize;
@@ -230,10 +229,7 @@ impl<Tree: 'static + MerkleTreeTrait> super::FilecoinCircuit for Shaped<Tree> {
     }
 
     fn count(&self) -> Result<(usize, usize), ProveError> {
-        use bellperson::Circuit;
-        let mut cs = bellperson::util_cs::bench_cs::BenchCS::<Scalar>::new();
-        self.blank().synthesize(&mut cs).map_err(ProveError::Synthesis)?;
-        Ok((cs.num_constraints(), cs.num_inputs()))
+        super::count_constraints(self.blank())
     }
 
     fn record(&self) -> Result<Matrices, ProveError> {
