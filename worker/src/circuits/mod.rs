@@ -1,5 +1,6 @@
 //! The circuits a worker serves. Each is a *kind* (`bench`, `circom`,
-//! `filecoin-porep`, `filecoin-winning-post`, `filecoin-window-post`) plus
+//! `filecoin-porep`, `filecoin-snap`, `filecoin-winning-post`,
+//! `filecoin-window-post`) plus
 //! the kind's files, named in the config's `[[circuits]]` entries.
 //!
 //! A kind implements [`CircuitKind`]: it owns loading and checking its key,
@@ -213,6 +214,9 @@ pub enum CircuitConfig {
     /// `kind = "filecoin-porep"`: Filecoin's PoRep C2, from a sector's C1 output.
     #[cfg(feature = "filecoin")]
     FilecoinPorep(FilecoinPorepConfig),
+    /// `kind = "filecoin-snap"`: Filecoin's SnapDeals update proof, from its partitions' vanilla proofs.
+    #[cfg(feature = "filecoin")]
+    FilecoinSnap(filecoin::snap::FilecoinSnapConfig),
     /// `kind = "filecoin-winning-post"`: Filecoin's WinningPoSt, from its vanilla proof.
     #[cfg(feature = "filecoin")]
     FilecoinWinningPost(filecoin::post::FilecoinPostConfig),
@@ -230,6 +234,8 @@ impl CircuitConfig {
             #[cfg(feature = "filecoin")]
             CircuitConfig::FilecoinPorep(c) => &c.name,
             #[cfg(feature = "filecoin")]
+            CircuitConfig::FilecoinSnap(c) => &c.name,
+            #[cfg(feature = "filecoin")]
             CircuitConfig::FilecoinWinningPost(c) | CircuitConfig::FilecoinWindowPost(c) => &c.name,
         }
     }
@@ -241,6 +247,8 @@ impl CircuitConfig {
             CircuitConfig::Circom(c) => c.priority,
             #[cfg(feature = "filecoin")]
             CircuitConfig::FilecoinPorep(c) => c.priority,
+            #[cfg(feature = "filecoin")]
+            CircuitConfig::FilecoinSnap(c) => c.priority,
             #[cfg(feature = "filecoin")]
             CircuitConfig::FilecoinWinningPost(c) | CircuitConfig::FilecoinWindowPost(c) => c.priority,
         }
@@ -254,6 +262,8 @@ impl CircuitConfig {
             CircuitConfig::Circom(c) => Ok(Arc::new(CircomKind::load(c)?)),
             #[cfg(feature = "filecoin")]
             CircuitConfig::FilecoinPorep(c) => Ok(Arc::new(FilecoinPorepKind::load(c)?)),
+            #[cfg(feature = "filecoin")]
+            CircuitConfig::FilecoinSnap(c) => Ok(Arc::new(filecoin::snap::FilecoinSnapKind::load(c)?)),
             #[cfg(feature = "filecoin")]
             CircuitConfig::FilecoinWinningPost(c) => Ok(Arc::new(filecoin::post::FilecoinPostKind::load(
                 c,

@@ -25,6 +25,7 @@ pub mod params;
 pub mod post;
 pub mod seal;
 mod shape;
+pub mod snap;
 pub mod synthetic;
 
 use std::path::{Path, PathBuf};
@@ -163,26 +164,73 @@ pub fn prover_id_of_miner(miner_id: u64) -> [u8; 32] {
     }
 }
 
-/// A prover id in a request: 64 hex digits (an optional `0x`), or 32 bytes.
+/// 32 bytes in a request (a prover id, a commitment, randomness): 64 hex
+/// digits (an optional `0x`), or the bytes as a list.
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum ProverIdJson {
+enum Bytes32 {
     Hex(String),
     Bytes([u8; 32]),
 }
 
-impl ProverIdJson {
-    fn decode(&self) -> Result<[u8; 32], String> {
+impl Bytes32 {
+    /// The bytes; `name` is the field's, for the error.
+    fn decode(&self, name: &str) -> Result<[u8; 32], String> {
         match self {
-            ProverIdJson::Bytes(b) => Ok(*b),
-            ProverIdJson::Hex(s) => {
+            Bytes32::Bytes(b) => Ok(*b),
+            Bytes32::Hex(s) => {
                 let mut out = [0u8; 32];
                 hex::decode_to_slice(s.trim_start_matches("0x"), &mut out)
-                    .map_err(|_| format!("prover_id '{s}' is not 64 hex digits"))?;
+                    .map_err(|_| format!("{name} '{s}' is not 64 hex digits"))?;
                 Ok(out)
             }
         }
     }
+}
+
+/// Bytes in a request (a vanilla proof): base64, or the bytes as a list.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum BytesJson {
+    Base64(String),
+    Bytes(Vec<u8>),
+}
+
+impl BytesJson {
+    /// As base64, the way witnesses keep bytes.
+    fn into_base64(self) -> String {
+        match self {
+            BytesJson::Base64(s) => s,
+            BytesJson::Bytes(b) => base64::engine::general_purpose::STANDARD.encode(b),
+        }
+    }
+}
+
+/// Synthesis of `circuit` (by products with `matrices` where given, else
+/// through the recorder) that refuses a witness whose public inputs are not
+/// `expected`, those Filecoin's verifier derives: a proof that leaves is
+/// one filecoin-proofs accepts, or none.
+fn checked_synthesis<C>(
+    circuit: C,
+    matrices: Option<Arc<Matrices>>,
+    expected: Vec<blstrs::Scalar>,
+) -> SynthesisFn
+where
+    C: bellperson::Circuit<blstrs::Scalar> + Clone + Send + Sync + 'static,
+{
+    Arc::new(move || {
+        let w = match &matrices {
+            Some(m) => m.assign(circuit.clone())?,
+            None => crate::groth16::synthesize(circuit.clone())?,
+        };
+        // The constant ONE first, then the inputs.
+        if w.input_assignment.get(1..) != Some(&expected[..]) {
+            return Err(crate::groth16::ProveError::KeyMismatch(
+                "the circuit's public inputs differ from those filecoin-proofs' verifier derives".into(),
+            ));
+        }
+        Ok(w)
+    })
 }
 
 /// A job's input: one sector.
@@ -192,7 +240,7 @@ struct SectorInput {
     /// The C1 output: its JSON, or the base64 of its JSON bytes.
     c1: Value,
     #[serde(default)]
-    prover_id: Option<ProverIdJson>,
+    prover_id: Option<Bytes32>,
     /// The miner actor id, in place of `prover_id`.
     #[serde(default)]
     miner_id: Option<u64>,
@@ -206,7 +254,7 @@ struct SectorInput {
 #[serde(deny_unknown_fields)]
 struct PartitionWitness {
     partition: usize,
-    prover_id: ProverIdJson,
+    prover_id: Bytes32,
     sector_id: u64,
     c1: Value,
 }
@@ -258,7 +306,7 @@ impl PorepCircuit {
         let input: SectorInput = serde_json::from_value(input)
             .map_err(|e| SectorError::Malformed(format!("{e}; {INPUT_SHAPE}")))?;
         let prover_id = match (&input.prover_id, input.miner_id) {
-            (Some(p), None) => p.decode().map_err(SectorError::Malformed)?,
+            (Some(p), None) => p.decode("prover_id").map_err(SectorError::Malformed)?,
             (None, Some(m)) => prover_id_of_miner(m),
             _ => {
                 return Err(SectorError::Malformed(format!(
@@ -358,8 +406,10 @@ impl PorepCircuit {
         if w.partition != index {
             return Err(SectorError::Malformed(format!("it holds partition {}, not {index}", w.partition)));
         }
-        let ids =
-            Ids { prover_id: w.prover_id.decode().map_err(SectorError::Malformed)?, sector_id: w.sector_id };
+        let ids = Ids {
+            prover_id: w.prover_id.decode("prover_id").map_err(SectorError::Malformed)?,
+            sector_id: w.sector_id,
+        };
         let c1 = self.parse_c1(&w.c1)?;
         self.shape.partition(c1, &ids, index, matrices, pass)
     }
@@ -508,6 +558,13 @@ fn recorded(
     }
 }
 
+/// A Filecoin job's result: its partitions' proofs concatenated, as
+/// filecoin-proofs returns a multi-partition proof.
+fn concatenated(proofs: &[&Proof]) -> Option<serde_json::Map<String, Value>> {
+    let bytes: Vec<u8> = proofs.iter().flat_map(|p| p.to_bytes()).collect();
+    Some(serde_json::Map::from_iter([("proof".to_string(), hex::encode(bytes).into())]))
+}
+
 /// The sector size a C1 output's vanilla proofs are tagged with.
 fn sector_size_of(proofs: &filecoin_proofs_api::seal::VanillaSealProof) -> u64 {
     use filecoin_proofs::constants::*;
@@ -553,8 +610,7 @@ impl CircuitKind for FilecoinPorepKind {
     }
 
     fn job_result(&self, proofs: &[&Proof]) -> Option<serde_json::Map<String, Value>> {
-        let bytes: Vec<u8> = proofs.iter().flat_map(|p| p.to_bytes()).collect();
-        Some(serde_json::Map::from_iter([("proof".to_string(), hex::encode(bytes).into())]))
+        concatenated(proofs)
     }
 }
 

@@ -36,9 +36,9 @@ use storage_proofs_post::fallback::{
     self, FallbackPoSt, FallbackPoStCircuit, FallbackPoStCompound, PublicSector,
 };
 
-use super::{prover_id_of_miner, ProverIdJson};
+use super::{checked_synthesis, prover_id_of_miner, Bytes32, BytesJson};
 use crate::circuits::{CircuitKind, KeySource, LoadError, WitnessError};
-use crate::groth16::{synthesize, Matrices, Proof, ProveError, ProvingKey, SynthesisFn};
+use crate::groth16::{Matrices, Proof, ProveError, ProvingKey, SynthesisFn};
 use crate::telemetry::labels::Priority;
 
 /// `[[circuits]]` with `kind = "filecoin-winning-post"` or `"filecoin-window-post"`.
@@ -61,11 +61,11 @@ pub enum PostError {
 struct PostInput {
     /// One per sector: base64 of the bincode bytes
     /// `generate_single_vanilla_proof` returns (or the bytes as a list).
-    vanilla_proofs: Vec<VanillaBytes>,
+    vanilla_proofs: Vec<BytesJson>,
     /// The chain randomness: 64 hex digits, or 32 bytes.
-    randomness: ProverIdJson,
+    randomness: Bytes32,
     #[serde(default)]
-    prover_id: Option<ProverIdJson>,
+    prover_id: Option<Bytes32>,
     /// The miner actor id, in place of `prover_id`.
     #[serde(default)]
     miner_id: Option<u64>,
@@ -75,13 +75,6 @@ struct PostInput {
     /// If given, checked against the circuit's.
     #[serde(default)]
     registered_proof: Option<RegisteredPoStProof>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum VanillaBytes {
-    Base64(String),
-    Bytes(Vec<u8>),
 }
 
 /// A partition's witness, as the kind splits a job (and the journal keeps it).
@@ -286,19 +279,7 @@ impl<Tree: 'static + MerkleTreeTrait> PostShape for Shaped<Tree> {
         };
         let expected = FallbackPoStCompound::<Tree>::generate_public_inputs(&deadline, vanilla, Some(k))
             .map_err(|e| PostError::Malformed(format!("its public inputs: {e:#}")))?;
-        Ok(Arc::new(move || {
-            let w = match &matrices {
-                Some(m) => m.assign(circuit.clone())?,
-                None => synthesize(circuit.clone())?,
-            };
-            // The constant ONE first, then the inputs.
-            if w.input_assignment.get(1..) != Some(&expected[..]) {
-                return Err(ProveError::KeyMismatch(
-                    "the circuit's public inputs differ from those filecoin-proofs' verifier derives".into(),
-                ));
-            }
-            Ok(w)
-        }))
+        Ok(checked_synthesis(circuit, matrices, expected))
     }
 }
 
@@ -353,7 +334,7 @@ impl FilecoinPostKind {
             }
         }
         let prover_id = match (&input.prover_id, input.miner_id) {
-            (Some(p), None) => p.decode().map_err(PostError::Malformed)?,
+            (Some(p), None) => p.decode("prover_id").map_err(PostError::Malformed)?,
             (None, Some(m)) => prover_id_of_miner(m),
             _ => {
                 return Err(PostError::Malformed(format!("give one of prover_id and miner_id; {shape_help}")))
@@ -377,20 +358,8 @@ impl FilecoinPostKind {
             return Err(PostError::Malformed(format!("no vanilla proofs; {shape_help}")));
         }
         let witness = PostWitness {
-            vanilla_proofs: input
-                .vanilla_proofs
-                .into_iter()
-                .map(|v| match v {
-                    VanillaBytes::Base64(s) => s,
-                    VanillaBytes::Bytes(b) => base64::engine::general_purpose::STANDARD.encode(b),
-                })
-                .collect(),
-            randomness: hex::encode(
-                input
-                    .randomness
-                    .decode()
-                    .map_err(|e| PostError::Malformed(e.replace("prover_id", "randomness")))?,
-            ),
+            vanilla_proofs: input.vanilla_proofs.into_iter().map(BytesJson::into_base64).collect(),
+            randomness: hex::encode(input.randomness.decode("randomness").map_err(PostError::Malformed)?),
             prover_id: hex::encode(prover_id),
             partition_index,
         };
@@ -447,7 +416,6 @@ impl CircuitKind for FilecoinPostKind {
     }
 
     fn job_result(&self, proofs: &[&Proof]) -> Option<serde_json::Map<String, Value>> {
-        let bytes: Vec<u8> = proofs.iter().flat_map(|p| p.to_bytes()).collect();
-        Some(serde_json::Map::from_iter([("proof".to_string(), hex::encode(bytes).into())]))
+        super::concatenated(proofs)
     }
 }

@@ -1,9 +1,11 @@
-//! Filecoin PoSt end to end: 2 KiB sectors sealed here with filecoin-proofs,
-//! their vanilla proofs made with filecoin-proofs-api as a storage
-//! provider's node makes them, proved by the real binary over HTTP on the
-//! CPU backend, and checked with filecoin-proofs-api's own
-//! `verify_winning_post` and `verify_window_post`, against TEST-ONLY
-//! parameters generated into a parameter cache of the test's own.
+//! The Filecoin kinds proved from vanilla proofs (WinningPoSt, WindowPoSt,
+//! SnapDeals) end to end: 2 KiB sectors sealed here with filecoin-proofs
+//! (one of them then updated with new data), their vanilla proofs made with
+//! filecoin-proofs-api as a storage provider's node makes them, proved by
+//! the real binary over HTTP on the CPU backend, and checked with
+//! filecoin-proofs-api's own `verify_winning_post`, `verify_window_post` and
+//! `verify_empty_sector_update_proof`, against TEST-ONLY parameters
+//! generated into a parameter cache of the test's own.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,14 +16,22 @@ use filecoin_proofs_api::post::{
     generate_fallback_sector_challenges, generate_single_vanilla_proof,
     generate_winning_post_sector_challenge, verify_window_post, verify_winning_post,
 };
-use filecoin_proofs_api::{PoStType, PrivateReplicaInfo, PublicReplicaInfo, RegisteredPoStProof, SectorId};
+use filecoin_proofs_api::update::{
+    empty_sector_update_encode_into, generate_partition_proofs, verify_empty_sector_update_proof,
+};
+use filecoin_proofs_api::{
+    PaddedBytesAmount, PoStType, PrivateReplicaInfo, PublicReplicaInfo, RegisteredPoStProof,
+    RegisteredSealProof, RegisteredUpdateProof, SectorId, UnpaddedBytesAmount,
+};
 use provd::circuits::filecoin::post::{FilecoinPostConfig, FilecoinPostKind};
 use provd::circuits::filecoin::seal::{seal_sector, SealedSector};
+use provd::circuits::filecoin::snap::{FilecoinSnapConfig, FilecoinSnapKind};
 use provd::circuits::filecoin::Ids;
 use provd_e2e::Server;
 use serde_json::{json, Value};
 
-const SEAL: &str = "StackedDrg2KiBV1_1";
+const SEAL: RegisteredSealProof = RegisteredSealProof::StackedDrg2KiBV1_1;
+const UPDATE: RegisteredUpdateProof = RegisteredUpdateProof::StackedDrg2KiBV1;
 const WINNING: RegisteredPoStProof = RegisteredPoStProof::StackedDrgWinning2KiBV1;
 const WINDOW: RegisteredPoStProof = RegisteredPoStProof::StackedDrgWindow2KiBV1_2;
 /// Before V1_2, a WindowPoSt's challenges depended on its partition's index.
@@ -32,21 +42,89 @@ struct Fixture {
     dir: tempfile::TempDir,
     /// Sealed 2 KiB sectors (ids 1, 2, 3) and where each one's files are.
     sectors: Vec<(SealedSector, PathBuf)>,
+    /// Sector 4, sealed then updated with new data.
+    update: Update,
+}
+
+/// A SnapDeals update, as a node holds it when it asks for the proof.
+struct Update {
+    comm_r_old: [u8; 32],
+    comm_r_new: [u8; 32],
+    comm_d_new: [u8; 32],
+    /// Each partition's vanilla proof (bincode bytes).
+    vanilla: Vec<Vec<u8>>,
+}
+
+impl Update {
+    /// Seals sector `id` in `at`, encodes new data into it and reads its
+    /// vanilla proofs, as a node does for a SnapDeals sector.
+    fn make(id: u64, at: &std::path::Path) -> Update {
+        let prover_id = provd::circuits::filecoin::prover_id_of_miner(MINER);
+        let sealed = seal_sector(SEAL, Ids { prover_id, sector_id: id }, at, id).unwrap();
+        // The new data: one piece filling the sector.
+        let size = UnpaddedBytesAmount::from(PaddedBytesAmount(u64::from(SEAL.sector_size())));
+        let data: Vec<u8> = (0..u64::from(size)).map(|i| (i * 7 + 3) as u8).collect();
+        let staged = at.join("update-staged");
+        let mut file = std::fs::File::create(&staged).unwrap();
+        let (piece, _) = filecoin_proofs_api::seal::add_piece(SEAL, &data[..], &mut file, size, &[]).unwrap();
+        drop(file);
+        let (replica, cache) = (at.join("update-sealed"), at.join("update-cache"));
+        std::fs::create_dir_all(&cache).unwrap();
+        // The new replica's file, the sector key's size, for it to be written into.
+        std::fs::File::create(&replica).unwrap().set_len(u64::from(SEAL.sector_size())).unwrap();
+        let (key, key_cache) = (at.join("sealed"), at.join("cache"));
+        let encoded =
+            empty_sector_update_encode_into(UPDATE, &replica, &cache, &key, &key_cache, &staged, &[piece])
+                .unwrap();
+        let (comm_r_new, comm_d_new) = (encoded.comm_r_new, encoded.comm_d_new);
+        let vanilla = generate_partition_proofs(
+            UPDATE,
+            sealed.comm_r,
+            comm_r_new,
+            comm_d_new,
+            &key,
+            &key_cache,
+            &replica,
+            &cache,
+        )
+        .unwrap()
+        .into_iter()
+        .map(|p| p.0)
+        .collect();
+        Update { comm_r_old: sealed.comm_r, comm_r_new, comm_d_new, vanilla }
+    }
+
+    fn input(&self, vanilla: &[Vec<u8>]) -> Value {
+        let b64: Vec<String> =
+            vanilla.iter().map(|v| base64::engine::general_purpose::STANDARD.encode(v)).collect();
+        json!({
+            "vanilla_proofs": b64,
+            "comm_r_old": hex::encode(self.comm_r_old),
+            "comm_r_new": hex::encode(self.comm_r_new),
+            "comm_d_new": hex::encode(self.comm_d_new),
+        })
+    }
+
+    fn verify(&self, proof: &[u8]) -> bool {
+        verify_empty_sector_update_proof(UPDATE, proof, self.comm_r_old, self.comm_r_new, self.comm_d_new)
+            .unwrap()
+    }
 }
 
 impl Fixture {
     fn config(&self) -> String {
         let params = self.dir.path().join("params");
-        let entry = |kind: &str, name: &str, proof: RegisteredPoStProof| {
+        let entry = |kind: &str, name: &str, proof: &str| {
             format!(
-                "[[circuits]]\nkind = \"{kind}\"\nname = \"{name}\"\nproof = \"{proof:?}\"\n\
+                "[[circuits]]\nkind = \"{kind}\"\nname = \"{name}\"\nproof = \"{proof}\"\n\
                  parameter_cache = \"{}\"\ntest_only_parameters = true\n",
                 params.display()
             )
         };
-        entry("filecoin-winning-post", "winning-2k", WINNING)
-            + &entry("filecoin-window-post", "window-2k", WINDOW)
-            + &entry("filecoin-window-post", "window-2k-v1", WINDOW_V1)
+        entry("filecoin-winning-post", "winning-2k", &format!("{WINNING:?}"))
+            + &entry("filecoin-window-post", "window-2k", &format!("{WINDOW:?}"))
+            + &entry("filecoin-window-post", "window-2k-v1", &format!("{WINDOW_V1:?}"))
+            + &entry("filecoin-snap", "snap-2k", &format!("{UPDATE:?}"))
     }
 
     fn sector(&self, id: u64) -> &(SealedSector, PathBuf) {
@@ -91,10 +169,10 @@ fn fixture() -> &'static Fixture {
         let sectors = (1..=3)
             .map(|sector_id| {
                 let at = dir.path().join(format!("sector-{sector_id}"));
-                let proof = serde_json::from_value(json!(SEAL)).unwrap();
-                (seal_sector(proof, Ids { prover_id, sector_id }, &at, sector_id).unwrap(), at)
+                (seal_sector(SEAL, Ids { prover_id, sector_id }, &at, sector_id).unwrap(), at)
             })
             .collect();
+        let update = Update::make(4, &dir.path().join("sector-4"));
         let params = dir.path().join("params");
         for (proof, typ) in
             [(WINNING, PoStType::Winning), (WINDOW, PoStType::Window), (WINDOW_V1, PoStType::Window)]
@@ -110,7 +188,17 @@ fn fixture() -> &'static Fixture {
             };
             FilecoinPostKind::load(&config, typ).unwrap();
         }
-        Fixture { dir, sectors }
+        FilecoinSnapKind::load(&FilecoinSnapConfig {
+            name: format!("{UPDATE:?}"),
+            proof: UPDATE,
+            parameter_cache: Some(params),
+            test_only_parameters: true,
+            synthesis: Default::default(),
+            matrices_cache: None,
+            priority: None,
+        })
+        .unwrap();
+        Fixture { dir, sectors, update }
     })
 }
 
@@ -240,4 +328,52 @@ fn bad_post_inputs_are_refused_naming_the_cause() {
     // Nothing was proved, and the worker is as it was.
     let (_, status) = server.call("GET", "/v1/status", None);
     assert_eq!(status["snapshot"]["reserved_bytes"], status["snapshot"]["key_bytes"], "{status}");
+}
+
+#[test]
+fn snap_deals_updates_are_proved_over_http_and_filecoin_proofs_accepts_them() {
+    let f = fixture();
+    let server = Server::start(&f.config(), &[]);
+    let u = &f.update;
+    let (status, job) = server.prove_input("snap-2k", &u.input(&u.vanilla));
+    assert_eq!(
+        (status, job["state"].as_str(), job["priority"].as_str()),
+        (202, Some("succeeded"), Some("normal")),
+        "{job}"
+    );
+    let proof = proof_of(&job);
+    assert_eq!(proof.len(), 192, "a 2 KiB update has one partition");
+    assert!(u.verify(&proof), "verify_empty_sector_update_proof");
+    // The same proof is no proof of an update to another CommR.
+    assert!(!verify_empty_sector_update_proof(UPDATE, &proof, u.comm_r_old, u.comm_r_old, u.comm_d_new)
+        .unwrap_or(false));
+
+    // Refusals, each naming its cause.
+    let refused = |input: Value, says: &str| {
+        let (status, reply) = server.prove_input("snap-2k", &input);
+        assert_eq!(status, 400, "{says}: {reply}");
+        let error = reply["error"].as_str().unwrap();
+        assert!(error.contains(says), "wanted '{says}' in: {error}");
+    };
+    // Commitments other than those the vanilla proof was made for.
+    let mut other = u.input(&u.vanilla);
+    other["comm_r_new"] = json!(hex::encode(u.comm_r_old));
+    refused(other, "vanilla proof 0 does not verify as partition 0");
+    // A vanilla proof tampered with: a byte of a Merkle path flipped.
+    let mut tampered = u.vanilla.clone();
+    let at = tampered[0].len() - 40;
+    tampered[0][at] ^= 1;
+    let (status, reply) = server.prove_input("snap-2k", &u.input(&tampered));
+    assert_eq!(status, 400, "{reply}");
+    assert!(reply["error"].as_str().unwrap().contains("vanilla proof 0"), "{reply}");
+    // Bytes that are no vanilla proof, another sector size's proof type,
+    // and more partitions than the sector size has.
+    refused(u.input(&[vec![1, 2, 3]]), "is not a StackedDrg2KiBV1 partition proof");
+    let mut other = u.input(&u.vanilla);
+    other["registered_proof"] = json!("StackedDrg32GiBV1");
+    refused(other, "this circuit serves StackedDrg2KiBV1");
+    refused(u.input(&[u.vanilla.clone(), u.vanilla.clone()].concat()), "takes 1, one per partition");
+    let mut other = u.input(&u.vanilla);
+    other["comm_d_new"] = json!("12");
+    refused(other, "comm_d_new '12' is not 64 hex digits");
 }
