@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, over .device-bundle/:
-#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [supraseal-probe] [circom] [porep] [porep-shape] [soak] [in-flight] [products] [lane] ...
+#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [supraseal-probe] [circom] [porep] [porep-shape] [soak] [in-flight] [products] [lane] [vanilla] ...
 # TEST_BINS (e.g. "gpu-test msm-test") limits `tests` to those binaries; TESTS_SKIP names ignored tests not
 # to run (default "512mib": sealing a 512 MiB sector takes minutes and needs no GPU).
 # B_G2=gpu|cpu places B's G2 MSM for bench-prove and bench-pipeline (default: the binary's);
@@ -35,7 +35,11 @@
 # and on the device (--products gpu), alternated PRODUCTS_ROUNDS times (default 1), PRODUCTS_PERMITS partition permits
 # (default the binary's); logs in products.log, JSON and nvidia-smi samples in products.tgz.
 # lane: `provd bench lane --backend cuda`, LANE_CRITICAL (default bench-22, a WinningPoSt's size) arriving into a
-# stream of LANE_STREAM (default bench-24), LANE_RUNS urgent jobs (default 5), nvidia-smi sampled beside it (lane-smi.csv).
+# stream of LANE_STREAM (default bench-24), LANE_RUNS urgent jobs (default 5), nvidia-smi sampled beside it (lane-smi.csv);
+# LANE_CRITICAL may name a Filecoin kind (filecoin-winning-post: a 2 KiB sector sealed there first).
+# vanilla: `provd bench vanilla --backend cuda` for each of VANILLA_KINDS (default filecoin-winning-post
+# filecoin-window-post filecoin-snap) at VANILLA_SEAL's sector size (default StackedDrg2KiBV1_1), against
+# filecoin-proofs' CPU prover, VANILLA_RUNS jobs each (default 5).
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 bundle=.device-bundle
@@ -73,9 +77,15 @@ for step in "${@:-tests}"; do
       nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 500 \
         > "$OUT/lane-smi.csv" & smi=$!
       "$bundle/provd" bench lane --backend cuda --critical "${LANE_CRITICAL:-bench-22}" \
-        --stream "${LANE_STREAM:-bench-24}" --runs "${LANE_RUNS:-5}" --json "$OUT/lane.json" \
+        --work-dir "${VANILLA_WORK:-/tmp/provd-vanilla}" --stream "${LANE_STREAM:-bench-24}" --runs "${LANE_RUNS:-5}" --json "$OUT/lane.json" \
         2>&1 | grep -v ' INFO ' | tee "$OUT/lane.log" || status=1
       kill $smi ;;
+    vanilla)
+      for kind in ${VANILLA_KINDS:-filecoin-winning-post filecoin-window-post filecoin-snap}; do
+        "$bundle/provd" bench vanilla --kind "$kind" --seal "${VANILLA_SEAL:-StackedDrg2KiBV1_1}" \
+          --runs "${VANILLA_RUNS:-5}" --backend cuda --work-dir "${VANILLA_WORK:-/tmp/provd-vanilla}" \
+          --json "$OUT/vanilla-$kind.json" 2>&1 | grep -v ' INFO ' | tee -a "$OUT/vanilla.log" || status=1
+      done ;;
     porep-shape)
       # The host's pieces of a PoRep partition at SHAPE_PROOF's real shape (a synthetic C1; its matrix
       # store, ~27 GiB at 32 GiB, in SHAPE_WORK on the machine's disk, not in $OUT); peak RSS from time -v.

@@ -70,7 +70,8 @@ node --test dashboard/test/
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
 cargo clippy --release -p provd --no-default-features --all-targets -- -D warnings
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+# --release: it reuses the dependencies clippy checked above (the dev profile would check them all again).
+RUSTDOCFLAGS="-D warnings" cargo doc --release --workspace --no-deps --quiet
 cargo build --release --bins
 unit=$(mktemp --suffix=.service)
 sed "s#/usr/local/bin/provd#$PWD/target/release/provd#" deploy/systemd/provd.service > "$unit"

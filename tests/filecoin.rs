@@ -14,14 +14,12 @@ use serde_json::{json, Value};
 const PROOF: &str = "StackedDrg2KiBV1_1";
 /// Sectors sealed for the tests (2 KiB ones seal in well under a second;
 /// each proof of their 2.7M-constraint partition takes a while on 2 cores).
-const SECTORS: u64 = 3;
+const SECTORS: u64 = 2;
 
 struct Fixture {
     dir: tempfile::TempDir,
     /// 2 KiB sectors, ids 1..=SECTORS.
     sectors: Vec<SealedSector>,
-    /// An 8 MiB sector: a C1 output for another sector size.
-    other_size: SealedSector,
     /// Host bytes the circuit holds and one partition's estimate.
     resident: u64,
     footprint: u64,
@@ -57,7 +55,6 @@ fn fixture() -> &'static Fixture {
             seal_sector(proof, Ids { prover_id, sector_id }, &at, sector_id).unwrap()
         };
         let sectors = (1..=SECTORS).map(|id| seal(PROOF, id)).collect();
-        let other_size = seal("StackedDrg8MiBV1_1", 1);
         let config = FilecoinPorepConfig {
             name: "porep-2k".into(),
             proof: serde_json::from_value(json!(PROOF)).unwrap(),
@@ -70,7 +67,7 @@ fn fixture() -> &'static Fixture {
         let kind = FilecoinPorepKind::load(&config).unwrap();
         let (resident, footprint) =
             (kind.resident_bytes(), provd::pipeline::Footprint::of(kind.key()).total());
-        Fixture { dir, sectors, other_size, resident, footprint }
+        Fixture { dir, sectors, resident, footprint }
     })
 }
 
@@ -148,14 +145,22 @@ fn bad_c1_outputs_are_the_clients_errors_with_the_reason() {
     other["prover_id"] = json!(hex::encode([7u8; 32]));
     refused(other, "sealed for another sector");
 
-    // A C1 output for another sector size, and one relabelled as this size.
+    // A C1 output for another sector size (8 MiB sectors' Merkle trees have
+    // 2 KiB ones' shape, so a 2 KiB C1 output labelled 8 MiB decodes as
+    // one: sealing a real 8 MiB sector here would take minutes for the same
+    // check), and one whose vanilla proofs alone are labelled 8 MiB.
+    let eight_mib = |registered: &str| {
+        let mut input = sector.input();
+        let tagged = input["c1"]["vanilla_proofs"]["StackedDrg2KiBV1"].take();
+        input["c1"]["vanilla_proofs"] = json!({ "StackedDrg8MiBV1": tagged });
+        input["c1"]["registered_proof"] = json!(registered);
+        input
+    };
     refused(
-        f.other_size.input(),
+        eight_mib("StackedDrg8MiBV1_1"),
         "the C1 output is for StackedDrg8MiBV1_1; this circuit serves StackedDrg2KiBV1_1",
     );
-    let mut relabelled = f.other_size.input();
-    relabelled["c1"]["registered_proof"] = json!(PROOF);
-    refused(relabelled, "its vanilla proofs are tagged for a sector of 8388608 bytes");
+    refused(eight_mib(PROOF), "its vanilla proofs are tagged for a sector of 8388608 bytes");
 
     // Shapes that are not a sector at all.
     refused(json!({"c1": {}, "prover_id": "00", "sector_id": 1}), "malformed");

@@ -24,7 +24,9 @@ use filecoin_proofs_api::{
     RegisteredSealProof, RegisteredUpdateProof, SectorId, UnpaddedBytesAmount,
 };
 use provd::circuits::filecoin::post::{FilecoinPostConfig, FilecoinPostKind};
-use provd::circuits::filecoin::seal::{seal_sector, SealedSector};
+use provd::circuits::filecoin::seal::{
+    post_vanilla_proofs, seal_sector, update_sector, SealedSector, UpdatedSector,
+};
 use provd::circuits::filecoin::snap::{FilecoinSnapConfig, FilecoinSnapKind};
 use provd::circuits::filecoin::Ids;
 use provd_e2e::Server;
@@ -43,76 +45,13 @@ struct Fixture {
     /// Sealed 2 KiB sectors (ids 1, 2, 3) and where each one's files are.
     sectors: Vec<(SealedSector, PathBuf)>,
     /// Sector 4, sealed then updated with new data.
-    update: Update,
-}
-
-/// A SnapDeals update, as a node holds it when it asks for the proof.
-struct Update {
-    comm_r_old: [u8; 32],
-    comm_r_new: [u8; 32],
-    comm_d_new: [u8; 32],
-    /// Each partition's vanilla proof (bincode bytes).
-    vanilla: Vec<Vec<u8>>,
-}
-
-impl Update {
-    /// Seals sector `id` in `at`, encodes new data into it and reads its
-    /// vanilla proofs, as a node does for a SnapDeals sector.
-    fn make(id: u64, at: &std::path::Path) -> Update {
-        let prover_id = provd::circuits::filecoin::prover_id_of_miner(MINER);
-        let sealed = seal_sector(SEAL, Ids { prover_id, sector_id: id }, at, id).unwrap();
-        // The new data: one piece filling the sector.
-        let size = UnpaddedBytesAmount::from(PaddedBytesAmount(u64::from(SEAL.sector_size())));
-        let data: Vec<u8> = (0..u64::from(size)).map(|i| (i * 7 + 3) as u8).collect();
-        let staged = at.join("update-staged");
-        let mut file = std::fs::File::create(&staged).unwrap();
-        let (piece, _) = filecoin_proofs_api::seal::add_piece(SEAL, &data[..], &mut file, size, &[]).unwrap();
-        drop(file);
-        let (replica, cache) = (at.join("update-sealed"), at.join("update-cache"));
-        std::fs::create_dir_all(&cache).unwrap();
-        // The new replica's file, the sector key's size, for it to be written into.
-        std::fs::File::create(&replica).unwrap().set_len(u64::from(SEAL.sector_size())).unwrap();
-        let (key, key_cache) = (at.join("sealed"), at.join("cache"));
-        let encoded =
-            empty_sector_update_encode_into(UPDATE, &replica, &cache, &key, &key_cache, &staged, &[piece])
-                .unwrap();
-        let (comm_r_new, comm_d_new) = (encoded.comm_r_new, encoded.comm_d_new);
-        let vanilla = generate_partition_proofs(
-            UPDATE,
-            sealed.comm_r,
-            comm_r_new,
-            comm_d_new,
-            &key,
-            &key_cache,
-            &replica,
-            &cache,
-        )
-        .unwrap()
-        .into_iter()
-        .map(|p| p.0)
-        .collect();
-        Update { comm_r_old: sealed.comm_r, comm_r_new, comm_d_new, vanilla }
-    }
-
-    fn input(&self, vanilla: &[Vec<u8>]) -> Value {
-        let b64: Vec<String> =
-            vanilla.iter().map(|v| base64::engine::general_purpose::STANDARD.encode(v)).collect();
-        json!({
-            "vanilla_proofs": b64,
-            "comm_r_old": hex::encode(self.comm_r_old),
-            "comm_r_new": hex::encode(self.comm_r_new),
-            "comm_d_new": hex::encode(self.comm_d_new),
-        })
-    }
-
-    fn verify(&self, proof: &[u8]) -> bool {
-        verify_empty_sector_update_proof(UPDATE, proof, self.comm_r_old, self.comm_r_new, self.comm_d_new)
-            .unwrap()
-    }
+    update: UpdatedSector,
 }
 
 impl Fixture {
-    fn config(&self) -> String {
+    /// A server's config: the PoSt circuits, or the SnapDeals one (whose
+    /// 656 MB of parameters the PoSt tests need not load).
+    fn config(&self, snap: bool) -> String {
         let params = self.dir.path().join("params");
         let entry = |kind: &str, name: &str, proof: &str| {
             format!(
@@ -121,10 +60,12 @@ impl Fixture {
                 params.display()
             )
         };
+        if snap {
+            return entry("filecoin-snap", "snap-2k", &format!("{UPDATE:?}"));
+        }
         entry("filecoin-winning-post", "winning-2k", &format!("{WINNING:?}"))
             + &entry("filecoin-window-post", "window-2k", &format!("{WINDOW:?}"))
             + &entry("filecoin-window-post", "window-2k-v1", &format!("{WINDOW_V1:?}"))
-            + &entry("filecoin-snap", "snap-2k", &format!("{UPDATE:?}"))
     }
 
     fn sector(&self, id: u64) -> &(SealedSector, PathBuf) {
@@ -134,19 +75,8 @@ impl Fixture {
     /// Each sector's vanilla proof for `proof`'s challenges of `randomness`,
     /// as filecoin-proofs-api makes it (bincode bytes).
     fn vanilla(&self, proof: RegisteredPoStProof, randomness: [u8; 32], ids: &[u64]) -> Vec<Vec<u8>> {
-        let sectors: Vec<SectorId> = ids.iter().map(|&i| SectorId::from(i)).collect();
-        let prover_id = provd::circuits::filecoin::prover_id_of_miner(MINER);
-        let challenges =
-            generate_fallback_sector_challenges(proof, &randomness, &sectors, prover_id).unwrap();
-        sectors
-            .iter()
-            .map(|id| {
-                let (sealed, at) = self.sector(u64::from(*id));
-                let replica =
-                    PrivateReplicaInfo::new(proof, sealed.comm_r, at.join("cache"), at.join("sealed"));
-                generate_single_vanilla_proof(proof, *id, &replica, &challenges[id]).unwrap()
-            })
-            .collect()
+        let sectors: Vec<_> = ids.iter().map(|&i| self.sector(i)).map(|(s, at)| (s, at.as_path())).collect();
+        post_vanilla_proofs(proof, &sectors, randomness).unwrap()
     }
 
     fn public(&self, proof: RegisteredPoStProof, ids: &[u64]) -> BTreeMap<SectorId, PublicReplicaInfo> {
@@ -172,7 +102,9 @@ fn fixture() -> &'static Fixture {
                 (seal_sector(SEAL, Ids { prover_id, sector_id }, &at, sector_id).unwrap(), at)
             })
             .collect();
-        let update = Update::make(4, &dir.path().join("sector-4"));
+        let at = dir.path().join("sector-4");
+        let key = seal_sector(SEAL, Ids { prover_id, sector_id: 4 }, &at, 4).unwrap();
+        let update = update_sector(&key, &at, 4).unwrap();
         let params = dir.path().join("params");
         for (proof, typ) in
             [(WINNING, PoStType::Winning), (WINDOW, PoStType::Window), (WINDOW_V1, PoStType::Window)]
@@ -227,7 +159,7 @@ fn proof_of(job: &Value) -> Vec<u8> {
 #[test]
 fn winning_and_window_posts_are_proved_over_http_and_filecoin_proofs_accepts_them() {
     let f = fixture();
-    let server = Server::start(&f.config(), &[]);
+    let server = Server::start(&f.config(false), &[]);
     let prover_id = provd::circuits::filecoin::prover_id_of_miner(MINER);
 
     // WinningPoSt: the sector the chain's randomness elects among three.
@@ -279,7 +211,7 @@ fn winning_and_window_posts_are_proved_over_http_and_filecoin_proofs_accepts_the
 #[test]
 fn bad_post_inputs_are_refused_naming_the_cause() {
     let f = fixture();
-    let server = Server::start(&f.config(), &[]);
+    let server = Server::start(&f.config(false), &[]);
     let r = randomness(11);
     let window = f.vanilla(WINDOW, r, &[1, 2]);
     let refused = |circuit: &str, input: Value, says: &str| {
@@ -333,9 +265,9 @@ fn bad_post_inputs_are_refused_naming_the_cause() {
 #[test]
 fn snap_deals_updates_are_proved_over_http_and_filecoin_proofs_accepts_them() {
     let f = fixture();
-    let server = Server::start(&f.config(), &[]);
+    let server = Server::start(&f.config(true), &[]);
     let u = &f.update;
-    let (status, job) = server.prove_input("snap-2k", &u.input(&u.vanilla));
+    let (status, job) = server.prove_input("snap-2k", &u.input());
     assert_eq!(
         (status, job["state"].as_str(), job["priority"].as_str()),
         (202, Some("succeeded"), Some("normal")),
@@ -343,7 +275,7 @@ fn snap_deals_updates_are_proved_over_http_and_filecoin_proofs_accepts_them() {
     );
     let proof = proof_of(&job);
     assert_eq!(proof.len(), 192, "a 2 KiB update has one partition");
-    assert!(u.verify(&proof), "verify_empty_sector_update_proof");
+    assert!(u.verify(&proof).unwrap(), "verify_empty_sector_update_proof");
     // The same proof is no proof of an update to another CommR.
     assert!(!verify_empty_sector_update_proof(UPDATE, &proof, u.comm_r_old, u.comm_r_old, u.comm_d_new)
         .unwrap_or(false));
@@ -356,24 +288,24 @@ fn snap_deals_updates_are_proved_over_http_and_filecoin_proofs_accepts_them() {
         assert!(error.contains(says), "wanted '{says}' in: {error}");
     };
     // Commitments other than those the vanilla proof was made for.
-    let mut other = u.input(&u.vanilla);
+    let mut other = u.input();
     other["comm_r_new"] = json!(hex::encode(u.comm_r_old));
     refused(other, "vanilla proof 0 does not verify as partition 0");
     // A vanilla proof tampered with: a byte of a Merkle path flipped.
     let mut tampered = u.vanilla.clone();
     let at = tampered[0].len() - 40;
     tampered[0][at] ^= 1;
-    let (status, reply) = server.prove_input("snap-2k", &u.input(&tampered));
+    let (status, reply) = server.prove_input("snap-2k", &u.input_with(&tampered));
     assert_eq!(status, 400, "{reply}");
     assert!(reply["error"].as_str().unwrap().contains("vanilla proof 0"), "{reply}");
     // Bytes that are no vanilla proof, another sector size's proof type,
     // and more partitions than the sector size has.
-    refused(u.input(&[vec![1, 2, 3]]), "is not a StackedDrg2KiBV1 partition proof");
-    let mut other = u.input(&u.vanilla);
+    refused(u.input_with(&[vec![1, 2, 3]]), "is not a StackedDrg2KiBV1 partition proof");
+    let mut other = u.input();
     other["registered_proof"] = json!("StackedDrg32GiBV1");
     refused(other, "this circuit serves StackedDrg2KiBV1");
-    refused(u.input(&[u.vanilla.clone(), u.vanilla.clone()].concat()), "takes 1, one per partition");
-    let mut other = u.input(&u.vanilla);
+    refused(u.input_with(&[u.vanilla.clone(), u.vanilla.clone()].concat()), "takes 1, one per partition");
+    let mut other = u.input();
     other["comm_d_new"] = json!("12");
     refused(other, "comm_d_new '12' is not 64 hex digits");
 }

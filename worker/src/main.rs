@@ -258,15 +258,20 @@ enum BenchCommand {
     /// normal work: its latency against an idle worker, and against the
     /// same job sent as normal (first come first served), in one run.
     Lane {
-        /// The urgent job's circuit (a WinningPoSt is 2^22 constraints).
+        /// The urgent job's circuit: bench-K (a 32 GiB WinningPoSt is 2^22
+        /// constraints), or a Filecoin kind proved from vanilla proofs
+        /// (filecoin-winning-post, …) at 2 KiB, its sectors sealed in --work-dir.
         #[arg(long, default_value = "bench-14")]
-        critical: Builtin,
+        critical: String,
         /// The stream's circuit (larger partitions, as sealing's).
         #[arg(long, default_value = "bench-16")]
         stream: Builtin,
         /// Urgent jobs timed in each scenario (3 at most first come first served).
         #[arg(long, default_value_t = 5)]
         runs: usize,
+        /// Where a Filecoin urgent job's sectors and parameters are kept.
+        #[arg(long, default_value = "bench-results/vanilla-work")]
+        work_dir: PathBuf,
         #[arg(long, default_value = "bench-results/lane.json")]
         json: PathBuf,
         #[command(flatten)]
@@ -291,6 +296,27 @@ enum BenchCommand {
         #[arg(long, default_value = "matrices")]
         synthesis: String,
         #[arg(long, default_value = "bench-results/porep.json")]
+        json: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// A Filecoin kind proved from vanilla proofs (SnapDeals, WinningPoSt,
+    /// WindowPoSt) at one sector size, sectors sealed here (TEST-ONLY
+    /// parameters), against filecoin-proofs' own CPU prover.
+    #[cfg(feature = "filecoin")]
+    Vanilla {
+        /// filecoin-snap, filecoin-winning-post or filecoin-window-post.
+        #[arg(long, default_value = "filecoin-winning-post")]
+        kind: String,
+        /// The sector size, as the registered seal proof it is sealed with.
+        #[arg(long, default_value = "StackedDrg2KiBV1_1")]
+        seal: String,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Keeps the sealed sectors, the parameter cache and the parent cache between runs.
+        #[arg(long, default_value = "bench-results/vanilla-work")]
+        work_dir: PathBuf,
+        #[arg(long, default_value = "bench-results/vanilla.json")]
         json: PathBuf,
         #[command(flatten)]
         common: Common,
@@ -698,17 +724,13 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             bench::pipeline::PipelineBench { circuit, jobs, partitions, config, json, sample_every, gpus }
                 .run(selected.backends, key)
         }
-        BenchCommand::Lane { critical, stream, runs, json, common } => {
+        BenchCommand::Lane { critical, stream, runs, work_dir, json, common } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");
-            let critical_key = std::sync::Arc::new(key_cache::load_or_generate(&common.data_dir, critical)?);
+            let critical = lane_urgent(&critical, &common.data_dir, work_dir)?;
             let stream_key = std::sync::Arc::new(key_cache::load_or_generate(&common.data_dir, stream)?);
             let selected = provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?;
             let config = provd::pipeline::PipelineConfig::default();
-            bench::lane::LaneBench { critical, stream, runs, config, json }.run(
-                selected.backends,
-                critical_key,
-                stream_key,
-            )
+            bench::lane::LaneBench { critical, stream, runs, config, json }.run(selected.backends, stream_key)
         }
         #[cfg(feature = "filecoin")]
         BenchCommand::Porep { proof, runs, work_dir, vs, synthesis, json, common } => {
@@ -727,6 +749,15 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
                 json,
             }
             .run(backends)
+        }
+        #[cfg(feature = "filecoin")]
+        BenchCommand::Vanilla { kind, seal, runs, work_dir, json, common } => {
+            anyhow::ensure!(runs > 0, "--runs must be at least 1");
+            let kind = kind.parse().map_err(|e| anyhow::anyhow!("--kind {e}"))?;
+            let backends =
+                provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?.backends;
+            bench::vanilla::VanillaBench { kind, seal: seal_proof(&seal)?, runs, work_dir, json }
+                .run(backends)
         }
         #[cfg(feature = "filecoin")]
         BenchCommand::PorepShape { proof, runs, work_dir, keep_store, prove_runs, json, common } => {
@@ -753,4 +784,22 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
 fn seal_proof(name: &str) -> anyhow::Result<filecoin_proofs_api::RegisteredSealProof> {
     serde_json::from_value(serde_json::Value::String(name.into()))
         .map_err(|_| anyhow::anyhow!("--proof {name}: not a registered seal proof (e.g. StackedDrg2KiBV1_1)"))
+}
+
+/// `provd bench lane --critical`: a built-in circuit, or a Filecoin kind
+/// proved from vanilla proofs at 2 KiB.
+fn lane_urgent(
+    name: &str,
+    data_dir: &std::path::Path,
+    work_dir: PathBuf,
+) -> anyhow::Result<bench::lane::Urgent> {
+    #[cfg(feature = "filecoin")]
+    if let Ok(kind) = name.parse::<bench::vanilla::VanillaKind>() {
+        let seal = filecoin_proofs_api::RegisteredSealProof::StackedDrg2KiBV1_1;
+        let json = PathBuf::new();
+        return bench::vanilla::VanillaBench { kind, seal, runs: 1, work_dir, json }.urgent();
+    }
+    let circuit: Builtin = name.parse().map_err(|e| anyhow::anyhow!("--critical {name}: {e}"))?;
+    let key = std::sync::Arc::new(key_cache::load_or_generate(data_dir, circuit)?);
+    bench::lane::Urgent::bench(circuit, key)
 }

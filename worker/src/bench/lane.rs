@@ -19,14 +19,34 @@ use crate::pipeline::{Engine, JobId, JobSpec, Outcome, PipelineConfig, Priority,
 use crate::telemetry::Metrics;
 
 pub struct LaneBench {
-    /// The urgent job's circuit (one partition a job, as a WinningPoSt).
-    pub critical: Builtin,
+    /// The urgent job (one partition a job, as a WinningPoSt).
+    pub critical: Urgent,
     /// The stream's circuit (larger partitions, as sealing's).
     pub stream: Builtin,
     /// Urgent jobs timed in each scenario.
     pub runs: usize,
     pub config: PipelineConfig,
     pub json: PathBuf,
+}
+
+/// The urgent job as the bench submits it: a built-in circuit's
+/// ([`Urgent::bench`]) or a Filecoin kind's
+/// ([`super::vanilla::VanillaBench::urgent`]).
+pub struct Urgent {
+    pub name: String,
+    pub key: Arc<ProvingKey>,
+    /// One job of the circuit at a priority (the seed varies its witness
+    /// where the circuit can).
+    #[allow(clippy::type_complexity)]
+    pub job: Box<dyn Fn(Priority, u64) -> anyhow::Result<JobSpec> + Send + Sync>,
+}
+
+impl Urgent {
+    /// A built-in circuit's job, synthesized by its recorded matrices.
+    pub fn bench(circuit: Builtin, key: Arc<ProvingKey>) -> anyhow::Result<Self> {
+        let served = Served::new(circuit, key.clone())?;
+        Ok(Self { name: circuit.to_string(), key, job: Box::new(move |p, seed| Ok(served.job(p, seed))) })
+    }
 }
 
 /// A circuit as the bench submits it: its key, matrices and verifier.
@@ -85,10 +105,10 @@ impl Timed {
 
 /// Times `runs` urgent jobs, sent one after another (each once the last has
 /// ended) at `priority`.
-fn time_urgent(engine: &Engine, urgent: &Served, priority: Priority, runs: usize) -> anyhow::Result<Timed> {
+fn time_urgent(engine: &Engine, urgent: &Urgent, priority: Priority, runs: usize) -> anyhow::Result<Timed> {
     let mut timed = Timed::default();
     for r in 0..runs {
-        let id = engine.submit(urgent.job(priority, 1_000_000 + r as u64))?;
+        let id = engine.submit((urgent.job)(priority, 1_000_000 + r as u64)?)?;
         let st = engine.wait(id, None).expect("a job it accepted");
         anyhow::ensure!(st.outcome == Some(Outcome::Succeeded), "an urgent job failed: {:?}", st.error);
         timed.total.push(st.elapsed_seconds);
@@ -113,21 +133,16 @@ fn feed(engine: &Engine, stream: &Served, backlog: usize, stop: &AtomicBool) -> 
 }
 
 impl LaneBench {
-    pub fn run(
-        &self,
-        backends: Vec<Arc<dyn Backend>>,
-        critical_key: Arc<ProvingKey>,
-        stream_key: Arc<ProvingKey>,
-    ) -> anyhow::Result<()> {
+    pub fn run(&self, backends: Vec<Arc<dyn Backend>>, stream_key: Arc<ProvingKey>) -> anyhow::Result<()> {
         anyhow::ensure!(self.config.critical_permits > 0, "the lane needs pipeline.critical_permits > 0");
         let names: Vec<String> = backends.iter().map(|b| b.name().to_string()).collect();
         let engine = Engine::start(self.config.clone(), backends, Arc::new(Metrics::new()))?;
-        let urgent = Served::new(self.critical, critical_key)?;
+        let urgent = &self.critical;
         let stream = Served::new(self.stream, stream_key)?;
         engine.keep_for_critical(engine.footprint(&urgent.key).total());
         // Warm-up: each circuit's first proof (key uploads, kernel loads).
         for id in [
-            engine.submit(urgent.job(Priority::Critical, 0))?,
+            engine.submit((urgent.job)(Priority::Critical, 0)?)?,
             engine.submit(stream.job(Priority::Normal, 0))?,
         ] {
             engine.wait(id, None);
@@ -136,7 +151,7 @@ impl LaneBench {
             let id = engine.submit(stream.job(Priority::Normal, 1))?;
             engine.wait(id, None).expect("accepted").elapsed_seconds
         };
-        let idle = time_urgent(&engine, &urgent, Priority::Critical, self.runs)?;
+        let idle = time_urgent(&engine, urgent, Priority::Critical, self.runs)?;
         // Saturated: every permit, the GPU queue and the devices busy with
         // the stream, and more of it waiting for admission.
         let backlog = self.config.partition_permits + self.config.gpu_queue_capacity + 4;
@@ -147,9 +162,9 @@ impl LaneBench {
             while m.gpu_queue_depth.get() < self.config.gpu_queue_capacity as i64 {
                 std::thread::sleep(Duration::from_millis(5));
             }
-            let critical = time_urgent(&engine, &urgent, Priority::Critical, self.runs);
+            let critical = time_urgent(&engine, urgent, Priority::Critical, self.runs);
             // As before priorities: the same job queued behind the stream.
-            let fcfs = time_urgent(&engine, &urgent, Priority::Normal, self.runs.min(3));
+            let fcfs = time_urgent(&engine, urgent, Priority::Normal, self.runs.min(3));
             stop.store(true, Ordering::Release);
             let streamed = feeder.join().expect("the feeder thread")?;
             Ok((critical?, fcfs?, streamed))
@@ -172,7 +187,7 @@ impl LaneBench {
         println!(
             "\n{} (one partition a job) arriving into a stream of {} partitions on {} ({:.1} ms a stream partition \
              alone); stage columns are the urgent partition's median ms:",
-            self.critical,
+            self.critical.name,
             self.stream,
             names.join(","),
             one_stream * 1e3
@@ -194,7 +209,7 @@ impl LaneBench {
             "bench": "lane",
             "env": environment(),
             "backend": names.join(","),
-            "critical_circuit": self.critical.to_string(),
+            "critical_circuit": self.critical.name,
             "stream_circuit": self.stream.to_string(),
             "stream_partition_alone_seconds": one_stream,
             "config": { "partition_permits": self.config.partition_permits,

@@ -2,6 +2,8 @@
 //! with the machine and commit it ran on.
 
 pub mod circom;
+#[cfg(feature = "filecoin")]
+pub mod filecoin;
 pub mod lane;
 pub mod msm;
 pub mod ntt;
@@ -11,6 +13,8 @@ pub mod porep;
 #[cfg(feature = "filecoin")]
 pub mod porep_shape;
 pub mod prove;
+#[cfg(feature = "filecoin")]
+pub mod vanilla;
 
 use std::path::Path;
 use std::time::Duration;

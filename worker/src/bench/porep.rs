@@ -14,12 +14,13 @@ use anyhow::Context as _;
 use filecoin_proofs_api::RegisteredSealProof;
 use serde_json::json;
 
+use super::filecoin::prove_job;
 use super::{environment, median, peak_rss, print_table, reset_peak_rss, write_json};
 use crate::backend::Backend;
-use crate::circuits::filecoin::seal::{seal_sector, SealedSector};
+use crate::circuits::filecoin::seal::{kept_sector, SealedSector};
 use crate::circuits::filecoin::{prover_id_of_miner, FilecoinPorepConfig, FilecoinPorepKind, Ids, Synthesis};
 use crate::circuits::CircuitKind;
-use crate::pipeline::{Engine, JobSpec, Outcome, PipelineConfig};
+use crate::pipeline::{Engine, PipelineConfig};
 use crate::telemetry::Metrics;
 
 pub struct PorepBench {
@@ -37,14 +38,7 @@ impl PorepBench {
     /// The sector of this run: sealed before (and kept), or sealed now.
     fn sector(&self) -> anyhow::Result<SealedSector> {
         let dir = self.work_dir.join(format!("sector-{:?}", self.proof));
-        let kept = dir.join("sealed.json");
-        if let Ok(bytes) = std::fs::read(&kept) {
-            return SealedSector::from_json(&bytes).with_context(|| format!("{}", kept.display()));
-        }
-        let ids = Ids { prover_id: prover_id_of_miner(1000), sector_id: 1 };
-        let sector = seal_sector(self.proof, ids, &dir, 1)?;
-        std::fs::write(&kept, sector.to_json())?;
-        Ok(sector)
+        kept_sector(self.proof, Ids { prover_id: prover_id_of_miner(1000), sector_id: 1 }, &dir)
     }
 
     pub fn run(&self, backends: Vec<Arc<dyn Backend>>) -> anyhow::Result<()> {
@@ -89,58 +83,21 @@ impl PorepBench {
 
         let metrics = Arc::new(Metrics::new());
         let engine = Engine::start(PipelineConfig::default(), backends.clone(), metrics.clone())?;
-        let verifier = Arc::new(crate::groth16::Verifier::new(&key.vk));
         let names: Vec<&str> = backends.iter().map(|b| b.name()).collect();
-        let gpu_busy =
-            || names.iter().map(|n| metrics.gpu_busy_seconds.with_label_values(&[n]).get()).sum::<f64>();
         let rss_before = crate::telemetry::memory::rss_bytes();
         let (mut ours, mut device, mut synthesis) = (Vec::new(), Vec::new(), Vec::new());
         let (mut peak_buffers, mut peak_reserved) = (0i64, 0i64);
         reset_peak_rss();
         // One warm-up, then `runs` timed sectors.
         for run in 0..=self.runs {
-            let t = Instant::now();
-            let busy = gpu_busy();
-            let parts = kind.split(sector.input()).map_err(|e| anyhow::anyhow!("{e}"))?;
-            let partitions = parts
-                .into_iter()
-                .enumerate()
-                .map(|(k, w)| kind.partition(k, w).map_err(|e| anyhow::anyhow!("{e}")))
-                .collect::<anyhow::Result<Vec<_>>>()?;
-            let id = engine.submit(JobSpec {
-                circuit: config.name.clone(),
-                priority: crate::pipeline::Priority::Normal,
-                key: key.clone(),
-                verifier: Some(verifier.clone()),
-                witness_check: crate::groth16::WitnessCheck::BySynthesis,
-                partitions,
-            })?;
-            let status = loop {
-                let s = engine.status(id).context("the job vanished")?;
-                if s.outcome.is_some() {
-                    break s;
-                }
-                let bytes: i64 = crate::telemetry::labels::BufferClass::ALL
-                    .iter()
-                    .map(|c| metrics.buffer_bytes.with_label_values(&[c.name()]).get())
-                    .sum();
-                peak_buffers = peak_buffers.max(bytes);
-                peak_reserved = peak_reserved.max(metrics.memory_reserved_bytes.get());
-                std::thread::sleep(Duration::from_millis(20));
-            };
-            anyhow::ensure!(
-                status.outcome == Some(Outcome::Succeeded),
-                "provd's C2 failed: {:?}",
-                status.error
-            );
-            let proofs: Vec<_> = status.partitions.iter().filter_map(|p| p.proof.as_ref()).collect();
-            let result = kind.job_result(&proofs).context("a sector proof")?;
-            let bytes = hex::decode(result["proof"].as_str().context("hex")?)?;
-            anyhow::ensure!(sector.verify(&bytes)?, "provd's sector proof fails verify_seal");
+            let job = prove_job(&engine, &names, &kind, &config.name, sector.input())?;
+            anyhow::ensure!(sector.verify(&job.proof)?, "provd's sector proof fails verify_seal");
+            peak_buffers = peak_buffers.max(job.peak_buffer_bytes);
+            peak_reserved = peak_reserved.max(job.peak_reserved_bytes);
             if run > 0 {
-                ours.push(t.elapsed());
-                device.push(gpu_busy() - busy);
-                synthesis.push(status.partitions.iter().filter_map(|p| p.times.synthesis).sum::<f64>());
+                ours.push(job.elapsed);
+                device.push(job.device_seconds);
+                synthesis.push(job.synthesis_seconds);
             }
         }
         let provd_peak_rss = peak_rss();

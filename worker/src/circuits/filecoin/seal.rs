@@ -1,6 +1,8 @@
 //! Sealing a sector of random data with filecoin-proofs (PC1, PC2, C1), to
-//! have a C1 output to prove: for tests and benchmarks, with TEST-ONLY
-//! parameters. A storage provider seals with its own pipeline (lotus, Curio).
+//! have a C1 output to prove, and what a node derives from sealed sectors
+//! for the other kinds (PoSt vanilla proofs, a SnapDeals update and its
+//! vanilla proofs): for tests and benchmarks, with TEST-ONLY parameters. A
+//! storage provider does this with its own node (lotus, Curio).
 //!
 //! PC1 keeps its graph's parents in filecoin-proofs' parent cache
 //! (`FIL_PROOFS_PARENT_CACHE`, by default `/var/tmp/filecoin-parents`).
@@ -11,10 +13,18 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use filecoin_proofs_api::post::{generate_fallback_sector_challenges, generate_single_vanilla_proof};
 use filecoin_proofs_api::seal::{
     add_piece, seal_commit_phase1, seal_pre_commit_phase1, seal_pre_commit_phase2, SealCommitPhase1Output,
 };
-use filecoin_proofs_api::{PaddedBytesAmount, RegisteredSealProof, SectorId, UnpaddedBytesAmount};
+use filecoin_proofs_api::update::{
+    empty_sector_update_encode_into, generate_empty_sector_update_proof_with_vanilla,
+    generate_partition_proofs, verify_empty_sector_update_proof,
+};
+use filecoin_proofs_api::{
+    PaddedBytesAmount, PartitionProofBytes, PrivateReplicaInfo, RegisteredPoStProof, RegisteredSealProof,
+    RegisteredUpdateProof, SectorId, UnpaddedBytesAmount,
+};
 use rand::{RngCore, SeedableRng};
 
 use super::Ids;
@@ -164,4 +174,144 @@ pub fn seal_sector(
         c1_json: serde_json::to_vec(&c1)?,
         times: [pc1_time, pc2_time, c1_time],
     })
+}
+
+/// A sector sealed before in `dir` by [`kept_sector`] (its `sealed.json`),
+/// or sealed now and kept there: for benchmarks that run again.
+pub fn kept_sector(proof: RegisteredSealProof, ids: Ids, dir: &Path) -> anyhow::Result<SealedSector> {
+    let kept = dir.join("sealed.json");
+    if let Ok(bytes) = std::fs::read(&kept) {
+        return SealedSector::from_json(&bytes).with_context(|| format!("{}", kept.display()));
+    }
+    let sector = seal_sector(proof, ids, dir, ids.sector_id)?;
+    std::fs::write(&kept, sector.to_json())?;
+    Ok(sector)
+}
+
+/// Each of `sectors`' vanilla PoSt proof for `proof`'s challenges of
+/// `randomness`, as a node's `generate_single_vanilla_proof` makes them
+/// (bincode bytes), in the order given. Each sector is sealed in its
+/// directory (by [`seal_sector`]), for one prover.
+pub fn post_vanilla_proofs(
+    proof: RegisteredPoStProof,
+    sectors: &[(&SealedSector, &Path)],
+    randomness: [u8; 32],
+) -> anyhow::Result<Vec<Vec<u8>>> {
+    let prover_id = sectors.first().context("no sectors")?.0.ids.prover_id;
+    let ids: Vec<SectorId> = sectors.iter().map(|(s, _)| SectorId::from(s.ids.sector_id)).collect();
+    let challenges = generate_fallback_sector_challenges(proof, &randomness, &ids, prover_id)?;
+    sectors
+        .iter()
+        .zip(&ids)
+        .map(|((sealed, at), id)| {
+            let replica = PrivateReplicaInfo::new(proof, sealed.comm_r, at.join("cache"), at.join("sealed"));
+            generate_single_vanilla_proof(proof, *id, &replica, &challenges[id])
+        })
+        .collect()
+}
+
+/// A SnapDeals update of a sealed sector, as a node holds it when it asks
+/// for the update's proof.
+pub struct UpdatedSector {
+    pub proof: RegisteredUpdateProof,
+    pub comm_r_old: [u8; 32],
+    pub comm_r_new: [u8; 32],
+    pub comm_d_new: [u8; 32],
+    /// Each partition's vanilla proof (bincode bytes), in partition order.
+    pub vanilla: Vec<Vec<u8>>,
+}
+
+impl UpdatedSector {
+    /// The job input of `POST /v1/prove` for a `filecoin-snap` circuit,
+    /// with these vanilla proofs.
+    pub fn input_with(&self, vanilla: &[Vec<u8>]) -> serde_json::Value {
+        use base64::Engine as _;
+        let b64: Vec<String> =
+            vanilla.iter().map(|v| base64::engine::general_purpose::STANDARD.encode(v)).collect();
+        serde_json::json!({
+            "vanilla_proofs": b64,
+            "comm_r_old": hex::encode(self.comm_r_old),
+            "comm_r_new": hex::encode(self.comm_r_new),
+            "comm_d_new": hex::encode(self.comm_d_new),
+        })
+    }
+
+    /// The job input with the update's own vanilla proofs.
+    pub fn input(&self) -> serde_json::Value {
+        self.input_with(&self.vanilla)
+    }
+
+    /// Whether `proof` proves this update, by filecoin-proofs'
+    /// `verify_empty_sector_update_proof` (reading the verifying key from
+    /// the parameter cache that `FIL_PROOFS_PARAMETER_CACHE` names).
+    pub fn verify(&self, proof: &[u8]) -> anyhow::Result<bool> {
+        verify_empty_sector_update_proof(self.proof, proof, self.comm_r_old, self.comm_r_new, self.comm_d_new)
+    }
+
+    /// filecoin-proofs' own proof of the update, from the same vanilla proofs.
+    pub fn prove_with_filecoin_proofs(&self) -> anyhow::Result<Vec<u8>> {
+        let vanilla = self.vanilla.iter().cloned().map(PartitionProofBytes).collect();
+        Ok(generate_empty_sector_update_proof_with_vanilla(
+            self.proof,
+            vanilla,
+            self.comm_r_old,
+            self.comm_r_new,
+            self.comm_d_new,
+        )?
+        .0)
+    }
+}
+
+/// The registered update proof of a seal proof's sector size.
+pub fn update_proof_of(seal: RegisteredSealProof) -> anyhow::Result<RegisteredUpdateProof> {
+    use filecoin_proofs::constants::*;
+    use RegisteredUpdateProof::*;
+    Ok(match u64::from(seal.sector_size()) {
+        SECTOR_SIZE_2_KIB => StackedDrg2KiBV1,
+        SECTOR_SIZE_8_MIB => StackedDrg8MiBV1,
+        SECTOR_SIZE_512_MIB => StackedDrg512MiBV1,
+        SECTOR_SIZE_32_GIB => StackedDrg32GiBV1,
+        SECTOR_SIZE_64_GIB => StackedDrg64GiBV1,
+        other => anyhow::bail!("no update proof for sectors of {other} bytes"),
+    })
+}
+
+/// Encodes new data (drawn from `seed`) into `sector`, sealed in `dir` by
+/// [`seal_sector`], as SnapDeals does, and reads the update's vanilla
+/// proofs. The new replica and its cache go into `dir` too; the sector key
+/// is left as it was.
+pub fn update_sector(sector: &SealedSector, dir: &Path, seed: u64) -> anyhow::Result<UpdatedSector> {
+    let proof = update_proof_of(sector.proof)?;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let size = UnpaddedBytesAmount::from(PaddedBytesAmount(u64::from(sector.proof.sector_size())));
+    let mut data = vec![0u8; u64::from(size) as usize];
+    rng.fill_bytes(&mut data);
+    let staged = dir.join("update-staged");
+    let mut file = File::create(&staged)?;
+    let (piece, _) = add_piece(sector.proof, &data[..], &mut file, size, &[])?;
+    drop((data, file));
+    let (replica, cache) = (dir.join("update-sealed"), dir.join("update-cache"));
+    std::fs::create_dir_all(&cache).with_context(|| format!("creating {}", cache.display()))?;
+    // The new replica's file, the sector key's size, to be written into.
+    File::create(&replica)?.set_len(u64::from(sector.proof.sector_size()))?;
+    let (key, key_cache) = (dir.join("sealed"), dir.join("cache"));
+    let encoded =
+        empty_sector_update_encode_into(proof, &replica, &cache, &key, &key_cache, &staged, &[piece])
+            .context("encoding the update")?;
+    let (comm_r_new, comm_d_new) = (encoded.comm_r_new, encoded.comm_d_new);
+    let vanilla = generate_partition_proofs(
+        proof,
+        sector.comm_r,
+        comm_r_new,
+        comm_d_new,
+        &key,
+        &key_cache,
+        &replica,
+        &cache,
+    )
+    .context("the update's vanilla proofs")?
+    .into_iter()
+    .map(|p| p.0)
+    .collect();
+    Ok(UpdatedSector { proof, comm_r_old: sector.comm_r, comm_r_new, comm_d_new, vanilla })
 }
