@@ -13,15 +13,11 @@ use std::sync::OnceLock;
 
 use base64::Engine as _;
 use filecoin_proofs_api::post::{
-    generate_fallback_sector_challenges, generate_single_vanilla_proof,
     generate_winning_post_sector_challenge, verify_window_post, verify_winning_post,
 };
-use filecoin_proofs_api::update::{
-    empty_sector_update_encode_into, generate_partition_proofs, verify_empty_sector_update_proof,
-};
+use filecoin_proofs_api::update::verify_empty_sector_update_proof;
 use filecoin_proofs_api::{
-    PaddedBytesAmount, PoStType, PrivateReplicaInfo, PublicReplicaInfo, RegisteredPoStProof,
-    RegisteredSealProof, RegisteredUpdateProof, SectorId, UnpaddedBytesAmount,
+    PoStType, PublicReplicaInfo, RegisteredPoStProof, RegisteredSealProof, RegisteredUpdateProof, SectorId,
 };
 use provd::circuits::filecoin::post::{FilecoinPostConfig, FilecoinPostKind};
 use provd::circuits::filecoin::seal::{
@@ -123,13 +119,41 @@ fn fixture() -> &'static Fixture {
         FilecoinSnapKind::load(&FilecoinSnapConfig {
             name: format!("{UPDATE:?}"),
             proof: UPDATE,
-            parameter_cache: Some(params),
+            parameter_cache: Some(params.clone()),
             test_only_parameters: true,
             synthesis: Default::default(),
             matrices_cache: None,
             priority: None,
         })
         .unwrap();
+        // Each parameter file is the size its circuit's count says (what
+        // docs/operations.md gives for 32 GiB, from `provd bench sizes`).
+        let size = |id: String| {
+            let file = params.join(format!("v28-{id}.params"));
+            std::fs::metadata(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display())).len()
+        };
+        for proof in [WINNING, WINDOW] {
+            let id = proof.circuit_identifier().unwrap();
+            assert_eq!(
+                size(id),
+                provd::circuits::filecoin::post::count(proof).unwrap().parameter_bytes(),
+                "{proof:?}"
+            );
+        }
+        // (RegisteredUpdateProof::circuit_identifier names PoRep's file, so
+        // the update's is found by its prefix.)
+        let snap_file = std::fs::read_dir(&params)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                p.to_string_lossy().contains("v28-empty-sector-update-")
+                    && p.extension().is_some_and(|e| e == "params")
+            })
+            .expect("the SnapDeals parameter file");
+        assert_eq!(
+            std::fs::metadata(snap_file).unwrap().len(),
+            provd::circuits::filecoin::snap::count(UPDATE).unwrap().parameter_bytes()
+        );
         Fixture { dir, sectors, update }
     })
 }

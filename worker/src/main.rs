@@ -321,6 +321,17 @@ enum BenchCommand {
         #[command(flatten)]
         common: Common,
     },
+    /// Each Filecoin kind's circuit at a sector size, counted (constraints,
+    /// variables, domain) with the parameter file size it implies: nothing
+    /// loaded or proved.
+    #[cfg(feature = "filecoin")]
+    Sizes {
+        /// The sector size, as a registered seal proof.
+        #[arg(long, default_value = "StackedDrg32GiBV1_1")]
+        seal: String,
+        #[arg(long, default_value = "bench-results/sizes.json")]
+        json: PathBuf,
+    },
     /// The host's pieces of a PoRep partition at a sector size's real shape
     /// (a C1 output drawn at random: benchmarks only, nothing proved):
     /// recording and reading the matrices, the witness in parts and whole,
@@ -758,6 +769,10 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
                 provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?.backends;
             bench::vanilla::VanillaBench { kind, seal: seal_proof(&seal)?, runs, work_dir, json }
                 .run(backends)
+        }
+        #[cfg(feature = "filecoin")]
+        BenchCommand::Sizes { seal, json } => {
+            bench::sizes::SizesBench { seal: seal_proof(&seal)?, json }.run()
         }
         #[cfg(feature = "filecoin")]
         BenchCommand::PorepShape { proof, runs, work_dir, keep_store, prove_runs, json, common } => {

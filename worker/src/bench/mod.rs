@@ -14,6 +14,8 @@ pub mod porep;
 pub mod porep_shape;
 pub mod prove;
 #[cfg(feature = "filecoin")]
+pub mod sizes;
+#[cfg(feature = "filecoin")]
 pub mod vanilla;
 
 use std::path::Path;

@@ -64,18 +64,23 @@ pub struct VanillaBench {
     pub json: PathBuf,
 }
 
+/// filecoin-proofs' verdict on a proof of the case's job.
+type Verify = Box<dyn Fn(&[u8]) -> anyhow::Result<bool>>;
+/// filecoin-proofs' own proof of the case's job.
+type TheirProof = Box<dyn Fn() -> anyhow::Result<Vec<u8>>>;
+
 /// One kind's job, ready to run either way.
 struct Case {
     proof: String,
     kind: Arc<dyn CircuitKind>,
     input: serde_json::Value,
-    verify: Box<dyn Fn(&[u8]) -> anyhow::Result<bool>>,
-    filecoin_proofs: Box<dyn Fn() -> anyhow::Result<Vec<u8>>>,
+    verify: Verify,
+    filecoin_proofs: TheirProof,
 }
 
 /// A PoSt proof type of `typ` at `seal`'s sector size (WindowPoSt's current
 /// version, V1_2).
-fn post_proof(seal: RegisteredSealProof, typ: PoStType) -> anyhow::Result<RegisteredPoStProof> {
+pub fn post_proof(seal: RegisteredSealProof, typ: PoStType) -> anyhow::Result<RegisteredPoStProof> {
     use filecoin_proofs::constants::*;
     use RegisteredPoStProof::*;
     Ok(match (u64::from(seal.sector_size()), typ) {
@@ -164,7 +169,7 @@ impl VanillaBench {
                 if !winning {
                     input["partition_index"] = json!(0);
                 }
-                let verify: Box<dyn Fn(&[u8]) -> anyhow::Result<bool>> = match typ() {
+                let verify: Verify = match typ() {
                     PoStType::Winning => {
                         Box::new(move |p| verify_winning_post(&randomness, p, &replicas, prover_id))
                     }
@@ -172,7 +177,7 @@ impl VanillaBench {
                         verify_window_post(&randomness, &[(proof, p)], &replicas, prover_id)
                     }),
                 };
-                let filecoin_proofs: Box<dyn Fn() -> anyhow::Result<Vec<u8>>> = match typ() {
+                let filecoin_proofs: TheirProof = match typ() {
                     PoStType::Winning => Box::new(move || {
                         let mut out =
                             generate_winning_post_with_vanilla(proof, &randomness, prover_id, &vanilla)?;

@@ -21,6 +21,7 @@
 //! its partition proofs) is not offered.
 
 mod challenges;
+mod counts;
 pub mod params;
 pub mod post;
 pub mod seal;
@@ -40,6 +41,7 @@ use serde_json::Value;
 use super::{CircuitKind, KeySource, LoadError, WitnessError};
 use crate::groth16::SynthesisFn;
 use crate::groth16::{Matrices, Proof, ProvingKey};
+pub use counts::Counts;
 use params::Expected;
 pub use params::{default_parameter_cache, ParameterFiles};
 use shape::{PorepShape, Shaped};
@@ -414,6 +416,12 @@ impl PorepCircuit {
         self.shape.partition(c1, &ids, index, matrices, pass)
     }
 
+    /// The partition circuit's size, with the variables in A and B,
+    /// counted on its blank circuit.
+    pub fn count(&self) -> Result<Counts, crate::groth16::ProveError> {
+        self.shape.count(counts::Depth::Densities)
+    }
+
     /// The partition circuit's constraint matrices.
     pub fn record(&self) -> Result<Matrices, crate::groth16::ProveError> {
         self.shape.record()
@@ -446,9 +454,8 @@ pub(crate) trait FilecoinCircuit: Send + Sync {
     /// `v28-<id>.params`, `.vk`, `.meta`).
     fn cache_id(&self) -> String;
 
-    /// Constraints and public inputs (the constant ONE included) of the
-    /// circuit, counted on its blank circuit.
-    fn count(&self) -> Result<(usize, usize), crate::groth16::ProveError>;
+    /// The circuit's size, counted on its blank circuit to `depth`.
+    fn count(&self, depth: counts::Depth) -> Result<Counts, crate::groth16::ProveError>;
 
     /// The circuit's constraint matrices (they do not depend on the
     /// witness), for synthesis by sparse products.
@@ -459,16 +466,6 @@ pub(crate) trait FilecoinCircuit: Send + Sync {
         &self,
         store: &crate::groth16::matrix_store::MatrixStore,
     ) -> Result<(Matrices, crate::groth16::matrix_store::Origin), crate::groth16::matrix_store::StoreError>;
-}
-
-/// Constraints and public inputs (the constant ONE included) of a blank
-/// circuit, counted without building its linear combinations.
-fn count_constraints(
-    blank: impl bellperson::Circuit<blstrs::Scalar>,
-) -> Result<(usize, usize), crate::groth16::ProveError> {
-    let mut cs = bellperson::util_cs::bench_cs::BenchCS::<blstrs::Scalar>::new();
-    blank.synthesize(&mut cs).map_err(crate::groth16::ProveError::Synthesis)?;
-    Ok((cs.num_constraints(), cs.num_inputs()))
 }
 
 /// A Filecoin circuit's key and (with `synthesis = "matrices"`) matrices.
@@ -501,9 +498,10 @@ fn load_circuit<P: std::fmt::Debug>(
     let (constraints, inputs) = match &matrices {
         Some(m) => (m.num_constraints(), m.num_inputs()),
         None => {
-            let (c, i) =
-                circuit.count().map_err(|e| fail(format!("counting the circuit's constraints: {e}")))?;
-            (c + i, i)
+            let n = circuit
+                .count(counts::Depth::Sizes)
+                .map_err(|e| fail(format!("counting the circuit's constraints: {e}")))?;
+            (n.constraints + n.inputs, n.inputs)
         }
     };
     tracing::info!(circuit = %name, constraints, secs = t.elapsed().as_secs_f64(), synthesis = ?config.synthesis,

@@ -221,8 +221,8 @@ impl<Tree: 'static + MerkleTreeTrait> super::FilecoinCircuit for Shaped<Tree> {
         )
     }
 
-    fn count(&self) -> Result<(usize, usize), ProveError> {
-        super::count_constraints(self.blank())
+    fn count(&self, depth: super::counts::Depth) -> Result<super::Counts, ProveError> {
+        super::counts::count(self.blank(), depth)
     }
 
     fn record(&self) -> Result<Matrices, ProveError> {
@@ -285,6 +285,13 @@ impl<Tree: 'static + MerkleTreeTrait> PostShape for Shaped<Tree> {
 
 fn shaped<Tree: 'static + MerkleTreeTrait>(proof: RegisteredPoStProof) -> anyhow::Result<Box<dyn PostShape>> {
     Ok(Box::new(Shaped::<Tree>::new(proof)?))
+}
+
+/// The size of `proof`'s circuit (one partition), the variables in A and
+/// B included, counted on its blank circuit: nothing loaded.
+pub fn count(proof: RegisteredPoStProof) -> anyhow::Result<super::Counts> {
+    let shape = filecoin_proofs::with_shape!(u64::from(proof.sector_size()), shaped, proof,)?;
+    Ok(shape.count(super::counts::Depth::Densities)?)
 }
 
 /// A Filecoin PoSt circuit, its parameters loaded.

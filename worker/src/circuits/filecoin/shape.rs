@@ -129,8 +129,8 @@ impl<Tree: 'static + MerkleTreeTrait> super::FilecoinCircuit for Shaped<Tree> {
         >>::cache_identifier(&*self.params)
     }
 
-    fn count(&self) -> Result<(usize, usize), ProveError> {
-        super::count_constraints(self.blank())
+    fn count(&self, depth: super::counts::Depth) -> Result<super::Counts, ProveError> {
+        super::counts::count(self.blank(), depth)
     }
 
     fn record(&self) -> Result<Matrices, ProveError> {

@@ -215,8 +215,8 @@ impl<Tree: 'static + MerkleTreeTrait<Hasher = TreeRHasher>> super::FilecoinCircu
         )
     }
 
-    fn count(&self) -> Result<(usize, usize), ProveError> {
-        super::count_constraints(self.blank())
+    fn count(&self, depth: super::counts::Depth) -> Result<super::Counts, ProveError> {
+        super::counts::count(self.blank(), depth)
     }
 
     fn record(&self) -> Result<Matrices, ProveError> {
@@ -264,6 +264,13 @@ fn shaped<Tree: 'static + MerkleTreeTrait<Hasher = TreeRHasher>>(
     proof: RegisteredUpdateProof,
 ) -> anyhow::Result<Box<dyn SnapShape>> {
     Ok(Box::new(Shaped::<Tree>::new(proof)))
+}
+
+/// The size of `proof`'s partition circuit, the variables in A and B
+/// included, counted on its blank circuit: nothing loaded.
+pub fn count(proof: RegisteredUpdateProof) -> anyhow::Result<super::Counts> {
+    let shape = filecoin_proofs::with_shape!(u64::from(proof.sector_size()), shaped, proof,)?;
+    Ok(shape.count(super::counts::Depth::Densities)?)
 }
 
 /// A Filecoin SnapDeals update circuit, its parameters loaded.
