@@ -25,6 +25,32 @@ pub struct JobRun {
     pub peak_reserved_bytes: i64,
 }
 
+/// `input` as a job of `kind` at `priority`, split and each partition's
+/// synthesis made as `provd serve` makes them, every proof checked by
+/// `verifier` (the key's) before the job ends.
+pub fn job_spec(
+    kind: &dyn CircuitKind,
+    circuit: &str,
+    input: serde_json::Value,
+    priority: Priority,
+    verifier: Arc<crate::groth16::Verifier>,
+) -> anyhow::Result<JobSpec> {
+    let parts = kind.split(input).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let partitions = parts
+        .into_iter()
+        .enumerate()
+        .map(|(k, w)| kind.partition(k, w).map_err(|e| anyhow::anyhow!("{e}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(JobSpec {
+        circuit: circuit.to_string(),
+        priority,
+        key: kind.key().clone(),
+        verifier: Some(verifier),
+        witness_check: crate::groth16::WitnessCheck::BySynthesis,
+        partitions,
+    })
+}
+
 /// Proves `input` as a job of `kind` on `engine` (whose backends are named
 /// `backends`), polling the gauges as it runs; fails if the job fails.
 pub fn prove_job(
@@ -39,21 +65,8 @@ pub fn prove_job(
         || backends.iter().map(|n| metrics.gpu_busy_seconds.with_label_values(&[n]).get()).sum::<f64>();
     let t = Instant::now();
     let busy_before = busy();
-    let parts = kind.split(input).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let partitions = parts
-        .into_iter()
-        .enumerate()
-        .map(|(k, w)| kind.partition(k, w).map_err(|e| anyhow::anyhow!("{e}")))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let key = kind.key().clone();
-    let id = engine.submit(JobSpec {
-        circuit: circuit.to_string(),
-        priority: Priority::Normal,
-        verifier: Some(Arc::new(crate::groth16::Verifier::new(&key.vk))),
-        key,
-        witness_check: crate::groth16::WitnessCheck::BySynthesis,
-        partitions,
-    })?;
+    let verifier = Arc::new(crate::groth16::Verifier::new(&kind.key().vk));
+    let id = engine.submit(job_spec(kind, circuit, input, Priority::Normal, verifier)?)?;
     let (mut peak_buffer_bytes, mut peak_reserved_bytes) = (0i64, 0i64);
     let status = loop {
         let s = engine.status(id).context("the job vanished")?;

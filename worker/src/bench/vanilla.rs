@@ -20,7 +20,7 @@ use filecoin_proofs_api::post::{
 use filecoin_proofs_api::{PoStType, PublicReplicaInfo, RegisteredPoStProof, RegisteredSealProof, SectorId};
 use serde_json::json;
 
-use super::filecoin::prove_job;
+use super::filecoin::{job_spec, prove_job};
 use super::lane::Urgent;
 use super::{environment, median, peak_rss, print_table, reset_peak_rss, write_json};
 use crate::backend::Backend;
@@ -210,20 +210,7 @@ impl VanillaBench {
         let verifier = Arc::new(crate::groth16::Verifier::new(&key.vk));
         let name = format!("{} ({})", kind.kind(), case.proof);
         let job = move |priority, _seed| -> anyhow::Result<JobSpec> {
-            let parts = kind.split(input.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
-            let partitions = parts
-                .into_iter()
-                .enumerate()
-                .map(|(k, w)| kind.partition(k, w).map_err(|e| anyhow::anyhow!("{e}")))
-                .collect::<anyhow::Result<Vec<_>>>()?;
-            Ok(JobSpec {
-                circuit: kind.kind().to_string(),
-                priority,
-                key: kind.key().clone(),
-                verifier: Some(verifier.clone()),
-                witness_check: crate::groth16::WitnessCheck::BySynthesis,
-                partitions,
-            })
+            job_spec(&*kind, kind.kind(), input.clone(), priority, verifier.clone())
         };
         Ok(Urgent { name, key, job: Box::new(job) })
     }
