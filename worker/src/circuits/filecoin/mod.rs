@@ -275,11 +275,7 @@ pub struct PorepCircuit {
 /// A Filecoin PoRep circuit, its parameters loaded.
 pub struct FilecoinPorepKind {
     circuit: PorepCircuit,
-    /// The partition circuit's matrices, with `synthesis = "matrices"`.
-    matrices: Option<Arc<Matrices>>,
-    key: Arc<ProvingKey>,
-    source: KeySource,
-    constraints: usize,
+    loaded: Loaded,
 }
 
 fn shaped<Tree: 'static + storage_proofs_core::merkle::MerkleTreeTrait>(
@@ -442,8 +438,7 @@ impl FilecoinPorepKind {
         let porep = PorepCircuit::new(config.proof)
             .map_err(|reason| LoadError::Config { circuit: config.name.clone(), reason })?;
         let loaded = load_circuit(config, porep.shape.as_ref(), u64::from(config.proof.sector_size()))?;
-        let Loaded { matrices, key, source, constraints } = loaded;
-        Ok(Self { circuit: porep, matrices, key: Arc::new(key), source, constraints })
+        Ok(Self { circuit: porep, loaded })
     }
 }
 
@@ -471,9 +466,63 @@ pub(crate) trait FilecoinCircuit: Send + Sync {
 /// A Filecoin circuit's key and (with `synthesis = "matrices"`) matrices.
 struct Loaded {
     matrices: Option<Arc<Matrices>>,
-    key: ProvingKey,
+    key: Arc<ProvingKey>,
     source: KeySource,
     constraints: usize,
+}
+
+/// What a Filecoin kind says for itself; the rest of [`CircuitKind`] (its
+/// key, its resident bytes, its result: the partitions' proofs concatenated)
+/// is the same for every one, from its [`Loaded`].
+trait FilecoinKind: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn loaded(&self) -> &Loaded;
+    fn priority(&self) -> crate::telemetry::labels::Priority {
+        crate::telemetry::labels::Priority::Normal
+    }
+    /// A job's input, checked, as its partitions' witnesses.
+    fn job_partitions(&self, input: Value) -> Result<Vec<Value>, WitnessError>;
+    /// Partition `index`'s synthesis, from the witness the kind split.
+    fn partition_synthesis(&self, index: usize, witness: Value) -> Result<SynthesisFn, WitnessError>;
+}
+
+impl<K: FilecoinKind> CircuitKind for K {
+    fn kind(&self) -> &'static str {
+        self.name()
+    }
+
+    fn key(&self) -> &Arc<ProvingKey> {
+        &self.loaded().key
+    }
+
+    fn key_source(&self) -> &KeySource {
+        &self.loaded().source
+    }
+
+    fn constraints(&self) -> usize {
+        self.loaded().constraints
+    }
+
+    fn default_priority(&self) -> crate::telemetry::labels::Priority {
+        self.priority()
+    }
+
+    fn resident_bytes(&self) -> u64 {
+        let Loaded { matrices, key, .. } = self.loaded();
+        (key.resident_bytes() + matrices.as_ref().map_or(0, |m| m.heap_bytes())) as u64
+    }
+
+    fn split(&self, input: Value) -> Result<Vec<Value>, WitnessError> {
+        self.job_partitions(input)
+    }
+
+    fn partition(&self, index: usize, witness: Value) -> Result<SynthesisFn, WitnessError> {
+        self.partition_synthesis(index, witness)
+    }
+
+    fn job_result(&self, proofs: &[&Proof]) -> Option<serde_json::Map<String, Value>> {
+        concatenated(proofs)
+    }
 }
 
 /// Loads `circuit` as `config` says, as every Filecoin kind does: its
@@ -514,7 +563,7 @@ fn load_circuit<P: std::fmt::Debug>(
     let proof = format!("{:?}", config.proof);
     let (key, source) = params::load(&name, &proof, &files, config.test_only_parameters, expected, record)?;
     tracing::info!(circuit = %name, %proof, constraints, path = %files.params.display(), "loaded Filecoin parameters");
-    Ok(Loaded { matrices, key, source, constraints })
+    Ok(Loaded { matrices, key: Arc::new(key), source, constraints })
 }
 
 /// A circuit's matrices: from the store in `dir` (`in_store`, which records
@@ -576,39 +625,23 @@ fn sector_size_of(proofs: &filecoin_proofs_api::seal::VanillaSealProof) -> u64 {
     }
 }
 
-impl CircuitKind for FilecoinPorepKind {
-    fn kind(&self) -> &'static str {
+impl FilecoinKind for FilecoinPorepKind {
+    fn name(&self) -> &'static str {
         "filecoin-porep"
     }
 
-    fn key(&self) -> &Arc<ProvingKey> {
-        &self.key
+    fn loaded(&self) -> &Loaded {
+        &self.loaded
     }
 
-    fn key_source(&self) -> &KeySource {
-        &self.source
-    }
-
-    fn constraints(&self) -> usize {
-        self.constraints
-    }
-
-    fn resident_bytes(&self) -> u64 {
-        (self.key.resident_bytes() + self.matrices.as_ref().map_or(0, |m| m.heap_bytes())) as u64
-    }
-
-    fn split(&self, input: Value) -> Result<Vec<Value>, WitnessError> {
+    fn job_partitions(&self, input: Value) -> Result<Vec<Value>, WitnessError> {
         self.circuit.split(input).map_err(|e| WitnessError(e.to_string()))
     }
 
-    fn partition(&self, index: usize, witness: Value) -> Result<SynthesisFn, WitnessError> {
+    fn partition_synthesis(&self, index: usize, witness: Value) -> Result<SynthesisFn, WitnessError> {
         self.circuit
-            .partition(index, witness, self.matrices.clone())
+            .partition(index, witness, self.loaded.matrices.clone())
             .map_err(|e| WitnessError(format!("partition {index}: {e}")))
-    }
-
-    fn job_result(&self, proofs: &[&Proof]) -> Option<serde_json::Map<String, Value>> {
-        concatenated(proofs)
     }
 }
 

@@ -37,8 +37,8 @@ use storage_proofs_post::fallback::{
 };
 
 use super::{checked_synthesis, prover_id_of_miner, Bytes32, BytesJson};
-use crate::circuits::{CircuitKind, KeySource, LoadError, WitnessError};
-use crate::groth16::{Matrices, Proof, ProveError, ProvingKey, SynthesisFn};
+use crate::circuits::{LoadError, WitnessError};
+use crate::groth16::{Matrices, ProveError, SynthesisFn};
 use crate::telemetry::labels::Priority;
 
 /// `[[circuits]]` with `kind = "filecoin-winning-post"` or `"filecoin-window-post"`.
@@ -298,10 +298,7 @@ pub fn count(proof: RegisteredPoStProof) -> anyhow::Result<super::Counts> {
 pub struct FilecoinPostKind {
     proof: RegisteredPoStProof,
     shape: Box<dyn PostShape>,
-    matrices: Option<Arc<Matrices>>,
-    key: Arc<ProvingKey>,
-    source: KeySource,
-    constraints: usize,
+    loaded: super::Loaded,
 }
 
 impl FilecoinPostKind {
@@ -316,8 +313,7 @@ impl FilecoinPostKind {
         let shape = filecoin_proofs::with_shape!(u64::from(proof.sector_size()), shaped, proof,)
             .map_err(|e| fail(format!("{proof:?}: {e:#}")))?;
         let loaded = super::load_circuit(config, shape.as_ref(), u64::from(proof.sector_size()))?;
-        let super::Loaded { matrices, key, source, constraints } = loaded;
-        Ok(Self { proof, shape, matrices, key: Arc::new(key), source, constraints })
+        Ok(Self { proof, shape, loaded })
     }
 
     fn typ(&self) -> PoStType {
@@ -375,42 +371,30 @@ impl FilecoinPostKind {
     }
 }
 
-impl CircuitKind for FilecoinPostKind {
-    fn kind(&self) -> &'static str {
+impl super::FilecoinKind for FilecoinPostKind {
+    fn name(&self) -> &'static str {
         match self.typ() {
             PoStType::Winning => "filecoin-winning-post",
             PoStType::Window => "filecoin-window-post",
         }
     }
 
-    fn key(&self) -> &Arc<ProvingKey> {
-        &self.key
+    fn loaded(&self) -> &super::Loaded {
+        &self.loaded
     }
 
-    fn key_source(&self) -> &KeySource {
-        &self.source
-    }
-
-    fn constraints(&self) -> usize {
-        self.constraints
-    }
-
-    fn default_priority(&self) -> Priority {
+    fn priority(&self) -> Priority {
         match self.typ() {
             PoStType::Winning => Priority::Critical,
             PoStType::Window => Priority::High,
         }
     }
 
-    fn resident_bytes(&self) -> u64 {
-        (self.key.resident_bytes() + self.matrices.as_ref().map_or(0, |m| m.heap_bytes())) as u64
-    }
-
-    fn split(&self, input: Value) -> Result<Vec<Value>, WitnessError> {
+    fn job_partitions(&self, input: Value) -> Result<Vec<Value>, WitnessError> {
         self.split_input(input).map_err(|e| WitnessError(e.to_string()))
     }
 
-    fn partition(&self, index: usize, witness: Value) -> Result<SynthesisFn, WitnessError> {
+    fn partition_synthesis(&self, index: usize, witness: Value) -> Result<SynthesisFn, WitnessError> {
         if index != 0 {
             return Err(WitnessError(format!("a PoSt job has one partition, not partition {index}")));
         }
@@ -419,10 +403,6 @@ impl CircuitKind for FilecoinPostKind {
                 "{e}; a PoSt job's partition is the one its kind made from the job's \"input\""
             ))
         })?;
-        self.shape.partition(&w, self.matrices.clone()).map_err(|e| WitnessError(e.to_string()))
-    }
-
-    fn job_result(&self, proofs: &[&Proof]) -> Option<serde_json::Map<String, Value>> {
-        super::concatenated(proofs)
+        self.shape.partition(&w, self.loaded.matrices.clone()).map_err(|e| WitnessError(e.to_string()))
     }
 }

@@ -36,8 +36,8 @@ use storage_proofs_update::{
 };
 
 use super::{checked_synthesis, Bytes32, BytesJson};
-use crate::circuits::{CircuitKind, KeySource, LoadError, WitnessError};
-use crate::groth16::{Matrices, Proof, ProveError, ProvingKey, SynthesisFn};
+use crate::circuits::{LoadError, WitnessError};
+use crate::groth16::{Matrices, ProveError, SynthesisFn};
 
 /// `[[circuits]]` with `kind = "filecoin-snap"`.
 pub type FilecoinSnapConfig = super::FilecoinConfig<RegisteredUpdateProof>;
@@ -277,10 +277,7 @@ pub fn count(proof: RegisteredUpdateProof) -> anyhow::Result<super::Counts> {
 pub struct FilecoinSnapKind {
     proof: RegisteredUpdateProof,
     shape: Box<dyn SnapShape>,
-    matrices: Option<Arc<Matrices>>,
-    key: Arc<ProvingKey>,
-    source: KeySource,
-    constraints: usize,
+    loaded: super::Loaded,
 }
 
 impl FilecoinSnapKind {
@@ -291,8 +288,7 @@ impl FilecoinSnapKind {
                 LoadError::Config { circuit: config.name.clone(), reason: format!("{proof:?}: {e:#}") }
             })?;
         let loaded = super::load_circuit(config, shape.as_ref(), u64::from(proof.sector_size()))?;
-        let super::Loaded { matrices, key, source, constraints } = loaded;
-        Ok(Self { proof, shape, matrices, key: Arc::new(key), source, constraints })
+        Ok(Self { proof, shape, loaded })
     }
 
     /// A job's input, checked, as its partitions' witnesses.
@@ -340,42 +336,26 @@ impl FilecoinSnapKind {
     }
 }
 
-impl CircuitKind for FilecoinSnapKind {
-    fn kind(&self) -> &'static str {
+impl super::FilecoinKind for FilecoinSnapKind {
+    fn name(&self) -> &'static str {
         "filecoin-snap"
     }
 
-    fn key(&self) -> &Arc<ProvingKey> {
-        &self.key
+    fn loaded(&self) -> &super::Loaded {
+        &self.loaded
     }
 
-    fn key_source(&self) -> &KeySource {
-        &self.source
-    }
-
-    fn constraints(&self) -> usize {
-        self.constraints
-    }
-
-    fn resident_bytes(&self) -> u64 {
-        (self.key.resident_bytes() + self.matrices.as_ref().map_or(0, |m| m.heap_bytes())) as u64
-    }
-
-    fn split(&self, input: Value) -> Result<Vec<Value>, WitnessError> {
+    fn job_partitions(&self, input: Value) -> Result<Vec<Value>, WitnessError> {
         self.split_input(input).map_err(|e| WitnessError(e.to_string()))
     }
 
-    fn partition(&self, index: usize, witness: Value) -> Result<SynthesisFn, WitnessError> {
+    fn partition_synthesis(&self, index: usize, witness: Value) -> Result<SynthesisFn, WitnessError> {
         let w: SnapWitness = serde_json::from_value(witness).map_err(|e| {
             WitnessError(format!("{e}; a SnapDeals partition is one its kind split from a job's \"input\""))
         })?;
         if w.partition != index {
             return Err(WitnessError(format!("it holds partition {}, not {index}", w.partition)));
         }
-        self.shape.partition(&w, self.matrices.clone()).map_err(|e| WitnessError(e.to_string()))
-    }
-
-    fn job_result(&self, proofs: &[&Proof]) -> Option<serde_json::Map<String, Value>> {
-        super::concatenated(proofs)
+        self.shape.partition(&w, self.loaded.matrices.clone()).map_err(|e| WitnessError(e.to_string()))
     }
 }
