@@ -185,7 +185,14 @@ fn check_fleet_scrape(w: &Server) {
 
 /// A job of the shared circuit, written to the queue as a client's would be.
 fn accepted(priority: Priority, witnesses: Vec<StoredWitness>) -> AcceptedJob {
-    AcceptedJob { id: JobId::new(), circuit: CIRCUIT.into(), priority, witnesses, idempotency: None }
+    AcceptedJob {
+        id: JobId::new(),
+        circuit: CIRCUIT.into(),
+        priority,
+        door: provd::pipeline::Door::Http,
+        witnesses,
+        idempotency: None,
+    }
 }
 
 /// Claims age queued partitions as the engine does: a class a minute here.

@@ -1,4 +1,6 @@
-//! Records the git commit so benchmark reports can name what they measured.
+//! Records the git commit so benchmark reports can name what they measured,
+//! and (with the `grpc` feature) compiles the cuzk.v1 protocol's .proto into
+//! Rust with protox, so that building needs no protoc.
 fn main() {
     let commit = std::process::Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])
@@ -15,4 +17,18 @@ fn main() {
     println!("cargo:rustc-env=PROVD_COMMIT={commit}{}", if dirty { "-dirty" } else { "" });
     println!("cargo:rerun-if-changed=../.git/HEAD");
     println!("cargo:rerun-if-changed=../.git/index");
+    #[cfg(feature = "grpc")]
+    compile_proto();
+}
+
+#[cfg(feature = "grpc")]
+fn compile_proto() {
+    const PROTO: &str = "proto/cuzk/v1/proving.proto";
+    println!("cargo:rerun-if-changed={PROTO}");
+    let descriptors = protox::compile([PROTO], ["proto"]).expect("proto/cuzk/v1/proving.proto compiles");
+    tonic_prost_build::configure()
+        .build_client(false)
+        .build_server(true)
+        .compile_fds(descriptors)
+        .expect("the cuzk.v1 services generate");
 }

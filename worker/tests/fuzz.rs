@@ -162,6 +162,7 @@ fn fuzz_journal_rows() {
             id,
             circuit: "bench-4".into(),
             priority: provd::pipeline::Priority::Normal,
+            door: provd::pipeline::Door::Http,
             witnesses: vec![
                 StoredWitness::Json(serde_json::json!({"seed": 1})),
                 StoredWitness::Binary(vec![7; 96]),

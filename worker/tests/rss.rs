@@ -39,6 +39,7 @@ fn rss_growth_of_a_partition_matches_its_estimate() {
         let spec = JobSpec {
             circuit: format!("bench-{K}"),
             priority: provd::pipeline::Priority::Normal,
+            door: provd::pipeline::Door::InProcess,
             key: key.clone(),
             verifier: None,
             witness_check: provd::groth16::WitnessCheck::BySynthesis,

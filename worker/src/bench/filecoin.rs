@@ -42,6 +42,7 @@ pub fn job_spec(
         .map(|(k, w)| kind.partition(k, w).map_err(|e| anyhow::anyhow!("{e}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
     Ok(JobSpec {
+        door: crate::pipeline::Door::InProcess,
         circuit: circuit.to_string(),
         priority,
         key: kind.key().clone(),

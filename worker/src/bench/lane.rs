@@ -69,6 +69,7 @@ impl Served {
         JobSpec {
             circuit: self.circuit.to_string(),
             priority,
+            door: crate::pipeline::Door::InProcess,
             key: self.key.clone(),
             verifier: Some(self.verifier.clone()),
             witness_check: WitnessCheck::BySynthesis,

@@ -112,6 +112,7 @@ impl PipelineBench {
                 .map(|p| partition(&matrices, self.circuit, (j * self.partitions + p) as u64))
                 .collect();
             ids.push(engine.submit(JobSpec {
+                door: crate::pipeline::Door::InProcess,
                 circuit: self.circuit.to_string(),
                 priority: crate::pipeline::Priority::Normal,
                 key: key.clone(),

@@ -270,15 +270,21 @@ impl Queue {
         if let Some((key, digest)) = &job.idempotency {
             // Serialises submissions of one key: the second waits for the first's commit.
             tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[key])?;
-            let row =
-                tx.query_opt("SELECT id, request_digest FROM jobs WHERE idempotency_key = $1", &[key])?;
+            let row = tx
+                .query_opt("SELECT id, request_digest, state FROM jobs WHERE idempotency_key = $1", &[key])?;
             if let Some(row) = row {
                 let id = parse_id(row.get(0))?;
                 let theirs: Option<Vec<u8>> = row.get(1);
-                return match theirs.as_deref() == Some(digest.as_slice()) {
-                    true => Ok((id, false)),
-                    false => Err(QueueError::KeyReused { key: key.clone(), job: id }),
-                };
+                // A job that failed or was cancelled gives its key up to the
+                // retry, which makes a new job.
+                if matches!(row.get::<_, &str>(2), "failed" | "cancelled") {
+                    tx.execute("UPDATE jobs SET idempotency_key = NULL WHERE id = $1", &[&id.to_string()])?;
+                } else {
+                    return match theirs.as_deref() == Some(digest.as_slice()) {
+                        true => Ok((id, false)),
+                        false => Err(QueueError::KeyReused { key: key.clone(), job: id }),
+                    };
+                }
             }
         }
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&QUEUE_BOUND_LOCK])?;
@@ -295,10 +301,10 @@ impl Queue {
         let priority = job.priority.rank() as i16;
         tx.execute(
             &format!(
-                "INSERT INTO jobs (id, circuit, state, partitions, created_ms, idempotency_key, request_digest, submitted_by, priority)
-                 VALUES ($1, $2, 'queued', $3, {NOW_MS}, $4, $5, $6, $7)"
+                "INSERT INTO jobs (id, circuit, state, partitions, created_ms, idempotency_key, request_digest, submitted_by, priority, door)
+                 VALUES ($1, $2, 'queued', $3, {NOW_MS}, $4, $5, $6, $7, $8)"
             ),
-            &[&id, &job.circuit, &(job.witnesses.len() as i32), &key, &digest, &worker, &priority],
+            &[&id, &job.circuit, &(job.witnesses.len() as i32), &key, &digest, &worker, &priority, &job.door.name()],
         )?;
         let insert = tx.prepare(&format!(
             "INSERT INTO partitions (job_id, idx, circuit, witness_json, witness_bin, state, queued_ms, priority)
@@ -534,7 +540,7 @@ impl Queue {
     pub fn status(&mut self, id: JobId) -> Result<Option<JobStatus>, QueueError> {
         let sid = id.to_string();
         let job = self.client.query_opt(
-            &format!("SELECT circuit, state, error, ((coalesce(ended_ms, {NOW_MS}) - created_ms) / 1000.0)::float8, priority FROM jobs WHERE id = $1"),
+            &format!("SELECT circuit, state, error, ((coalesce(ended_ms, {NOW_MS}) - created_ms) / 1000.0)::float8, priority, door FROM jobs WHERE id = $1"),
             &[&sid],
         )?;
         let Some(job) = job else { return Ok(None) };
@@ -581,6 +587,8 @@ impl Queue {
             id,
             circuit: job.get(0),
             priority: priority_of(job.get(4)),
+            // A door this build does not know is shown as HTTP's.
+            door: job.get::<_, &str>(5).parse().unwrap_or_default(),
             outcome,
             error: job.get(2),
             partitions,

@@ -19,7 +19,7 @@ use super::wire::{
     VkQuery,
 };
 use super::{ApiError, AppState};
-use crate::pipeline::JobId;
+use crate::pipeline::{Door, JobId};
 use crate::service::{SubmitOptions, Witnesses};
 
 /// Runs blocking service work off the async threads.
@@ -88,7 +88,7 @@ pub async fn prove(
             body.extend_from_slice(&chunk);
         }
         let witnesses = Witnesses::Binary { bytes: body, held };
-        let options = SubmitOptions { priority: q.priority, idempotency_key: key };
+        let options = SubmitOptions { priority: q.priority, idempotency_key: key, door: Door::Http };
         blocking(move || service.submit_witnesses(&circuit, witnesses, options)).await??
     } else {
         if q.circuit.is_some() || q.priority.is_some() {
@@ -99,7 +99,7 @@ pub async fn prove(
         }
         let Json(req) = Json::<ProveRequest>::from_request(req, &state).await?;
         let circuit = req.circuit.clone();
-        let options = SubmitOptions { priority: req.priority, idempotency_key: key };
+        let options = SubmitOptions { priority: req.priority, idempotency_key: key, door: Door::Http };
         let job = req.job().map_err(ApiError::bad_request)?;
         blocking(move || service.submit_job(&circuit, job, options)).await??
     };

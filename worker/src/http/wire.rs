@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::strict_json::StrictValue;
 use crate::circuits::KeySource;
-use crate::pipeline::{JobStatus, Priority, Stage, StageTimes};
+use crate::pipeline::{Door, JobStatus, Priority, Stage, StageTimes};
 use crate::service::{BackendInfo, JobInput, Service, Snapshot};
 
 /// `POST /v1/prove`.
@@ -76,6 +76,8 @@ pub struct JobView {
     pub id: String,
     pub circuit: String,
     pub priority: Priority,
+    /// The front door it came through: http, grpc or in-process.
+    pub door: Door,
     /// queued, running, succeeded, failed or cancelled.
     pub state: &'static str,
     pub error: Option<String>,
@@ -104,11 +106,7 @@ pub struct PartitionView {
 impl JobView {
     /// The job document; with `results`, each finished partition's proof.
     pub fn new(s: &JobStatus, service: &Service, results: bool) -> Self {
-        let state = match s.outcome {
-            Some(o) => o.name(),
-            None if s.partitions.iter().all(|p| p.stage == Stage::Queued) => "queued",
-            None => "running",
-        };
+        let state = s.state();
         let kind = service.circuit(&s.circuit);
         let partitions = s
             .partitions
@@ -142,6 +140,7 @@ impl JobView {
             result,
             circuit: s.circuit.clone(),
             priority: s.priority,
+            door: s.door,
             state,
             error: s.error.clone(),
             elapsed_seconds: s.elapsed_seconds,

@@ -23,7 +23,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use crate::groth16::Proof;
 
 pub use crate::pipeline::{now_ms, EndedJob, EndedPartition, JobId, JobObserver, ProvedPartition};
-use crate::telemetry::labels::{Outcome, Priority, Stage};
+use crate::telemetry::labels::{Door, Outcome, Priority, Stage};
 
 /// A partition's witness as the request gave it, kept to run it again.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,6 +38,7 @@ pub struct AcceptedJob {
     pub id: JobId,
     pub circuit: String,
     pub priority: Priority,
+    pub door: Door,
     pub witnesses: Vec<StoredWitness>,
     /// The client's idempotency key and its request's digest.
     pub idempotency: Option<(String, [u8; 32])>,
@@ -57,6 +58,7 @@ pub struct UnfinishedJob {
     pub id: JobId,
     pub circuit: String,
     pub priority: Priority,
+    pub door: Door,
     /// One per partition.
     pub witnesses: Vec<RecoveredWitness>,
     pub idempotency: Option<(String, [u8; 32])>,
@@ -167,7 +169,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     ended_ms BIGINT,
     idempotency_key TEXT UNIQUE,
     request_digest BLOB,
-    priority TEXT NOT NULL DEFAULT 'normal'
+    priority TEXT NOT NULL DEFAULT 'normal',
+    door TEXT NOT NULL DEFAULT 'http'
 );
 CREATE TABLE IF NOT EXISTS partitions (
     job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
@@ -232,6 +235,7 @@ impl SqliteJournal {
         // their columns (a job of such a journal was normal).
         add_missing_column(&conn, "partitions", "witness_file", "TEXT").map_err(fail)?;
         add_missing_column(&conn, "jobs", "priority", "TEXT NOT NULL DEFAULT 'normal'").map_err(fail)?;
+        add_missing_column(&conn, "jobs", "door", "TEXT NOT NULL DEFAULT 'http'").map_err(fail)?;
         let spool = path.with_extension("witnesses");
         let journal = Self {
             conn: Mutex::new(conn),
@@ -311,7 +315,7 @@ impl SqliteJournal {
     fn recover(&self) -> rusqlite::Result<Recovered> {
         let conn = self.lock();
         let mut jobs = conn.prepare(
-            "SELECT id, circuit, state, error, created_ms, ended_ms, idempotency_key, request_digest, priority FROM jobs ORDER BY created_ms",
+            "SELECT id, circuit, state, error, created_ms, ended_ms, idempotency_key, request_digest, priority, door FROM jobs ORDER BY created_ms",
         )?;
         let rows = jobs.query_map([], |r| {
             Ok((
@@ -325,6 +329,7 @@ impl SqliteJournal {
                 r.get::<_, Option<Vec<u8>>>(7)?,
                 // A class this build does not know is served as normal.
                 r.get::<_, String>(8)?.parse::<Priority>().unwrap_or_default(),
+                r.get::<_, String>(9)?.parse::<Door>().unwrap_or_default(),
             ))
         })?;
         let mut out = Recovered::default();
@@ -333,7 +338,7 @@ impl SqliteJournal {
             "SELECT witness_json, witness_bin IS NOT NULL, state, error, proof, public_inputs, witness_file, idx FROM partitions WHERE job_id = ?1 ORDER BY idx",
         )?;
         for row in rows {
-            let (id, circuit, state, error, created_ms, ended_ms, key, digest, priority) = row?;
+            let (id, circuit, state, error, created_ms, ended_ms, key, digest, priority, door) = row?;
             let Ok(job_id) = id.parse::<JobId>() else { continue };
             let idempotency = key.zip(digest.and_then(|d| <[u8; 32]>::try_from(d).ok()));
             let partitions: Vec<(RecoveredWitness, EndedPartition)> = parts
@@ -367,6 +372,7 @@ impl SqliteJournal {
                         id: job_id,
                         circuit,
                         priority,
+                        door,
                         outcome,
                         error,
                         created_ms: created_ms as u64,
@@ -391,6 +397,7 @@ impl SqliteJournal {
                         id: job_id,
                         circuit,
                         priority,
+                        door,
                         witnesses,
                         idempotency,
                         proved,
@@ -516,10 +523,16 @@ impl Journal for SqliteJournal {
                     Some((k, d)) => (Some(k.as_str()), Some(d.to_vec())),
                     None => (None, None),
                 };
+                // A key moves to the new job when its earlier one failed or
+                // was cancelled (the service decided so before it came here).
                 tx.execute(
-                    "INSERT INTO jobs (id, circuit, state, created_ms, idempotency_key, request_digest, priority) \
-                     VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6)",
-                    params![id, job.circuit, now_ms() as i64, key, digest, job.priority.name()],
+                    "UPDATE jobs SET idempotency_key = NULL WHERE idempotency_key = ?1",
+                    params![key],
+                )?;
+                tx.execute(
+                    "INSERT INTO jobs (id, circuit, state, created_ms, idempotency_key, request_digest, priority, door) \
+                     VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7)",
+                    params![id, job.circuit, now_ms() as i64, key, digest, job.priority.name(), job.door.name()],
                 )?;
                 let mut insert = tx.prepare(
                     "INSERT INTO partitions (job_id, idx, witness_json, witness_bin, witness_file, state) VALUES (?1, ?2, ?3, ?4, ?5, 'queued')",
@@ -746,6 +759,7 @@ mod tests {
                 id: a,
                 circuit: "c".into(),
                 priority: Priority::Critical,
+                door: Door::Grpc,
                 witnesses: witnesses.clone(),
                 idempotency: None,
             })
@@ -756,6 +770,7 @@ mod tests {
                 id: b,
                 circuit: "c".into(),
                 priority: Priority::Low,
+                door: Door::Http,
                 witnesses: vec![],
                 idempotency: key.clone(),
             })
@@ -773,7 +788,11 @@ mod tests {
             RecoveredWitness::Binary(binary.clone()),
         ];
         assert_eq!((unfinished.id, &unfinished.witnesses[..]), (a, &expected[..]));
-        assert_eq!(unfinished.priority, Priority::Critical, "a job's priority is kept");
+        assert_eq!(
+            (unfinished.priority, unfinished.door),
+            (Priority::Critical, Door::Grpc),
+            "kept as it came"
+        );
         assert_eq!(journal.read_witness(&binary).unwrap(), [1, 2, 3]);
         let none = journal.read_witness(&OnDisk::Row { job: a, index: 0 }).unwrap_err();
         assert!(matches!(none.source, JournalFault::NoWitness { index: 0, .. }), "{none}");
@@ -785,9 +804,10 @@ mod tests {
                 ended.job.outcome,
                 ended.job.error.as_deref(),
                 &ended.idempotency,
-                ended.job.priority
+                ended.job.priority,
+                ended.job.door
             ),
-            (b, Outcome::Failed, Some("why"), &key, Priority::Low)
+            (b, Outcome::Failed, Some("why"), &key, Priority::Low, Door::Http)
         );
         // Running again marks the job queued and keeps its witnesses.
         journal.accepted(&accepted(a, vec![])).unwrap();
@@ -811,9 +831,38 @@ mod tests {
         assert!(recovered.ended.is_empty(), "expired jobs are deleted");
     }
 
+    /// A retry after its job failed is a new job that takes the key over
+    /// (the service decides that; the journal must not refuse it).
+    #[test]
+    fn a_key_moves_to_the_job_that_retries_a_failed_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jobs.sqlite3");
+        let (journal, _) = SqliteJournal::open(&path).unwrap();
+        let keyed =
+            |id| AcceptedJob { idempotency: Some(("k".to_string(), [7u8; 32])), ..accepted(id, vec![]) };
+        let (first, retry) = (JobId::new(), JobId::new());
+        journal.accepted(&keyed(first)).unwrap();
+        journal.job_ended(first, Outcome::Failed, Some("device fault"));
+        journal.flush();
+        journal.accepted(&keyed(retry)).unwrap();
+        drop(journal);
+        let (_, recovered) = SqliteJournal::open(&path).unwrap();
+        let holder = |id| recovered.ended.iter().map(|e| (e.job.id, &e.idempotency)).find(|(j, _)| *j == id);
+        assert_eq!(holder(first).map(|(_, k)| k.is_none()), Some(true), "the failed job gave its key up");
+        let retried = recovered.unfinished.iter().find(|u| u.id == retry).unwrap();
+        assert_eq!(retried.idempotency.as_ref().map(|(k, _)| k.as_str()), Some("k"));
+    }
+
     /// A normal job of circuit "c", without an idempotency key.
     fn accepted(id: JobId, witnesses: Vec<StoredWitness>) -> AcceptedJob {
-        AcceptedJob { id, circuit: "c".into(), priority: Priority::Normal, witnesses, idempotency: None }
+        AcceptedJob {
+            id,
+            circuit: "c".into(),
+            priority: Priority::Normal,
+            door: Door::Http,
+            witnesses,
+            idempotency: None,
+        }
     }
 
     /// The job as a restart records it again (known to the journal, which
@@ -823,6 +872,7 @@ mod tests {
             id: u.id,
             circuit: u.circuit.clone(),
             priority: u.priority,
+            door: u.door,
             witnesses: vec![],
             idempotency: u.idempotency.clone(),
         }

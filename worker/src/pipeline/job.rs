@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::groth16::{Proof, ProvingKey, SynthesisFn, Verifier, WitnessCheck};
 use crate::telemetry::labels::FailureReason;
-pub use crate::telemetry::labels::{Outcome, Priority, Stage};
+pub use crate::telemetry::labels::{Door, Outcome, Priority, Stage};
 use crate::telemetry::metrics::Metrics;
 
 /// A job's id: a UUIDv7 (time-ordered, 74 random bits), so ids never repeat
@@ -57,6 +57,8 @@ pub struct JobSpec {
     pub circuit: String,
     /// How urgent the job is: its partitions are served by it at every queue.
     pub priority: Priority,
+    /// The front door it came through (carried for the job's document).
+    pub door: Door,
     pub key: Arc<ProvingKey>,
     /// Checks every proof before it is returned; `None` returns proofs unchecked.
     pub verifier: Option<Arc<Verifier>>,
@@ -89,6 +91,7 @@ pub struct EndedJob {
     pub id: JobId,
     pub circuit: String,
     pub priority: Priority,
+    pub door: Door,
     pub outcome: Outcome,
     pub error: Option<String>,
     /// Milliseconds since the Unix epoch.
@@ -114,6 +117,9 @@ pub fn now_ms() -> u64 {
 /// Seconds spent in each stage by one partition.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct StageTimes {
+    /// From the job's acceptance until this partition's synthesis began
+    /// (waiting for memory, a permit, and the partitions ahead of it).
+    pub queued: Option<f64>,
     pub synthesis: Option<f64>,
     pub gpu_queue: Option<f64>,
     pub prove_start: Option<f64>,
@@ -142,10 +148,23 @@ pub struct JobStatus {
     pub id: JobId,
     pub circuit: String,
     pub priority: Priority,
+    pub door: Door,
     pub outcome: Option<Outcome>,
     pub error: Option<String>,
     pub partitions: Vec<PartitionStatus>,
     pub elapsed_seconds: f64,
+}
+
+impl JobStatus {
+    /// queued (no partition started), running, or how it ended
+    /// (succeeded, failed, cancelled).
+    pub fn state(&self) -> &'static str {
+        match self.outcome {
+            Some(o) => o.name(),
+            None if self.partitions.iter().all(|p| p.stage == Stage::Queued) => "queued",
+            None => "running",
+        }
+    }
 }
 
 /// A job as the engine runs it: its partitions' states, and a condition
@@ -154,6 +173,7 @@ pub struct Job {
     pub id: JobId,
     pub circuit: String,
     pub priority: Priority,
+    pub door: Door,
     pub key: Arc<ProvingKey>,
     pub verifier: Option<Arc<Verifier>>,
     pub witness_check: WitnessCheck,
@@ -195,6 +215,7 @@ impl Job {
             id,
             circuit: spec.circuit.clone(),
             priority: spec.priority,
+            door: spec.door,
             key: spec.key.clone(),
             verifier: spec.verifier.clone(),
             witness_check: spec.witness_check,
@@ -236,6 +257,7 @@ impl Job {
             id: ended.id,
             circuit: ended.circuit,
             priority: ended.priority,
+            door: ended.door,
             key,
             verifier: None,
             witness_check: WitnessCheck::default(),
@@ -304,6 +326,7 @@ impl Job {
             id: self.id,
             circuit: self.circuit.clone(),
             priority: self.priority,
+            door: self.door,
             outcome: s.outcome,
             error: s.error.clone(),
             partitions: s.partitions.clone(),

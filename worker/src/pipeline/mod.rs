@@ -36,7 +36,7 @@ use crate::backend::{Backend, ProductsPlacement};
 use crate::groth16::{Blinding, PendingProof, ProveError, ProvingKey, Synthesized};
 pub use crate::groth16::{SynthesisFn, WitnessCheck};
 use crate::telemetry::labels::FailureReason;
-pub use crate::telemetry::labels::{Outcome, Priority, Stage};
+pub use crate::telemetry::labels::{Door, Outcome, Priority, Stage};
 use crate::telemetry::Metrics;
 use buffers::{BufferClass, BufferGuard, Ledger};
 pub use config::{MemoryBudget, PipelineConfig};
@@ -720,6 +720,9 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     let synth = s.ledger.guard(BufferClass::Synth, 0, None);
     let in_stage = InStage::enter(s, Stage::Synthesis);
     job.set_stage(index, Stage::Synthesis);
+    job.record(index, |t| {
+        t.queued.get_or_insert(job.created().elapsed().as_secs_f64());
+    });
     transition(s, job.id, index, "synthesis start");
     let t = Instant::now();
     let products = attempt.products.unwrap_or_else(|| s.products(&job.key));

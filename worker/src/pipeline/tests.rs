@@ -34,6 +34,7 @@ fn job(partitions: Vec<SynthesisFn>) -> JobSpec {
     JobSpec {
         circuit: format!("bench-{K}"),
         priority: Priority::Normal,
+        door: Door::InProcess,
         key: key(),
         verifier: None,
         witness_check: WitnessCheck::BySynthesis,

@@ -10,7 +10,7 @@ use super::jobs::{Jobs, Unavailable};
 use super::snapshot::FleetSnapshot;
 use crate::fleet::{Claim, Fleet, QueueError, RunError, Runner};
 use crate::jobs::journal::AcceptedJob;
-use crate::pipeline::{Engine, JobId, JobStatus, Priority};
+use crate::pipeline::{Door, Engine, JobId, JobStatus, Priority};
 
 /// Jobs in the fleet's queue; the partitions this worker claims run on its engine.
 pub struct FleetJobs {
@@ -33,16 +33,18 @@ impl Jobs for FleetJobs {
         circuit: &str,
         witnesses: Witnesses,
         priority: Priority,
+        door: Door,
         idempotency: Option<Idempotency>,
     ) -> Result<Submitted, RequestError> {
         // A retry is answered by the queue's database, with the submission.
         self.intake.admit(circuit, &witnesses)?;
         // Decoded here only to refuse bad witnesses before they are queued.
-        let decoded = self.intake.decode(circuit, witnesses, priority, true)?;
+        let decoded = self.intake.decode(circuit, witnesses, priority, door, true)?;
         let job = AcceptedJob {
             id: JobId::new(),
             circuit: circuit.to_string(),
             priority,
+            door,
             witnesses: decoded.stored,
             idempotency: idempotency.map(|i| (i.key, i.digest)),
         };

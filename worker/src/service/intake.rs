@@ -12,7 +12,7 @@ use crate::circuits::{CircuitKind, WitnessError};
 use crate::fleet::QueueError;
 use crate::jobs::journal::{JournalError, StoredWitness};
 use crate::pipeline::memory::HeldWitness;
-use crate::pipeline::{Engine, JobId, JobSpec, Priority, SubmitError, SynthesisFn, WitnessDoesNotFit};
+use crate::pipeline::{Door, Engine, JobId, JobSpec, Priority, SubmitError, SynthesisFn, WitnessDoesNotFit};
 
 /// Why a request was refused before a job existed.
 #[derive(Debug, thiserror::Error)]
@@ -247,6 +247,7 @@ impl Intake {
         circuit: &str,
         witnesses: Witnesses,
         priority: Priority,
+        door: Door,
         keep: bool,
     ) -> Result<Decoded, RequestError> {
         let served = self.circuits.get(circuit)?;
@@ -285,7 +286,7 @@ impl Intake {
                 (vec![holding(f, kept)], stored, Some(held))
             }
         };
-        Ok(Decoded { spec: self.spec(circuit, served, priority, work), stored, decoding })
+        Ok(Decoded { spec: self.spec(circuit, served, priority, door, work), stored, decoding })
     }
 
     /// One partition of a job, from its witness as a store kept it (a
@@ -311,7 +312,9 @@ impl Intake {
             Some(held) => holding(work, held),
             None => work,
         };
-        Ok(self.spec(circuit, served, priority, vec![work]))
+        // A claimed partition's engine job is this worker's own: its door
+        // is the fleet's record (the queue's `jobs.door`).
+        Ok(self.spec(circuit, served, priority, Door::default(), vec![work]))
     }
 
     fn spec(
@@ -319,12 +322,14 @@ impl Intake {
         circuit: &str,
         served: &Served,
         priority: Priority,
+        door: Door,
         partitions: Vec<SynthesisFn>,
     ) -> JobSpec {
         let kind: &dyn CircuitKind = served.kind.as_ref();
         JobSpec {
             circuit: circuit.to_string(),
             priority,
+            door,
             key: kind.key().clone(),
             verifier: self.verify_proofs.then(|| served.verifier.clone()),
             witness_check: kind.witness_check(),

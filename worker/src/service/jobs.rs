@@ -9,7 +9,7 @@ use super::intake::{Idempotency, RequestError, Submitted, Witnesses};
 use super::snapshot::FleetSnapshot;
 use crate::fleet::QueueError;
 use crate::jobs::journal::JournalError;
-use crate::pipeline::{JobId, JobStatus, Priority};
+use crate::pipeline::{Door, JobId, JobStatus, Priority};
 
 /// The job store could not be reached or written: retry later (503).
 #[derive(Debug, thiserror::Error)]
@@ -24,14 +24,16 @@ pub enum Unavailable {
 
 /// Submit, look up, cancel and drain jobs, whichever store holds them.
 pub trait Jobs: Send + Sync {
-    /// Decodes (through the intake) and accepts a job of `circuit`; with an
-    /// idempotency key, a retry of the same request returns the job the
-    /// first one created.
+    /// Decodes (through the intake) and accepts a job of `circuit`, come
+    /// through `door`; with an idempotency key, a retry of the same request
+    /// returns the job the first one created, unless that job failed or was
+    /// cancelled: then the retry makes a new job, which takes the key over.
     fn submit(
         &self,
         circuit: &str,
         witnesses: Witnesses,
         priority: Priority,
+        door: Door,
         idempotency: Option<Idempotency>,
     ) -> Result<Submitted, RequestError>;
 

@@ -11,7 +11,8 @@ use super::jobs::{Jobs, Unavailable};
 use crate::config::OnRestart;
 use crate::jobs::journal::{AcceptedJob, EndedRecord, Journal, Recovered, RecoveredWitness, UnfinishedJob};
 use crate::pipeline::{
-    now_ms, EndedJob, EndedPartition, Engine, JobId, JobStatus, Outcome, Priority, ProvedPartition, Stage,
+    now_ms, Door, EndedJob, EndedPartition, Engine, JobId, JobStatus, Outcome, Priority, ProvedPartition,
+    Stage,
 };
 
 /// This worker's jobs: the engine runs them, the journal keeps them.
@@ -67,12 +68,13 @@ impl LocalJobs {
     }
 
     /// The outcome of an earlier submission under `idem`'s key, if any: its
-    /// job for the same request, `KeyReused` for another.
-    fn earlier(
-        keys: &HashMap<String, (JobId, [u8; 32])>,
-        idem: &Idempotency,
-    ) -> Option<Result<Submitted, RequestError>> {
-        let &(job, digest) = keys.get(&idem.key)?;
+    /// job for the same request, `KeyReused` for another; none once that job
+    /// failed or was cancelled (a retry then runs again).
+    fn earlier(&self, idem: &Idempotency) -> Option<Result<Submitted, RequestError>> {
+        let &(job, digest) = self.keys().get(&idem.key)?;
+        if matches!(self.engine.outcome(job), Some(Some(Outcome::Failed | Outcome::Cancelled))) {
+            return None;
+        }
         Some(if digest == idem.digest {
             Ok(Submitted::Existing(job))
         } else {
@@ -99,16 +101,18 @@ impl LocalJobs {
         circuit: &str,
         witnesses: Witnesses,
         priority: Priority,
+        door: Door,
         idempotency: Option<&Idempotency>,
         proved: Vec<ProvedPartition>,
     ) -> Result<(), RequestError> {
-        let decoded = self.intake.decode(circuit, witnesses, priority, self.journal.is_some())?;
+        let decoded = self.intake.decode(circuit, witnesses, priority, door, self.journal.is_some())?;
         self.engine.check(&decoded.spec)?;
         if let Some(journal) = &self.journal {
             journal.accepted(&AcceptedJob {
                 id,
                 circuit: circuit.to_string(),
                 priority,
+                door,
                 witnesses: decoded.stored,
                 idempotency: idempotency.map(|i| (i.key.clone(), i.digest)),
             })?;
@@ -145,15 +149,20 @@ impl LocalJobs {
             }
         }
         for unfinished in recovered.unfinished {
-            let (id, circuit, count, priority) =
-                (unfinished.id, unfinished.circuit.clone(), unfinished.witnesses.len(), unfinished.priority);
+            let (id, circuit, count, priority, door) = (
+                unfinished.id,
+                unfinished.circuit.clone(),
+                unfinished.witnesses.len(),
+                unfinished.priority,
+                unfinished.door,
+            );
             let proved = unfinished.proved.len();
             match self.rerun(unfinished, on_restart) {
                 Ok(()) => tracing::info!(job = %id, circuit = %circuit, partitions = count, proved,
                     "running a job again that was accepted before the restart (its proved partitions kept)"),
                 Err(reason) => {
                     tracing::warn!(job = %id, circuit = %circuit, "a job accepted before the restart failed: {reason}");
-                    self.fail_recovered(id, circuit, priority, count, reason);
+                    self.fail_recovered(id, circuit, (priority, door), count, reason);
                 }
             }
         }
@@ -161,7 +170,7 @@ impl LocalJobs {
 
     /// Submits a journaled job again, or says why it cannot run.
     fn rerun(&self, job: UnfinishedJob, on_restart: OnRestart) -> Result<(), String> {
-        let UnfinishedJob { id, circuit, priority, witnesses, idempotency, proved } = job;
+        let UnfinishedJob { id, circuit, priority, door, witnesses, idempotency, proved } = job;
         if on_restart == OnRestart::Fail {
             return Err("provd restarted before the job ended (jobs.on_restart = \"fail\")".into());
         }
@@ -201,7 +210,8 @@ impl LocalJobs {
             ),
         };
         let idempotency = idempotency.map(|(key, digest)| Idempotency { key, digest });
-        self.start(id, &circuit, witnesses, priority, idempotency.as_ref(), proved).map_err(|e| e.to_string())
+        self.start(id, &circuit, witnesses, priority, door, idempotency.as_ref(), proved)
+            .map_err(|e| e.to_string())
     }
 
     /// Ends a journaled job that cannot run again after a restart, saying
@@ -210,7 +220,7 @@ impl LocalJobs {
         &self,
         id: JobId,
         circuit: String,
-        priority: Priority,
+        (priority, door): (Priority, Door),
         partitions: usize,
         reason: String,
     ) {
@@ -231,6 +241,7 @@ impl LocalJobs {
                 id,
                 circuit,
                 priority,
+                door,
                 outcome: Outcome::Failed,
                 error: Some(reason),
                 created_ms: now,
@@ -248,6 +259,7 @@ impl Jobs for LocalJobs {
         circuit: &str,
         witnesses: Witnesses,
         priority: Priority,
+        door: Door,
         idempotency: Option<Idempotency>,
     ) -> Result<Submitted, RequestError> {
         // Idempotent submissions one at a time, from the check to the key
@@ -256,14 +268,14 @@ impl Jobs for LocalJobs {
         let _one_at_a_time =
             idempotency.as_ref().map(|_| self.idempotent.lock().unwrap_or_else(|e| e.into_inner()));
         if let Some(idem) = &idempotency {
-            if let Some(earlier) = Self::earlier(&self.keys(), idem) {
+            if let Some(earlier) = self.earlier(idem) {
                 return earlier;
             }
         }
         self.intake.admit(circuit, &witnesses)?;
         let _places = self.places(witnesses.count())?;
         let id = JobId::new();
-        self.start(id, circuit, witnesses, priority, idempotency.as_ref(), Vec::new())?;
+        self.start(id, circuit, witnesses, priority, door, idempotency.as_ref(), Vec::new())?;
         Ok(Submitted::New(id))
     }
 

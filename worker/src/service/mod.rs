@@ -34,7 +34,7 @@ use crate::config::{Config, JobStoreKind};
 use crate::groth16::Verifier;
 use crate::jobs::journal::{Journal, Recovered, SqliteJournal};
 use crate::pipeline::memory::HeldWitness;
-use crate::pipeline::{Engine, JobId, JobObserver, JobStatus};
+use crate::pipeline::{Door, Engine, JobId, JobObserver, JobStatus};
 use crate::telemetry::Metrics;
 pub use circuits::{Served, UnknownCircuit, VkError};
 use intake::Intake;
@@ -141,8 +141,11 @@ pub struct SubmitOptions {
     /// How urgent the job is; `None`: the circuit's default.
     pub priority: Option<crate::pipeline::Priority>,
     /// The client's idempotency key: a retry of the same request under it
-    /// returns the job the first one created.
+    /// returns the job the first one created (unless that job failed or was
+    /// cancelled: then the retry runs again).
     pub idempotency_key: Option<String>,
+    /// The front door the request came through.
+    pub door: Door,
 }
 
 impl SubmitOptions {
@@ -209,6 +212,11 @@ impl Service {
             .set(1);
         metrics.memory_limit_bytes.set(config.pipeline.memory_limit_bytes() as i64);
         metrics.backend_fallback.set(i64::from(fallback.is_some()));
+        for door in Door::ALL {
+            for answer in ["accepted", "replayed", "refused"] {
+                metrics.requests.with_label_values(&[door.name(), answer]);
+            }
+        }
         // The journal (when the config names one: `Service::start` does for
         // the SQLite store) is read before the engine starts, and observes
         // every end the engine reports.
@@ -358,8 +366,8 @@ impl Service {
 
     /// Validates a request's partitions with the circuit's kind and submits the job.
     pub fn submit(&self, circuit: &str, partitions: Vec<serde_json::Value>) -> Result<JobId, RequestError> {
-        self.submit_witnesses(circuit, Witnesses::Json(partitions), SubmitOptions::default())
-            .map(Submitted::id)
+        let options = SubmitOptions { door: Door::InProcess, ..SubmitOptions::default() };
+        self.submit_witnesses(circuit, Witnesses::Json(partitions), options).map(Submitted::id)
     }
 
     /// Submits a JSON job: its partitions, or an input its circuit's kind
@@ -391,13 +399,24 @@ impl Service {
         witnesses: Witnesses,
         options: SubmitOptions,
     ) -> Result<Submitted, RequestError> {
-        let priority = match options.priority {
-            Some(p) => p,
-            None => self.intake.circuits.get(circuit)?.priority,
+        let door = options.door;
+        let submitted = (|| {
+            let priority = match options.priority {
+                Some(p) => p,
+                None => self.intake.circuits.get(circuit)?.priority,
+            };
+            let idempotency = options
+                .idempotency_key
+                .map(|key| Idempotency::of(key, circuit, options.priority, &witnesses));
+            self.jobs.submit(circuit, witnesses, priority, door, idempotency)
+        })();
+        let answer = match &submitted {
+            Ok(Submitted::New(_)) => "accepted",
+            Ok(Submitted::Existing(_)) => "replayed",
+            Err(_) => "refused",
         };
-        let idempotency =
-            options.idempotency_key.map(|key| Idempotency::of(key, circuit, options.priority, &witnesses));
-        self.jobs.submit(circuit, witnesses, priority, idempotency)
+        self.metrics().requests.with_label_values(&[door.name(), answer]).inc();
+        submitted
     }
 
     /// A job's state; in fleet mode any job of the fleet, read from the

@@ -15,7 +15,7 @@ use crate::config::{Config, JobStoreKind, OnRestart};
 use crate::groth16::tests::Square;
 use crate::groth16::{keygen, synthesize, ProvingKey, SynthesisFn};
 use crate::jobs::journal::{AcceptedJob, JobObserver, Journal, SqliteJournal, StoredWitness};
-use crate::pipeline::{EndedPartition, JobId, Outcome, Priority, Stage, SubmitError};
+use crate::pipeline::{Door, EndedPartition, JobId, Outcome, Priority, Stage, SubmitError};
 
 /// A kind that exists only in tests: witnesses are `{"x": N}`.
 pub(crate) struct SquareKind {
@@ -107,6 +107,26 @@ fn retries_under_one_key_make_one_job_and_another_request_under_it_is_refused() 
     assert!(matches!(again, Submitted::New(j) if j != id));
 }
 
+/// A retry is for getting a proof: once the key's job was cancelled (or
+/// failed), the same request under the key runs again, as a new job that
+/// takes the key over (journal included), and its door is counted.
+#[test]
+fn a_retry_after_its_job_was_cancelled_runs_again_under_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = service(Some(&dir.path().join("jobs.sqlite3")), OnRestart::Rerun);
+    let grpc = SubmitOptions { door: Door::Grpc, ..SubmitOptions::keyed("porep-1000-7") };
+    let submit = || s.submit_witnesses("square", witnesses(&(0..40).collect::<Vec<_>>()), grpc.clone());
+    let first = submit().unwrap().id();
+    s.cancel(first).unwrap().expect("the job");
+    let retry = submit().unwrap();
+    assert!(matches!(retry, Submitted::New(id) if id != first), "{retry:?}");
+    assert_eq!(submit().unwrap(), Submitted::Existing(retry.id()), "the key now names the retry");
+    assert_eq!(s.job(retry.id()).unwrap().unwrap().door, Door::Grpc);
+    let count = |answer: &str| s.metrics().requests.with_label_values(&["grpc", answer]).get();
+    assert_eq!((count("accepted"), count("replayed")), (2, 1));
+    s.drain(Duration::from_secs(60));
+}
+
 #[test]
 fn requests_are_refused_by_what_is_wrong_with_them() {
     let s = service(None, OnRestart::Rerun);
@@ -159,6 +179,7 @@ fn journaled(path: &Path, xs: &[u64], key: Option<&str>) -> JobId {
         id,
         circuit: "square".into(),
         priority: Priority::High,
+        door: Door::Grpc,
         witnesses: xs.iter().map(|x| StoredWitness::Json(json!({ "x": x }))).collect(),
         idempotency: key.map(|k| (k.to_string(), [1; 32])),
     };
@@ -173,10 +194,11 @@ fn a_restart_runs_unfinished_jobs_again_under_their_ids_or_fails_them_by_config(
     let rerun = journaled(&path, &[2, 5], Some("r"));
     let s = service(Some(&path), OnRestart::Rerun);
     succeeded(&s, rerun);
-    assert_eq!(s.job(rerun).unwrap().unwrap().priority, Priority::High, "run again at its own priority");
+    let again = s.job(rerun).unwrap().unwrap();
+    assert_eq!((again.priority, again.door), (Priority::High, Door::Grpc), "run again as it came");
     let same = crate::service::Idempotency { key: "r".into(), digest: [1; 32] };
     assert_eq!(
-        s.jobs.submit("square", witnesses(&[2, 5]), Priority::Normal, Some(same)).unwrap(),
+        s.jobs.submit("square", witnesses(&[2, 5]), Priority::Normal, Door::Grpc, Some(same)).unwrap(),
         Submitted::Existing(rerun)
     );
     s.drain(Duration::from_secs(60));

@@ -172,6 +172,40 @@ impl Priority {
     }
 }
 
+/// The front door a job came through: its job document's `door`, and the
+/// label of `provd_requests_total`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Door {
+    /// `POST /v1/prove`.
+    #[default]
+    Http,
+    /// The cuzk.v1 gRPC protocol (Curio).
+    Grpc,
+    /// A program in the worker's own process (`provd prove`, a library caller).
+    InProcess,
+}
+
+impl Door {
+    pub const ALL: [Door; 3] = [Self::Http, Self::Grpc, Self::InProcess];
+
+    /// The door's name in JSON, the journal and metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Http => "http",
+            Self::Grpc => "grpc",
+            Self::InProcess => "in-process",
+        }
+    }
+}
+
+impl std::str::FromStr for Door {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL.into_iter().find(|d| d.name() == s).ok_or_else(|| format!("unknown door '{s}'"))
+    }
+}
+
 impl std::str::FromStr for Priority {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

@@ -34,6 +34,8 @@ pub struct Metrics {
     pub stage_duration: HistogramVec,
     pub job_duration: Histogram,
     pub jobs: IntCounterVec,
+    /// Submissions by front door and answer.
+    pub requests: IntCounterVec,
     pub partitions: IntCounterVec,
     pub gpu_busy_seconds: prometheus::CounterVec,
     pub prove_start_thread_seconds: prometheus::CounterVec,
@@ -120,6 +122,18 @@ impl Metrics {
                          connection while server.max_connections were open).",
                     ),
                     &["reason"],
+                )
+                .unwrap(),
+            ),
+            requests: reg(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "provd_requests_total",
+                        "Job submissions by front door (http, grpc, in-process) and answer: accepted (a new \
+                         job), replayed (an idempotency key's earlier job), refused.",
+                    ),
+                    &["door", "answer"],
                 )
                 .unwrap(),
             ),
