@@ -21,6 +21,77 @@ pub struct Config {
     pub jobs: JobsConfig,
     /// Fleet mode's settings (used with `jobs.store` = a PostgreSQL URL).
     pub fleet: crate::fleet::FleetConfig,
+    /// The cuzk.v1 gRPC front door (Curio's proving protocol).
+    pub grpc: GrpcConfig,
+}
+
+/// The `[grpc]` table: where the cuzk.v1 gRPC door listens.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct GrpcConfig {
+    /// Addresses as Curio's `[Cuzk] Address` names them: `host:port`, or
+    /// `unix:///path/to.sock`; none (the default): no gRPC door.
+    pub listen: Vec<GrpcAddress>,
+    /// Largest message either way, in bytes (Curio's client allows 256 MiB:
+    /// a 32 GiB WindowPoSt partition's vanilla proofs are tens of MiB).
+    pub max_message_bytes: usize,
+}
+
+impl Default for GrpcConfig {
+    fn default() -> Self {
+        Self { listen: Vec::new(), max_message_bytes: 256 << 20 }
+    }
+}
+
+/// Where the gRPC door listens.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub enum GrpcAddress {
+    Tcp(SocketAddr),
+    /// A unix socket: reachable only through the file system, so no token.
+    Unix(PathBuf),
+}
+
+impl GrpcAddress {
+    /// Whether a client must send the bearer token here (when one is set):
+    /// off loopback over TCP.
+    pub fn needs_token(&self) -> bool {
+        matches!(self, GrpcAddress::Tcp(at) if !at.ip().is_loopback())
+    }
+}
+
+impl std::str::FromStr for GrpcAddress {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(path) = s.strip_prefix("unix://").or_else(|| s.strip_prefix("unix:")) {
+            let path = PathBuf::from(path);
+            if !path.is_absolute() {
+                return Err(format!(
+                    "'{s}': a unix socket's path must be absolute (unix:///run/provd/cuzk.sock)"
+                ));
+            }
+            return Ok(GrpcAddress::Unix(path));
+        }
+        s.parse().map(GrpcAddress::Tcp).map_err(|_| {
+            format!("'{s}' is no gRPC address: give host:port (127.0.0.1:9820) or unix:///path/to.sock")
+        })
+    }
+}
+
+impl TryFrom<String> for GrpcAddress {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl std::fmt::Display for GrpcAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GrpcAddress::Tcp(at) => write!(f, "{at}"),
+            GrpcAddress::Unix(path) => write!(f, "unix://{}", path.display()),
+        }
+    }
 }
 
 impl Default for Config {
@@ -32,6 +103,7 @@ impl Default for Config {
             gpu: GpuConfig::default(),
             jobs: JobsConfig::default(),
             fleet: crate::fleet::FleetConfig::default(),
+            grpc: GrpcConfig::default(),
         }
     }
 }
@@ -299,10 +371,16 @@ impl Config {
 
     /// The token, after refusing a listen address off loopback without one
     /// (unless `server.allow_unauthenticated` says so, which is logged).
+    /// The same holds for the gRPC door's TCP addresses (a unix socket is
+    /// guarded by its file's permissions).
     pub fn checked_auth_token(&self) -> anyhow::Result<Option<String>> {
         let token = self.auth_token()?;
-        let listen = self.server.listen;
-        if token.is_none() && !listen.ip().is_loopback() {
+        let http = (!self.server.listen.ip().is_loopback()).then(|| self.server.listen.to_string());
+        let grpc = self.grpc.listen.iter().filter(|a| a.needs_token()).map(|a| format!("{a} (gRPC)"));
+        for listen in http.into_iter().chain(grpc) {
+            if token.is_some() {
+                break;
+            }
             anyhow::ensure!(
                 self.server.allow_unauthenticated,
                 "listening on {listen} (off loopback) with no bearer token: set server.auth_token_file or \

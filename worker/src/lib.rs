@@ -36,6 +36,8 @@ pub mod demo;
 #[cfg(feature = "service")]
 pub mod fleet;
 pub mod groth16;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 #[cfg(feature = "service")]
 pub mod http;
 pub mod jobs;

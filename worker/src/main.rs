@@ -80,6 +80,10 @@ enum Command {
         /// Overrides server.listen.
         #[arg(long, env = "PROVD_LISTEN")]
         listen: Option<std::net::SocketAddr>,
+        /// Where the cuzk.v1 gRPC door (Curio's protocol) listens, in place of
+        /// grpc.listen: host:port or unix:///path/to.sock; repeat for several.
+        #[arg(long = "grpc-listen", env = "PROVD_GRPC_LISTEN", value_delimiter = ',')]
+        grpc_listen: Vec<provd::config::GrpcAddress>,
         #[command(flatten)]
         common: Common,
     },
@@ -502,13 +506,16 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
             }
         }
         Command::Bench { command } => bench(command)?,
-        Command::Serve { config, listen, common } => {
+        Command::Serve { config, listen, grpc_listen, common } => {
             let mut config = match config {
                 Some(path) => provd::config::Config::load(&path)?,
                 None => provd::config::Config::default(),
             };
             if let Some(listen) = listen {
                 config.server.listen = listen;
+            }
+            if !grpc_listen.is_empty() {
+                config.grpc.listen = grpc_listen;
             }
             if let Some(b_g2) = common.b_g2 {
                 config.gpu.b_g2_msm = b_g2;
@@ -638,10 +645,25 @@ fn serve(
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind(listen))
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+    // The gRPC door's addresses too, so that a taken one fails the start;
+    // its calls answer UNAVAILABLE until the service has started.
+    let grpc = runtime.block_on(provd::grpc::Listeners::bind(&config.grpc))?;
     provd::telemetry::logging::stdout_line(&format!(
         "provd starting on http://{}: /healthz answers, /readyz says what start-up is doing",
         listener.local_addr()?
     ));
+    let started: provd::grpc::Started = Default::default();
+    let (closed, on_closed) = tokio::sync::oneshot::channel::<()>();
+    let grpc_door = match grpc.addresses() {
+        addresses if addresses.is_empty() => None,
+        addresses => {
+            provd::telemetry::logging::stdout_line(&format!("  cuzk.v1 gRPC on {}", addresses.join(", ")));
+            let until = async move {
+                let _ = on_closed.await;
+            };
+            Some(runtime.spawn(grpc.serve(started.clone(), token.clone(), until)))
+        }
+    };
     let limits = config.server.clone();
     // On a thread of its own, outside the runtime: the fleet's database
     // client runs a runtime of its own, which cannot start inside this one.
@@ -649,9 +671,10 @@ fn serve(
     std::thread::Builder::new().name("start".into()).spawn(move || {
         let _ = tx.send(provd::service::Service::start(config, &common.data_dir, common.backend));
     })?;
-    let started = runtime.block_on(provd::http::answer_while_starting(&listener, &limits, rx));
+    let started_up = runtime.block_on(provd::http::answer_while_starting(&listener, &limits, rx));
     let service =
-        started.map_err(|_| anyhow::anyhow!("start-up stopped without a result (see the log)"))??;
+        started_up.map_err(|_| anyhow::anyhow!("start-up stopped without a result (see the log)"))??;
+    let _ = started.set(service.clone());
     // The last reference to the service is dropped here, after the runtime:
     // the fleet's database connections run a runtime of their own (the
     // postgres client's), which cannot be shut down from inside this one.
@@ -665,7 +688,19 @@ fn serve(
                 .spawn(move || provd::demo::feed(addr, circuit.to_string(), partitions, low_water))?;
             println!("provd demo: {circuit} on {}; live view at http://{addr}/", service.backend_names());
         }
-        provd::http::serve(service, listener, token).await
+        // HTTP drains the jobs (both doors' jobs) on SIGTERM; the gRPC door
+        // closes after it, so that its waits are answered first.
+        let served = provd::http::serve(service, listener, token).await;
+        let _ = closed.send(());
+        if let Some(door) = grpc_door {
+            match tokio::time::timeout(std::time::Duration::from_secs(5), door).await {
+                Ok(Ok(Err(e))) => tracing::error!("{e:#}"),
+                Ok(Err(e)) => tracing::error!("the gRPC door: {e}"),
+                Err(_) => tracing::warn!("gRPC calls still open 5 s after the last job ended; closing them"),
+                Ok(Ok(Ok(()))) => {}
+            }
+        }
+        served
     });
     drop(runtime);
     drop(held);

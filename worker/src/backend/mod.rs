@@ -48,6 +48,13 @@ pub trait Backend: Send + Sync {
         KeyResidency::default()
     }
 
+    /// Drops `key`'s bases from the device (a later partition uploads them
+    /// again); the device bytes freed, 0 where none were resident.
+    fn evict(&self, key: &ProvingKey) -> u64 {
+        let _ = key;
+        0
+    }
+
     /// How many partitions the engine should hand this backend at once (one
     /// GPU worker each): a second one's copies to the device overlap the
     /// first one's kernels.

@@ -47,6 +47,13 @@ pub trait CircuitKind: Send + Sync {
     /// Constraints of the circuit (its inputs' constraints included).
     fn constraints(&self) -> usize;
 
+    /// The Filecoin proof it proves, for front doors that name proofs
+    /// rather than circuits (cuzk.v1); `None` for every other kind.
+    #[cfg(feature = "filecoin")]
+    fn filecoin_proof(&self) -> Option<filecoin::Registered> {
+        None
+    }
+
     /// The priority of its jobs when neither the request nor the config
     /// says: normal, but for proofs with a deadline (a WinningPoSt).
     fn default_priority(&self) -> crate::telemetry::labels::Priority {

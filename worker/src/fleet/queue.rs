@@ -566,6 +566,8 @@ impl Queue {
                 let retried = r.get::<_, i32>(3) > 1 || (stage == Stage::Queued && error.is_some());
                 PartitionStatus {
                     stage,
+                    // Which worker's device holds it is that worker's to know.
+                    device: None,
                     faults: error.clone().filter(|_| retried).into_iter().collect(),
                     times: StageTimes::default(),
                     proof: r.get::<_, Option<Vec<u8>>>(4).and_then(|b| Proof::from_bytes(&b).ok()),

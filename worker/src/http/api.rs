@@ -20,7 +20,7 @@ use super::wire::{
 };
 use super::{ApiError, AppState};
 use crate::pipeline::{Door, JobId};
-use crate::service::{SubmitOptions, Witnesses};
+use crate::service::{SubmitOptions, Waited, Witnesses};
 
 /// Runs blocking service work off the async threads.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
@@ -105,9 +105,12 @@ pub async fn prove(
     };
     let (id, replayed) = (submitted.id(), matches!(submitted, crate::service::Submitted::Existing(_)));
     if q.wait {
-        let status = ended(&state.service, id)
-            .await?
-            .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "job vanished"))?;
+        let status = match state.service.ended(id, None).await? {
+            Waited::Ended(status) => status,
+            Waited::Unknown | Waited::TimedOut => {
+                return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "job vanished"))
+            }
+        };
         let res = (StatusCode::OK, axum::Json(JobView::new(&status, &state.service, true))).into_response();
         return Ok(mark_replayed(res, replayed));
     }
@@ -115,29 +118,6 @@ pub async fn prove(
     let res = (StatusCode::ACCEPTED, [(header::LOCATION, body.status_url.clone())], axum::Json(body))
         .into_response();
     Ok(mark_replayed(res, replayed))
-}
-
-/// Waits until the job has ended without holding a thread (many clients may
-/// wait at once): looks at it every few milliseconds, backing off to 100 ms
-/// (each look on the blocking pool: in fleet mode it reads the database).
-/// A client that goes away drops the wait with its request.
-async fn ended(
-    service: &Arc<crate::service::Service>,
-    id: JobId,
-) -> Result<Option<crate::pipeline::JobStatus>, ApiError> {
-    let mut pause = Duration::from_millis(2);
-    loop {
-        let s = service.clone();
-        match blocking(move || s.has_ended(id)).await?? {
-            None => return Ok(None),
-            Some(true) => break,
-            Some(false) => {}
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(100));
-    }
-    let s = service.clone();
-    Ok(blocking(move || s.job(id)).await??)
 }
 
 /// Whether the body is a binary witness (`application/octet-stream`).

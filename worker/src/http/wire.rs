@@ -92,6 +92,9 @@ pub struct JobView {
 #[derive(Debug, Serialize)]
 pub struct PartitionView {
     pub stage: Stage,
+    /// The backend that took it to prove ("cuda:0", "cpu"), once one has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
     pub seconds: StageTimes,
     pub error: Option<String>,
     /// Device faults met on earlier tries (the partition was tried again).
@@ -121,6 +124,7 @@ impl JobView {
                 });
                 PartitionView {
                     stage: p.stage,
+                    device: p.device.clone(),
                     seconds: p.times.clone(),
                     error: p.error.clone(),
                     faults: p.faults.clone(),

@@ -134,6 +134,8 @@ pub struct StageTimes {
 #[derive(Clone, Debug)]
 pub struct PartitionStatus {
     pub stage: Stage,
+    /// The backend that took it to prove ("cuda:0", "cpu"), once one has.
+    pub device: Option<String>,
     /// Device faults this partition met, one per failed try, oldest first.
     pub faults: Vec<String>,
     pub times: StageTimes,
@@ -204,6 +206,7 @@ impl Job {
         let partitions = (0..n)
             .map(|_| PartitionStatus {
                 stage: Stage::Queued,
+                device: None,
                 faults: Vec::new(),
                 times: StageTimes::default(),
                 proof: None,
@@ -246,6 +249,7 @@ impl Job {
             .into_iter()
             .map(|p| PartitionStatus {
                 stage: p.stage,
+                device: None,
                 faults: Vec::new(),
                 times: StageTimes::default(),
                 proof: p.proof,
@@ -290,6 +294,13 @@ impl Job {
 
     pub(crate) fn set_stage(&self, index: usize, stage: Stage) {
         self.lock().partitions[index].stage = stage;
+    }
+
+    /// Partition `index` enters `prove_start` on `device`.
+    pub(crate) fn started_on(&self, index: usize, device: &str) {
+        let p = &mut self.lock().partitions[index];
+        p.stage = Stage::ProveStart;
+        p.device = Some(device.to_string());
     }
 
     /// Keeps the reason a try of partition `index` failed on a device.

@@ -518,6 +518,11 @@ impl Engine {
         self.shared.jobs.unfinished().iter().map(|j| j.id).collect()
     }
 
+    /// The states of the jobs that have not ended.
+    pub fn unfinished_statuses(&self) -> Vec<JobStatus> {
+        self.shared.jobs.unfinished().iter().map(|j| j.status()).collect()
+    }
+
     /// Forgets ended jobs older than `age` (their results are no longer
     /// served); returns their ids.
     pub fn forget_ended(&self, age: Duration) -> Vec<JobId> {
@@ -820,7 +825,7 @@ fn gpu_worker(s: &Arc<Shared>, device: Arc<Device>) {
         if job.is_cancelled() {
             continue; // dropping the item frees its buffers and memory
         }
-        job.set_stage(index, Stage::ProveStart);
+        job.started_on(index, backend.name());
         let on_gpu = InStage::enter(s, Stage::ProveStart);
         let t = Instant::now();
         let result =

@@ -100,8 +100,7 @@ impl LocalJobs {
         id: JobId,
         circuit: &str,
         witnesses: Witnesses,
-        priority: Priority,
-        door: Door,
+        (priority, door): (Priority, Door),
         idempotency: Option<&Idempotency>,
         proved: Vec<ProvedPartition>,
     ) -> Result<(), RequestError> {
@@ -210,7 +209,7 @@ impl LocalJobs {
             ),
         };
         let idempotency = idempotency.map(|(key, digest)| Idempotency { key, digest });
-        self.start(id, &circuit, witnesses, priority, door, idempotency.as_ref(), proved)
+        self.start(id, &circuit, witnesses, (priority, door), idempotency.as_ref(), proved)
             .map_err(|e| e.to_string())
     }
 
@@ -275,7 +274,7 @@ impl Jobs for LocalJobs {
         self.intake.admit(circuit, &witnesses)?;
         let _places = self.places(witnesses.count())?;
         let id = JobId::new();
-        self.start(id, circuit, witnesses, priority, door, idempotency.as_ref(), Vec::new())?;
+        self.start(id, circuit, witnesses, (priority, door), idempotency.as_ref(), Vec::new())?;
         Ok(Submitted::New(id))
     }
 

@@ -40,7 +40,7 @@ pub use circuits::{Served, UnknownCircuit, VkError};
 use intake::Intake;
 pub use intake::{Idempotency, JobInput, Refusal, RequestError, Submitted, Witnesses};
 pub use jobs::{Jobs, Unavailable};
-pub use snapshot::{FleetSnapshot, GpuMemory, Snapshot};
+pub use snapshot::{FleetSnapshot, GpuMemory, Snapshot, UnfinishedJobs};
 
 /// A backend (device) the service proves on, as chosen, and its health.
 #[derive(Clone, Debug, Serialize)]
@@ -133,6 +133,16 @@ fn critical_headroom(
         tracing::info!(headroom_mib = bytes >> 20, "memory kept free for critical work");
     }
     bytes
+}
+
+/// How waiting for a job ended ([`Service::ended`]).
+#[derive(Debug)]
+pub enum Waited {
+    /// No such job (or it expired).
+    Unknown,
+    Ended(JobStatus),
+    /// It had not ended when the wait's time was up.
+    TimedOut,
 }
 
 /// What a request says beside its circuit and witnesses.
@@ -359,6 +369,13 @@ impl Service {
             .sum()
     }
 
+    /// Drops a circuit's key from every device (its next partition on each
+    /// uploads it again); the device bytes freed.
+    pub fn evict_key(&self, circuit: &str) -> u64 {
+        let Ok(served) = self.intake.circuits.get(circuit) else { return 0 };
+        self.backends.iter().map(|b| b.evict(served.kind.key())).sum()
+    }
+
     /// Why no device takes work, or `None` while one does.
     pub fn none_in_service(&self) -> Option<String> {
         self.engine.none_in_service()
@@ -428,6 +445,46 @@ impl Service {
     /// Waits (blocking) until a job this worker runs ends; `None` if there is no such job.
     pub fn wait(&self, id: JobId) -> Option<JobStatus> {
         self.engine.wait(id, None)
+    }
+
+    /// Waits until job `id` ends (or `timeout` passes) without holding a
+    /// thread, so that many clients may wait at once: looks every few
+    /// milliseconds, backing off to 100 ms, each look on the blocking pool
+    /// (in fleet mode it reads the database). A client that goes away drops
+    /// the wait with its request.
+    pub async fn ended(
+        self: &Arc<Self>,
+        id: JobId,
+        timeout: Option<Duration>,
+    ) -> Result<Waited, Unavailable> {
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let mut pause = Duration::from_millis(2);
+        loop {
+            match self.off_thread(move |s| s.has_ended(id)).await? {
+                None => return Ok(Waited::Unknown),
+                Some(true) => break,
+                Some(false) => {}
+            }
+            let next = tokio::time::Instant::now() + pause;
+            if deadline.is_some_and(|d| d <= tokio::time::Instant::now()) {
+                return Ok(Waited::TimedOut);
+            }
+            tokio::time::sleep_until(deadline.map_or(next, |d| d.min(next))).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+        Ok(self.off_thread(move |s| s.job(id)).await?.map_or(Waited::Unknown, Waited::Ended))
+    }
+
+    /// Runs a blocking look at the service on the blocking pool.
+    async fn off_thread<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Service) -> T + Send + 'static,
+    ) -> T {
+        let s = self.clone();
+        match tokio::task::spawn_blocking(move || f(&s)).await {
+            Ok(v) => v,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
     }
 
     /// Whether the job has ended; `None` for an unknown job. Cheap: for

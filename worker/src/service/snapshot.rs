@@ -42,6 +42,9 @@ pub struct Snapshot {
     pub jobs_succeeded: u64,
     pub jobs_failed: u64,
     pub jobs_cancelled: u64,
+    /// Jobs not yet ended, per circuit served: what the cuzk.v1 door's
+    /// `GetStatus` reports per proof kind.
+    pub unfinished_jobs: BTreeMap<String, UnfinishedJobs>,
     pub gpus: Vec<GpuMemory>,
     /// In fleet mode: this worker's claims and the fleet's queue.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -55,6 +58,15 @@ pub struct WaitingByPriority {
     pub queued: usize,
     /// Synthesized, waiting for a GPU worker.
     pub gpu_queue: i64,
+}
+
+/// A circuit's jobs that have not ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct UnfinishedJobs {
+    /// Accepted, no partition started yet.
+    pub queued: u32,
+    /// At least one partition started.
+    pub running: u32,
 }
 
 /// A fleet worker's view of the queue, as its heartbeat last read it.
@@ -76,6 +88,9 @@ pub struct FleetSnapshot {
 pub struct GpuMemory {
     /// "NVIDIA H200 (cuda:0)".
     pub device: String,
+    /// The CUDA ordinal (the `0` of `cuda:0`) and the device's name.
+    pub ordinal: u32,
+    pub name: String,
     pub used_bytes: u64,
     pub total_bytes: u64,
     /// Seconds the device has been busy with proofs since start (CUDA
@@ -150,6 +165,8 @@ impl Service {
                 m.gpu_memory_total_bytes.with_label_values(&[&device]).set(total as i64);
                 Some(GpuMemory {
                     device: format!("{} ({device})", g.info().name),
+                    ordinal: g.info().ordinal as u32,
+                    name: g.info().name.clone(),
                     used_bytes: used,
                     total_bytes: total as u64,
                     busy_seconds: m.gpu_busy_seconds.with_label_values(&[&device]).get(),
@@ -195,9 +212,32 @@ impl Service {
             jobs_succeeded: count(&m.jobs, Outcome::Succeeded),
             jobs_failed: count(&m.jobs, Outcome::Failed),
             jobs_cancelled: count(&m.jobs, Outcome::Cancelled),
+            unfinished_jobs: self.unfinished_jobs(),
             gpus: self.gpu_memory(),
             fleet: self.jobs.fleet(),
         }
+    }
+
+    /// Jobs not yet ended, per circuit served (every circuit listed); in
+    /// fleet mode, those this worker holds.
+    pub fn unfinished_jobs(&self) -> BTreeMap<String, UnfinishedJobs> {
+        let mut by_circuit: BTreeMap<String, UnfinishedJobs> =
+            self.intake.circuits.names().map(|n| (n.clone(), UnfinishedJobs::default())).collect();
+        for job in self.unfinished_statuses() {
+            let counts = by_circuit.entry(job.circuit.clone()).or_default();
+            match job.state() {
+                "queued" => counts.queued += 1,
+                "running" => counts.running += 1,
+                _ => {} // ended since it was listed
+            }
+        }
+        by_circuit
+    }
+
+    /// The states of the jobs that have not ended (in fleet mode, this
+    /// worker's claims).
+    pub fn unfinished_statuses(&self) -> Vec<JobStatus> {
+        self.engine.unfinished_statuses()
     }
 
     /// Takes a snapshot into the history (called once a tick) and returns it.

@@ -164,6 +164,12 @@ impl Backend for CudaBackend {
     fn resident_keys(&self) -> KeyResidency {
         self.lock().residency.report()
     }
+
+    /// Under the device's lock, which a partition holds while it uses the
+    /// bases: never from under one.
+    fn evict(&self, key: &ProvingKey) -> u64 {
+        self.lock().residency.evict(&key.fingerprint())
+    }
 }
 
 #[cfg(test)]

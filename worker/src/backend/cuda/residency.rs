@@ -186,6 +186,15 @@ impl<D: DeviceMemory> Residency<D> {
         tracing::info!(device = %self.device, mib = old.bytes() >> 20, why, "proving key bases evicted from the device");
     }
 
+    /// Drops the key of `fingerprint` (asked for: not counted among the
+    /// evictions for room); the device bytes freed.
+    pub fn evict(&mut self, fingerprint: &[u8; 32]) -> u64 {
+        let Some(i) = self.keys.iter().position(|k| &k.fingerprint == fingerprint) else { return 0 };
+        let old = self.keys.remove(i);
+        tracing::info!(device = %self.device, mib = old.bytes() >> 20, "proving key bases evicted from the device on request");
+        old.bytes()
+    }
+
     /// Makes `key`'s bases resident (the most recently used), evicting the
     /// least recently used keys while the limit or the device's free memory
     /// leaves no room; returns its slot.

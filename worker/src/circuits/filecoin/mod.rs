@@ -471,11 +471,32 @@ struct Loaded {
     constraints: usize,
 }
 
+/// The Filecoin proof a circuit proves: what a front door that names
+/// proofs rather than circuits (the cuzk.v1 protocol) picks a circuit by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Registered {
+    Seal(RegisteredSealProof),
+    Update(filecoin_proofs_api::RegisteredUpdateProof),
+    WinningPost(filecoin_proofs_api::RegisteredPoStProof),
+    WindowPost(filecoin_proofs_api::RegisteredPoStProof),
+}
+
+impl std::fmt::Display for Registered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Registered::Seal(p) => write!(f, "{p:?}"),
+            Registered::Update(p) => write!(f, "{p:?}"),
+            Registered::WinningPost(p) | Registered::WindowPost(p) => write!(f, "{p:?}"),
+        }
+    }
+}
+
 /// What a Filecoin kind says for itself; the rest of [`CircuitKind`] (its
 /// key, its resident bytes, its result: the partitions' proofs concatenated)
 /// is the same for every one, from its [`Loaded`].
 trait FilecoinKind: Send + Sync {
     fn name(&self) -> &'static str;
+    fn registered(&self) -> Registered;
     fn loaded(&self) -> &Loaded;
     fn priority(&self) -> crate::telemetry::labels::Priority {
         crate::telemetry::labels::Priority::Normal
@@ -489,6 +510,10 @@ trait FilecoinKind: Send + Sync {
 impl<K: FilecoinKind> CircuitKind for K {
     fn kind(&self) -> &'static str {
         self.name()
+    }
+
+    fn filecoin_proof(&self) -> Option<Registered> {
+        Some(self.registered())
     }
 
     fn key(&self) -> &Arc<ProvingKey> {
@@ -628,6 +653,10 @@ fn sector_size_of(proofs: &filecoin_proofs_api::seal::VanillaSealProof) -> u64 {
 impl FilecoinKind for FilecoinPorepKind {
     fn name(&self) -> &'static str {
         "filecoin-porep"
+    }
+
+    fn registered(&self) -> Registered {
+        Registered::Seal(self.circuit.proof)
     }
 
     fn loaded(&self) -> &Loaded {

@@ -379,6 +379,13 @@ impl super::FilecoinKind for FilecoinPostKind {
         }
     }
 
+    fn registered(&self) -> super::Registered {
+        match self.typ() {
+            PoStType::Winning => super::Registered::WinningPost(self.proof),
+            PoStType::Window => super::Registered::WindowPost(self.proof),
+        }
+    }
+
     fn loaded(&self) -> &super::Loaded {
         &self.loaded
     }

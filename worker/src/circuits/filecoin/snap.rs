@@ -341,6 +341,10 @@ impl super::FilecoinKind for FilecoinSnapKind {
         "filecoin-snap"
     }
 
+    fn registered(&self) -> super::Registered {
+        super::Registered::Update(self.proof)
+    }
+
     fn loaded(&self) -> &super::Loaded {
         &self.loaded
     }

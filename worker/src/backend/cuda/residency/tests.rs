@@ -307,3 +307,17 @@ fn the_key_limit_is_never_exceeded_though_a_second_key_may_stay_in_plain_bases()
     assert_eq!(dev.uploads(), ["k8 Shifted", "k9 Plain"]);
     assert_eq!(r.report().evictions, 0);
 }
+
+#[test]
+fn an_evicted_key_frees_its_bytes_and_is_uploaded_again_when_used() {
+    let [a, b, _] = keys();
+    let dev = Fake::new(working(a) * 4);
+    let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Plain));
+    r.make_resident(&dev, a, 0).unwrap();
+    r.make_resident(&dev, b, 0).unwrap();
+    assert_eq!(r.evict(&a.fingerprint()), plain(a));
+    assert_eq!((r.evict(&a.fingerprint()), resident(&r)), (0, vec!["k8".to_string()]), "gone, b kept");
+    assert_eq!(r.report().evictions, 0, "not counted as an eviction for room");
+    r.make_resident(&dev, a, 0).unwrap();
+    assert_eq!(dev.uploads().iter().filter(|u| u.starts_with(&name(a))).count(), 2);
+}
