@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, over .device-bundle/:
-#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [supraseal-probe] [circom] [porep] [porep-shape] [soak] [in-flight] [products] [lane] [vanilla] ...
+#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [supraseal-probe] [circom] [porep] [porep-shape] [soak] [in-flight] [products] [lane] [vanilla] [doors] ...
 # TEST_BINS (e.g. "gpu-test msm-test") limits `tests` to those binaries; TESTS_SKIP names ignored tests not
 # to run (default "512mib": sealing a 512 MiB sector takes minutes and needs no GPU).
 # B_G2=gpu|cpu places B's G2 MSM for bench-prove and bench-pipeline (default: the binary's);
@@ -19,6 +19,8 @@
 # default) prints bellperson's synthesis / prover split per proof.
 # supraseal-probe: ncu's device time per kernel of PROBE_CIRCUIT (default bench-14) proved by the harness.
 # PIPE_CIRCUITS runs bench-pipeline once per circuit named (default: PIPE_CIRCUIT).
+# doors: `provd bench doors`, DOORS_JOBS (300) jobs of DOORS_KIND (filecoin-window-post) per door and round through
+# HTTP and the cuzk.v1 gRPC door of one worker on the GPU, DOORS_CONCURRENCY (16) clients, DOORS_ROUNDS (3) rounds.
 # porep-shape: `provd bench porep-shape` at SHAPE_PROOF (default StackedDrg32GiBV1_1), SHAPE_RUNS partitions,
 # SHAPE_PROVE_RUNS proofs with a timing key on the GPU.
 # porep: for each of POREP_PROOFS (default "StackedDrg2KiBV1_1 StackedDrg512MiBV1_1"), `provd bench porep` seals a
@@ -86,6 +88,12 @@ for step in "${@:-tests}"; do
           --runs "${VANILLA_RUNS:-5}" --backend cuda --work-dir "${VANILLA_WORK:-/tmp/provd-vanilla}" \
           --json "$OUT/vanilla-$kind.json" 2>&1 | grep -v ' INFO ' | tee -a "$OUT/vanilla.log" || status=1
       done ;;
+    doors)
+      # The same Filecoin jobs through HTTP and the cuzk.v1 gRPC door of one worker on the GPU.
+      "$bundle/provd" bench doors --kind "${DOORS_KIND:-filecoin-window-post}" --seal "${VANILLA_SEAL:-StackedDrg2KiBV1_1}" \
+        --jobs "${DOORS_JOBS:-300}" --concurrency "${DOORS_CONCURRENCY:-16}" --rounds "${DOORS_ROUNDS:-3}" \
+        --backend cuda --work-dir "${VANILLA_WORK:-/tmp/provd-vanilla}" --json "$OUT/doors.json" \
+        2>&1 | grep -v ' INFO ' | tee "$OUT/doors.log" || status=1 ;;
     porep-shape)
       # The host's pieces of a PoRep partition at SHAPE_PROOF's real shape (a synthetic C1; its matrix
       # store, ~27 GiB at 32 GiB, in SHAPE_WORK on the machine's disk, not in $OUT); peak RSS from time -v.

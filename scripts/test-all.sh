@@ -60,6 +60,12 @@ python3 -m check_jsonschema --builtin-schema vendor.compose-spec deploy/compose.
 (cd deploy/test && npm ci --no-audit --no-fund --silent)
 node --test deploy/test/
 
+# The cuzk.v1 gRPC door's client in another language: Python's grpcio, its
+# stubs generated from provd's .proto by grpcio-tools (tests/cuzk/client.py).
+python3 -c "import grpc, grpc_tools" 2>/dev/null ||
+  python3 -m pip install --quiet --disable-pip-version-check "grpcio==1.85.*" "grpcio-tools==1.85.*"
+export PROVD_REQUIRE_GRPC_CLIENT=1
+
 # circom's compiler, snarkjs and circomlib for the circom end-to-end tests.
 (cd tests/circom && npm ci --no-audit --no-fund --silent)
 export PROVD_REQUIRE_CIRCOM=1

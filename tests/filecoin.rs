@@ -1,7 +1,8 @@
 //! Filecoin PoRep C2 end to end: sectors sealed here with filecoin-proofs
 //! (PC1, PC2, C1), proved by the real binary over HTTP on the CPU backend,
 //! and checked with filecoin-proofs' own `verify_seal`, against TEST-ONLY
-//! parameters generated into a parameter cache of the test's own.
+//! parameters in the cache the test binaries share
+//! ([`provd_e2e::filecoin_parameter_cache`]).
 
 use std::sync::OnceLock;
 
@@ -17,7 +18,9 @@ const PROOF: &str = "StackedDrg2KiBV1_1";
 const SECTORS: u64 = 2;
 
 struct Fixture {
-    dir: tempfile::TempDir,
+    /// The sealed sectors' files.
+    _dir: tempfile::TempDir,
+    params: std::path::PathBuf,
     /// 2 KiB sectors, ids 1..=SECTORS.
     sectors: Vec<SealedSector>,
     /// Host bytes the circuit holds and one partition's estimate.
@@ -27,7 +30,7 @@ struct Fixture {
 
 impl Fixture {
     fn params(&self) -> std::path::PathBuf {
-        self.dir.path().join("params")
+        self.params.clone()
     }
 
     fn config(&self, extra: &str) -> String {
@@ -45,8 +48,9 @@ fn fixture() -> &'static Fixture {
     static FIXTURE: OnceLock<Fixture> = OnceLock::new();
     FIXTURE.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
+        let params = provd_e2e::SharedParameters::hold();
         // filecoin-proofs reads these once, when first used: before any sealing.
-        std::env::set_var("FIL_PROOFS_PARAMETER_CACHE", dir.path().join("params"));
+        std::env::set_var("FIL_PROOFS_PARAMETER_CACHE", &params.dir);
         std::env::set_var("FIL_PROOFS_PARENT_CACHE", dir.path().join("parents"));
         let prover_id = provd::circuits::filecoin::prover_id_of_miner(1000);
         let seal = |proof: &str, sector_id: u64| {
@@ -58,7 +62,7 @@ fn fixture() -> &'static Fixture {
         let config = FilecoinPorepConfig {
             name: "porep-2k".into(),
             proof: serde_json::from_value(json!(PROOF)).unwrap(),
-            parameter_cache: Some(dir.path().join("params")),
+            parameter_cache: Some(params.dir.clone()),
             test_only_parameters: true,
             synthesis: Default::default(),
             matrices_cache: None,
@@ -67,7 +71,7 @@ fn fixture() -> &'static Fixture {
         let kind = FilecoinPorepKind::load(&config).unwrap();
         let (resident, footprint) =
             (kind.resident_bytes(), provd::pipeline::Footprint::of(kind.key()).total());
-        Fixture { dir, sectors, resident, footprint }
+        Fixture { _dir: dir, params: params.dir.clone(), sectors, resident, footprint }
     })
 }
 

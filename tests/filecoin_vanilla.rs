@@ -4,8 +4,8 @@
 //! filecoin-proofs-api as a storage provider's node makes them, proved by
 //! the real binary over HTTP on the CPU backend, and checked with
 //! filecoin-proofs-api's own `verify_winning_post`, `verify_window_post` and
-//! `verify_empty_sector_update_proof`, against TEST-ONLY parameters
-//! generated into a parameter cache of the test's own.
+//! `verify_empty_sector_update_proof`, against TEST-ONLY parameters in the
+//! cache the test binaries share ([`provd_e2e::filecoin_parameter_cache`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -37,7 +37,9 @@ const WINDOW_V1: RegisteredPoStProof = RegisteredPoStProof::StackedDrgWindow2KiB
 const MINER: u64 = 1000;
 
 struct Fixture {
-    dir: tempfile::TempDir,
+    /// The sealed sectors' files.
+    _dir: tempfile::TempDir,
+    params: PathBuf,
     /// Sealed 2 KiB sectors (ids 1, 2, 3) and where each one's files are.
     sectors: Vec<(SealedSector, PathBuf)>,
     /// Sector 4, sealed then updated with new data.
@@ -48,7 +50,7 @@ impl Fixture {
     /// A server's config: the PoSt circuits, or the SnapDeals one (whose
     /// 656 MB of parameters the PoSt tests need not load).
     fn config(&self, snap: bool) -> String {
-        let params = self.dir.path().join("params");
+        let params = &self.params;
         let entry = |kind: &str, name: &str, proof: &str| {
             format!(
                 "[[circuits]]\nkind = \"{kind}\"\nname = \"{name}\"\nproof = \"{proof}\"\n\
@@ -88,8 +90,9 @@ fn fixture() -> &'static Fixture {
     static FIXTURE: OnceLock<Fixture> = OnceLock::new();
     FIXTURE.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
+        let shared = provd_e2e::SharedParameters::hold();
         // filecoin-proofs reads these once, when first used: before any sealing.
-        std::env::set_var("FIL_PROOFS_PARAMETER_CACHE", dir.path().join("params"));
+        std::env::set_var("FIL_PROOFS_PARAMETER_CACHE", &shared.dir);
         std::env::set_var("FIL_PROOFS_PARENT_CACHE", dir.path().join("parents"));
         let prover_id = provd::circuits::filecoin::prover_id_of_miner(MINER);
         let sectors = (1..=3)
@@ -101,7 +104,7 @@ fn fixture() -> &'static Fixture {
         let at = dir.path().join("sector-4");
         let key = seal_sector(SEAL, Ids { prover_id, sector_id: 4 }, &at, 4).unwrap();
         let update = update_sector(&key, &at, 4).unwrap();
-        let params = dir.path().join("params");
+        let params = shared.dir.clone();
         for (proof, typ) in
             [(WINNING, PoStType::Winning), (WINDOW, PoStType::Window), (WINDOW_V1, PoStType::Window)]
         {
@@ -154,7 +157,7 @@ fn fixture() -> &'static Fixture {
             std::fs::metadata(snap_file).unwrap().len(),
             provd::circuits::filecoin::snap::count(UPDATE).unwrap().parameter_bytes()
         );
-        Fixture { dir, sectors, update }
+        Fixture { _dir: dir, params, sectors, update }
     })
 }
 

@@ -166,21 +166,7 @@ fn check_fleet_scrape(w: &Server) {
     for name in provd_e2e::FLEET_ONLY_METRICS {
         assert!(scrape.contains(&format!("# TYPE {name} ")), "{name} is not exported by a fleet worker");
     }
-    if let Some(promtool) = provd_e2e::find("promtool") {
-        use std::io::Write;
-        let mut child = std::process::Command::new(promtool)
-            .args(["check", "metrics"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(scrape.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        let said =
-            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success() && said.trim().is_empty(), "promtool check metrics: {said}");
-    }
+    provd::telemetry::metrics::assert_promtool_accepts(&scrape);
 }
 
 /// A job of the shared circuit, written to the queue as a client's would be.

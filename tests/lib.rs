@@ -73,6 +73,59 @@ pub fn partition_proof(p: &serde_json::Value) -> (provd::groth16::Proof, Vec<bls
     (provd::groth16::Proof::from_bytes(&bytes).unwrap(), inputs)
 }
 
+/// Where every test binary keeps the TEST-ONLY Filecoin parameters it
+/// shares with the others (and the constraint matrices recorded beside
+/// them): the first binary that needs a circuit's generates them, the rest
+/// read them. Held by [`SharedParameters`] while a process writes to it.
+pub fn filecoin_parameter_cache() -> PathBuf {
+    provd_bin().parent().expect("the profile directory").join("test-fixtures").join("filecoin-parameters")
+}
+
+/// The shared parameter cache, held by this process alone (a lock file):
+/// two test processes never generate the same circuit's parameters at once,
+/// whatever runs them (cargo test runs binaries one after another; a runner
+/// that runs them side by side waits here).
+pub struct SharedParameters {
+    _lock: std::fs::File,
+    pub dir: PathBuf,
+}
+
+impl SharedParameters {
+    pub fn hold() -> Self {
+        let dir = filecoin_parameter_cache();
+        std::fs::create_dir_all(&dir).unwrap();
+        let lock = std::fs::File::create(dir.join(".lock")).unwrap();
+        lock.lock().expect("the shared parameter cache's lock");
+        Self { _lock: lock, dir }
+    }
+}
+
+/// Runs the Python cuzk.v1 client (tests/cuzk/client.py, stubs generated
+/// from provd's .proto) on `plan`, a list of calls; its results, one per call.
+/// `None` when Python's grpcio or grpcio-tools is missing, unless
+/// PROVD_REQUIRE_GRPC_CLIENT is set (CI sets it): then that fails the test.
+pub fn cuzk_client(plan: &serde_json::Value) -> Option<Vec<serde_json::Value>> {
+    let have = Command::new("python3").args(["-c", "import grpc, grpc_tools"]).output();
+    if !have.is_ok_and(|o| o.status.success()) {
+        assert!(
+            std::env::var_os("PROVD_REQUIRE_GRPC_CLIENT").is_none(),
+            "python3 with grpcio and grpcio-tools is required (pip install grpcio grpcio-tools)"
+        );
+        eprintln!(
+            "skipped: python3 with grpcio and grpcio-tools not found (pip install grpcio grpcio-tools)"
+        );
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plan.json");
+    std::fs::write(&path, plan.to_string()).unwrap();
+    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/cuzk/client.py");
+    let out = Command::new("python3").arg(client).arg(&path).output().expect("python3 runs");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "the Python client failed: {stderr}");
+    Some(serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("the client's results: {e}: {stdout}")))
+}
+
 /// Runs `provd args…` with a data directory and returns its output.
 pub fn provd(data_dir: &std::path::Path, args: &[&str]) -> Output {
     Command::new(provd_bin())
@@ -92,6 +145,9 @@ pub fn text(o: &Output) -> (String, String) {
 pub struct Server {
     pub child: std::process::Child,
     pub addr: std::net::SocketAddr,
+    /// The cuzk.v1 gRPC door's addresses, as provd printed them
+    /// ("127.0.0.1:9820", "unix:///…"); empty without one.
+    pub grpc: Vec<String>,
     pub data_dir: tempfile::TempDir,
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
 }
@@ -164,6 +220,7 @@ impl Server {
             }
         });
         let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut grpc = Vec::new();
         let addr = loop {
             let mut line = String::new();
             if out.read_line(&mut line).unwrap() == 0 {
@@ -171,12 +228,15 @@ impl Server {
                 std::thread::sleep(std::time::Duration::from_millis(100)); // the stderr reader's last lines
                 return Err(stderr.lock().unwrap().clone());
             }
+            if let Some(at) = line.trim().strip_prefix("cuzk.v1 gRPC on ") {
+                grpc = at.split(", ").map(str::to_string).collect();
+            }
             if let Some(a) = line.trim().strip_prefix("provd listening on http://") {
                 break a.parse().unwrap();
             }
         };
         std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
-        Ok(Server { child, addr, data_dir, stderr })
+        Ok(Server { child, addr, grpc, data_dir, stderr })
     }
 
     /// One request; returns (status, JSON body or Null).

@@ -27,7 +27,8 @@ fn compile_proto() {
     println!("cargo:rerun-if-changed={PROTO}");
     let descriptors = protox::compile([PROTO], ["proto"]).expect("proto/cuzk/v1/proving.proto compiles");
     tonic_prost_build::configure()
-        .build_client(false)
+        // The client: `provd bench doors` drives the door with it.
+        .build_client(true)
         .build_server(true)
         .compile_fds(descriptors)
         .expect("the cuzk.v1 services generate");

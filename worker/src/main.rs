@@ -325,6 +325,34 @@ enum BenchCommand {
         #[command(flatten)]
         common: Common,
     },
+    /// The same stream of Filecoin jobs through each front door of one
+    /// `provd serve` (HTTP and the cuzk.v1 gRPC door), from the same number
+    /// of concurrent clients: what the gRPC door costs over HTTP.
+    #[cfg(feature = "grpc")]
+    Doors {
+        /// filecoin-snap, filecoin-winning-post or filecoin-window-post.
+        #[arg(long, default_value = "filecoin-window-post")]
+        kind: String,
+        /// The sector size, as the registered seal proof it is sealed with.
+        #[arg(long, default_value = "StackedDrg2KiBV1_1")]
+        seal: String,
+        /// Jobs per door per round.
+        #[arg(long, default_value_t = 200)]
+        jobs: usize,
+        /// Clients sending at once through each door.
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        /// Rounds, alternating the doors (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Keeps the sealed sectors and the parameter cache between runs.
+        #[arg(long, default_value = "bench-results/vanilla-work")]
+        work_dir: PathBuf,
+        #[arg(long, default_value = "bench-results/doors.json")]
+        json: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Each Filecoin kind's circuit at a sector size, counted (constraints,
     /// variables, domain) with the parameter file size it implies: nothing
     /// loaded or proved.
@@ -804,6 +832,27 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
                 provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?.backends;
             bench::vanilla::VanillaBench { kind, seal: seal_proof(&seal)?, runs, work_dir, json }
                 .run(backends)
+        }
+        #[cfg(feature = "grpc")]
+        BenchCommand::Doors { kind, seal, jobs, concurrency, rounds, work_dir, json, common } => {
+            let kind = kind.parse().map_err(|e| anyhow::anyhow!("--kind {e}"))?;
+            let backend = match common.backend {
+                BackendChoice::Auto => "auto",
+                BackendChoice::Cpu => "cpu",
+                BackendChoice::Cuda => "cuda",
+            }
+            .to_string();
+            bench::doors::DoorsBench {
+                kind,
+                seal: seal_proof(&seal)?,
+                jobs,
+                concurrency,
+                rounds,
+                backend,
+                work_dir,
+                json,
+            }
+            .run()
         }
         #[cfg(feature = "filecoin")]
         BenchCommand::Sizes { seal, json } => {

@@ -2,6 +2,8 @@
 //! with the machine and commit it ran on.
 
 pub mod circom;
+#[cfg(feature = "grpc")]
+pub mod doors;
 #[cfg(feature = "filecoin")]
 pub mod filecoin;
 pub mod lane;

@@ -65,16 +65,16 @@ pub struct VanillaBench {
 }
 
 /// filecoin-proofs' verdict on a proof of the case's job.
-type Verify = Box<dyn Fn(&[u8]) -> anyhow::Result<bool>>;
+pub(super) type Verify = Box<dyn Fn(&[u8]) -> anyhow::Result<bool>>;
 /// filecoin-proofs' own proof of the case's job.
 type TheirProof = Box<dyn Fn() -> anyhow::Result<Vec<u8>>>;
 
 /// One kind's job, ready to run either way.
-struct Case {
-    proof: String,
-    kind: Arc<dyn CircuitKind>,
-    input: serde_json::Value,
-    verify: Verify,
+pub(super) struct Case {
+    pub proof: String,
+    pub kind: Arc<dyn CircuitKind>,
+    pub input: serde_json::Value,
+    pub verify: Verify,
     filecoin_proofs: TheirProof,
 }
 
@@ -213,6 +213,13 @@ impl VanillaBench {
             job_spec(&*kind, kind.kind(), input.clone(), priority, verifier.clone())
         };
         Ok(Urgent { name, key, job: Box::new(job) })
+    }
+
+    /// The kind's job, its sectors sealed and parameters made in the work
+    /// directory (for benchmarks that serve it: `bench doors`).
+    pub(super) fn prepared(&self) -> anyhow::Result<Case> {
+        self.use_work_dir();
+        self.case()
     }
 
     /// Points filecoin-proofs at the work directory's caches (it reads

@@ -5,7 +5,7 @@
 //!
 //! - [`request`]: a `SubmitProofRequest` read into the proof it asks for,
 //!   its priority, key and the Filecoin kind's input;
-//! - [`proving`]: the eight calls, answered from the [`Service`];
+//! - [`Proving`] (proving.rs): the eight calls, answered from the [`Service`];
 //! - this module: the listeners (TCP, unix sockets), the token, serving
 //!   until the HTTP side has drained.
 

@@ -10,7 +10,9 @@ use tonic::{Request, Response, Status};
 use super::{pb, request, status, Started};
 use crate::circuits::filecoin::Registered;
 use crate::pipeline::{Door, JobId, JobStatus, Outcome};
-use crate::service::{JobInput, Refusal, RequestError, Service, SubmitOptions, Unavailable, Waited};
+use crate::service::{
+    JobInput, Refusal, RequestError, Service, SubmitOptions, Submitted, Unavailable, Waited,
+};
 
 /// The `ProvingEngine` service; cheap to clone (one per listener).
 #[derive(Clone)]
@@ -32,11 +34,23 @@ impl Proving {
     }
 
     /// Reads and submits a request: its service and job, and the
-    /// partitions that were waiting ahead of it.
+    /// partitions that were waiting ahead of it. Every answer is counted
+    /// (`provd_requests_total{door="grpc"}`), refusals at the door included.
     async fn submit(&self, req: pb::SubmitProofRequest) -> Result<(Arc<Service>, JobId, u32), Status> {
         let service = self.service()?;
+        let submitted = Self::submit_to(&service, req).await;
+        service.count_request(Door::Grpc, submitted.as_ref().ok().map(|(s, _)| s));
+        let (submitted, ahead) = submitted?;
+        Ok((service, submitted.id(), u32::try_from(ahead).unwrap_or(u32::MAX)))
+    }
+
+    async fn submit_to(
+        service: &Arc<Service>,
+        req: pb::SubmitProofRequest,
+    ) -> Result<(Submitted, usize), Status> {
+        // Whether any circuit here proves it, before its payload is read.
+        let circuit = circuit_for(service, request::asked_for(&req)?)?;
         let wanted = request::read(&req)?;
-        let circuit = circuit_for(&service, wanted.registered)?;
         let options =
             SubmitOptions { priority: wanted.priority, idempotency_key: wanted.key, door: Door::Grpc };
         tracing::debug!(request_id = %req.request_id, circuit = %circuit, "cuzk.v1 submission");
@@ -46,8 +60,7 @@ impl Proving {
             (s.submit_job(&circuit, JobInput::Input(wanted.input), options), ahead)
         })
         .await?;
-        let id = submitted.map_err(refused)?.id();
-        Ok((service, id, u32::try_from(ahead).unwrap_or(u32::MAX)))
+        Ok((submitted.map_err(refused)?, ahead))
     }
 }
 

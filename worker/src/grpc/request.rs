@@ -83,6 +83,20 @@ const UPDATE: [RegisteredUpdateProof; 5] = {
     [StackedDrg2KiBV1, StackedDrg8MiBV1, StackedDrg512MiBV1, StackedDrg32GiBV1, StackedDrg64GiBV1]
 };
 
+/// The request fields that name `r`: its proof kind and Go's abi number
+/// (what Curio sends).
+pub fn naming(r: Registered) -> (pb::ProofKind, u64) {
+    let at = |found: Option<usize>| found.expect("every registered proof type is numbered") as u64;
+    match r {
+        Registered::Seal(p) => (pb::ProofKind::PorepSealCommit, at(SEAL.iter().position(|&q| q == p))),
+        Registered::Update(p) => (pb::ProofKind::SnapDealsUpdate, at(UPDATE.iter().position(|&q| q == p))),
+        Registered::WinningPost(p) => (pb::ProofKind::WinningPost, at(POST.iter().position(|&q| q == p))),
+        Registered::WindowPost(p) => {
+            (pb::ProofKind::WindowPostPartition, at(POST.iter().position(|&q| q == p)))
+        }
+    }
+}
+
 fn invalid(what: impl Into<String>) -> Status {
     Status::invalid_argument(what)
 }
@@ -176,6 +190,15 @@ fn base64_each(proofs: &[Vec<u8>]) -> Vec<String> {
     proofs.iter().map(|p| base64::engine::general_purpose::STANDARD.encode(p)).collect()
 }
 
+/// The proof a request asks for (what picks the circuit), before its
+/// payload is read.
+pub fn asked_for(req: &pb::SubmitProofRequest) -> Result<Registered, Status> {
+    let kind = pb::ProofKind::try_from(req.proof_kind).map_err(|_| {
+        invalid(format!("proof_kind {} is not one of cuzk.v1's ProofKind values", req.proof_kind))
+    })?;
+    registered(kind, req.registered_proof, req.sector_size)
+}
+
 /// Reads a request.
 pub fn read(req: &pb::SubmitProofRequest) -> Result<Wanted, Status> {
     if req.request_id.len() > MAX_REQUEST_ID {
@@ -184,12 +207,9 @@ pub fn read(req: &pb::SubmitProofRequest) -> Result<Wanted, Status> {
             req.request_id.len()
         )));
     }
-    let kind = pb::ProofKind::try_from(req.proof_kind).map_err(|_| {
-        invalid(format!("proof_kind {} is not one of cuzk.v1's ProofKind values", req.proof_kind))
-    })?;
+    let registered = asked_for(req)?;
     let priority_in = pb::Priority::try_from(req.priority)
         .map_err(|_| invalid(format!("priority {} is not one of cuzk.v1's Priority values", req.priority)))?;
-    let registered = registered(kind, req.registered_proof, req.sector_size)?;
     let miner = || match req.miner_id {
         0 => Err(invalid("miner_id is 0: give the miner actor id the proof is for")),
         id => Ok(id),
@@ -272,7 +292,8 @@ mod tests {
             (K::SnapDealsUpdate, 3, "StackedDrg32GiBV1"),
         ];
         for (kind, n, name) in cases {
-            assert_eq!(registered(kind, n, 0).unwrap().to_string(), name, "{kind:?} {n}");
+            let r = registered(kind, n, 0).unwrap();
+            assert_eq!((r.to_string(), naming(r)), (name.to_string(), (kind, n)), "{kind:?} {n}");
         }
         assert!(registered(K::SnapDealsUpdate, 3, 32 << 30).is_ok(), "its own sector size");
     }

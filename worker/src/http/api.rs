@@ -51,6 +51,32 @@ pub async fn prove(
     Query(q): Query<ProveQuery>,
     req: Request,
 ) -> Result<Response, ApiError> {
+    let submitted = submit(&state, &q, req).await;
+    state.service.count_request(Door::Http, submitted.as_ref().ok());
+    let submitted = submitted?;
+    let (id, replayed) = (submitted.id(), matches!(submitted, crate::service::Submitted::Existing(_)));
+    if q.wait {
+        let status = match state.service.ended(id, None).await? {
+            Waited::Ended(status) => status,
+            Waited::Unknown | Waited::TimedOut => {
+                return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "job vanished"))
+            }
+        };
+        let res = (StatusCode::OK, axum::Json(JobView::new(&status, &state.service, true))).into_response();
+        return Ok(mark_replayed(res, replayed));
+    }
+    let body = Accepted { job_id: id.to_string(), status_url: format!("/v1/jobs/{id}") };
+    let res = (StatusCode::ACCEPTED, [(header::LOCATION, body.status_url.clone())], axum::Json(body))
+        .into_response();
+    Ok(mark_replayed(res, replayed))
+}
+
+/// Reads a `POST /v1/prove` request (JSON or a binary witness) and submits it.
+async fn submit(
+    state: &Arc<AppState>,
+    q: &ProveQuery,
+    req: Request,
+) -> Result<crate::service::Submitted, ApiError> {
     if state.draining.load(Ordering::Acquire) {
         return Err(ApiError::shutting_down());
     }
@@ -79,7 +105,7 @@ pub async fn prove(
         let mut chunks = req.into_body().into_data_stream();
         while let Some(chunk) = chunks.next().await {
             let chunk = chunk.map_err(|e| match super::stalled(&e) {
-                true => super::stalled_body(&state),
+                true => super::stalled_body(state),
                 false => ApiError::bad_request(format!("reading the body: {e}")),
             })?;
             if (body.len() + chunk.len()) as u64 > limit {
@@ -97,27 +123,13 @@ pub async fn prove(
                  (\"circuit\", \"priority\")",
             ));
         }
-        let Json(req) = Json::<ProveRequest>::from_request(req, &state).await?;
+        let Json(req) = Json::<ProveRequest>::from_request(req, state).await?;
         let circuit = req.circuit.clone();
         let options = SubmitOptions { priority: req.priority, idempotency_key: key, door: Door::Http };
         let job = req.job().map_err(ApiError::bad_request)?;
         blocking(move || service.submit_job(&circuit, job, options)).await??
     };
-    let (id, replayed) = (submitted.id(), matches!(submitted, crate::service::Submitted::Existing(_)));
-    if q.wait {
-        let status = match state.service.ended(id, None).await? {
-            Waited::Ended(status) => status,
-            Waited::Unknown | Waited::TimedOut => {
-                return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "job vanished"))
-            }
-        };
-        let res = (StatusCode::OK, axum::Json(JobView::new(&status, &state.service, true))).into_response();
-        return Ok(mark_replayed(res, replayed));
-    }
-    let body = Accepted { job_id: id.to_string(), status_url: format!("/v1/jobs/{id}") };
-    let res = (StatusCode::ACCEPTED, [(header::LOCATION, body.status_url.clone())], axum::Json(body))
-        .into_response();
-    Ok(mark_replayed(res, replayed))
+    Ok(submitted)
 }
 
 /// Whether the body is a binary witness (`application/octet-stream`).

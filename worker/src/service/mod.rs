@@ -384,7 +384,9 @@ impl Service {
     /// Validates a request's partitions with the circuit's kind and submits the job.
     pub fn submit(&self, circuit: &str, partitions: Vec<serde_json::Value>) -> Result<JobId, RequestError> {
         let options = SubmitOptions { door: Door::InProcess, ..SubmitOptions::default() };
-        self.submit_witnesses(circuit, Witnesses::Json(partitions), options).map(Submitted::id)
+        let submitted = self.submit_witnesses(circuit, Witnesses::Json(partitions), options);
+        self.count_request(Door::InProcess, submitted.as_ref().ok());
+        submitted.map(Submitted::id)
     }
 
     /// Submits a JSON job: its partitions, or an input its circuit's kind
@@ -416,24 +418,25 @@ impl Service {
         witnesses: Witnesses,
         options: SubmitOptions,
     ) -> Result<Submitted, RequestError> {
-        let door = options.door;
-        let submitted = (|| {
-            let priority = match options.priority {
-                Some(p) => p,
-                None => self.intake.circuits.get(circuit)?.priority,
-            };
-            let idempotency = options
-                .idempotency_key
-                .map(|key| Idempotency::of(key, circuit, options.priority, &witnesses));
-            self.jobs.submit(circuit, witnesses, priority, door, idempotency)
-        })();
-        let answer = match &submitted {
-            Ok(Submitted::New(_)) => "accepted",
-            Ok(Submitted::Existing(_)) => "replayed",
-            Err(_) => "refused",
+        let priority = match options.priority {
+            Some(p) => p,
+            None => self.intake.circuits.get(circuit)?.priority,
+        };
+        let idempotency =
+            options.idempotency_key.map(|key| Idempotency::of(key, circuit, options.priority, &witnesses));
+        self.jobs.submit(circuit, witnesses, priority, options.door, idempotency)
+    }
+
+    /// Counts a submission's answer in `provd_requests_total`: each front
+    /// door counts what it answered (`None`: refused), whether the intake
+    /// or the door itself refused it.
+    pub fn count_request(&self, door: Door, answer: Option<&Submitted>) {
+        let answer = match answer {
+            Some(Submitted::New(_)) => "accepted",
+            Some(Submitted::Existing(_)) => "replayed",
+            None => "refused",
         };
         self.metrics().requests.with_label_values(&[door.name(), answer]).inc();
-        submitted
     }
 
     /// A job's state; in fleet mode any job of the fleet, read from the

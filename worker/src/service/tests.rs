@@ -109,7 +109,7 @@ fn retries_under_one_key_make_one_job_and_another_request_under_it_is_refused() 
 
 /// A retry is for getting a proof: once the key's job was cancelled (or
 /// failed), the same request under the key runs again, as a new job that
-/// takes the key over (journal included), and its door is counted.
+/// takes the key over (journal included), marked with its door.
 #[test]
 fn a_retry_after_its_job_was_cancelled_runs_again_under_the_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -122,8 +122,6 @@ fn a_retry_after_its_job_was_cancelled_runs_again_under_the_key() {
     assert!(matches!(retry, Submitted::New(id) if id != first), "{retry:?}");
     assert_eq!(submit().unwrap(), Submitted::Existing(retry.id()), "the key now names the retry");
     assert_eq!(s.job(retry.id()).unwrap().unwrap().door, Door::Grpc);
-    let count = |answer: &str| s.metrics().requests.with_label_values(&["grpc", answer]).get();
-    assert_eq!((count("accepted"), count("replayed")), (2, 1));
     s.drain(Duration::from_secs(60));
 }
 
