@@ -168,7 +168,7 @@
         };
         const done = j.partitions.filter((p) => p.stage === "done").length;
         tr.append(
-          cell(j.id), cell(j.circuit), cell(j.priority, `priority-${j.priority}`), cell(j.state, j.state), cell(`${done}/${j.partitions.length}`, "num"),
+          cell(j.id), cell(j.circuit), cell(j.priority, `priority-${j.priority}`), cell(j.door), cell(j.state, j.state), cell(`${done}/${j.partitions.length}`, "num"),
           cell(mean("synthesis"), "num"), cell(mean("gpu_queue"), "num"), cell(mean("prove_start"), "num"),
           cell(mean("prove_finish"), "num"), cell(j.elapsed_seconds.toFixed(2), "num"), cell(j.error, "failed")
         );

@@ -14,14 +14,12 @@ use filecoin_proofs_api::post::{
     generate_winning_post_sector_challenge, verify_window_post, verify_winning_post,
 };
 use filecoin_proofs_api::{
-    PoStType, PublicReplicaInfo, RegisteredPoStProof, RegisteredSealProof, RegisteredUpdateProof, SectorId,
+    PublicReplicaInfo, RegisteredPoStProof, RegisteredSealProof, RegisteredUpdateProof, SectorId,
 };
-use provd::circuits::filecoin::post::{FilecoinPostConfig, FilecoinPostKind};
 use provd::circuits::filecoin::seal::{
     post_vanilla_proofs, seal_sector, update_sector, SealedSector, UpdatedSector,
 };
-use provd::circuits::filecoin::snap::{FilecoinSnapConfig, FilecoinSnapKind};
-use provd::circuits::filecoin::{FilecoinPorepConfig, FilecoinPorepKind, Ids};
+use provd::circuits::filecoin::{Ids, Registered};
 use provd_e2e::{cuzk_client, Server, SharedParameters};
 use serde_json::{json, Value};
 
@@ -113,39 +111,14 @@ fn fixture() -> &'static Fixture {
         let sectors = vec![seal(1), seal(2)];
         let (key, at) = seal(3);
         let update = update_sector(&key, &at, 3).unwrap();
-        let params = Some(shared.dir.clone());
-        FilecoinPorepKind::load(&FilecoinPorepConfig {
-            name: "porep-2k".into(),
-            proof: SEAL,
-            parameter_cache: params.clone(),
-            test_only_parameters: true,
-            synthesis: Default::default(),
-            matrices_cache: None,
-            priority: None,
-        })
-        .unwrap();
-        for (proof, typ) in [(WINNING, PoStType::Winning), (WINDOW, PoStType::Window)] {
-            let config = FilecoinPostConfig {
-                name: format!("{proof:?}"),
-                proof,
-                parameter_cache: params.clone(),
-                test_only_parameters: true,
-                synthesis: Default::default(),
-                matrices_cache: None,
-                priority: None,
-            };
-            FilecoinPostKind::load(&config, typ).unwrap();
+        for proof in [
+            Registered::Seal(SEAL),
+            Registered::WinningPost(WINNING),
+            Registered::WindowPost(WINDOW),
+            Registered::Update(UPDATE),
+        ] {
+            shared.load(proof);
         }
-        FilecoinSnapKind::load(&FilecoinSnapConfig {
-            name: format!("{UPDATE:?}"),
-            proof: UPDATE,
-            parameter_cache: params,
-            test_only_parameters: true,
-            synthesis: Default::default(),
-            matrices_cache: None,
-            priority: None,
-        })
-        .unwrap();
         Fixture { params: shared.dir.clone(), dir, sectors, update }
     })
 }
@@ -404,8 +377,10 @@ fn waits_time_out_cancels_end_jobs_and_the_status_counts_match_http() {
 }
 
 /// A kill -9 while gRPC jobs are in flight: after the restart, AwaitProof on
-/// their ids returns their proofs (the journal covers this door), and
-/// Curio's retry of a Prove under the same request_id finds its job.
+/// their ids returns their proofs (the journal covers this door too), and
+/// Curio's retry of a Prove under the same request_id finds its job. One
+/// partition at a time, so that the later of four WindowPoSt jobs are still
+/// waiting when the worker is killed.
 #[test]
 fn after_a_kill_9_grpc_jobs_are_awaited_and_retried_to_their_proofs() {
     let f = fixture();
@@ -415,32 +390,29 @@ fn after_a_kill_9_grpc_jobs_are_awaited_and_retried_to_their_proofs() {
     let tcp = server.grpc[0].clone();
     let w = randomness(13);
     let vanilla = f.vanilla(WINDOW, w, &[1, 2]);
-    let Some(submitted) = cuzk_client(&json!([
-        call("SubmitProof", &tcp, porep(f, "porep-1000-1")),
-        call("SubmitProof", &tcp, window(&vanilla, w, "wdpost-c")),
-    ])) else {
+    let request = |i: usize| window(&vanilla, w, &format!("wdpost-1000-{i}"));
+    let plan: Vec<Value> = (0..4).map(|i| call("SubmitProof", &tcp, request(i))).collect();
+    let Some(submitted) = cuzk_client(&json!(plan)) else {
         return;
     };
     let ids: Vec<String> = submitted.iter().map(|r| ok(r)["job_id"].as_str().unwrap().to_string()).collect();
-    let (_, job) = server.call("GET", &format!("/v1/jobs/{}", ids[0]), None);
-    assert!(matches!(job["state"].as_str(), Some("queued" | "running")), "in flight at the kill: {job}");
+    let (_, last) = server.call("GET", &format!("/v1/jobs/{}", ids[3]), None);
+    assert!(matches!(last["state"].as_str(), Some("queued" | "running")), "in flight at the kill: {last}");
     let data_dir = server.kill_9();
 
     let server = Server::try_start_in(&config, &[], "cpu", data_dir).unwrap();
     let tcp = server.grpc[0].clone();
-    let after = cuzk_client(&json!([
-        call("AwaitProof", &tcp, json!({"job_id": ids[0]})),
-        call("AwaitProof", &tcp, json!({"job_id": ids[1]})),
-        call("Prove", &tcp, json!({"submit": porep(f, "porep-1000-1")})),
-    ]))
-    .unwrap();
-    assert!(f.sectors[0].0.verify(&proof(ok(&after[0]))).unwrap(), "verify_seal");
+    let mut plan: Vec<Value> = ids.iter().map(|id| call("AwaitProof", &tcp, json!({"job_id": id}))).collect();
+    plan.push(call("Prove", &tcp, json!({"submit": request(3)})));
+    let after = cuzk_client(&json!(plan)).unwrap();
     let prover_id = provd::circuits::filecoin::prover_id_of_miner(MINER);
-    let p = proof(ok(&after[1]));
-    assert!(verify_window_post(&w, &[(WINDOW, &p)], &f.public(WINDOW, &[1, 2]), prover_id).unwrap());
-    let retried = &ok(&after[2])["result"];
-    assert_eq!(retried["job_id"].as_str(), Some(ids[0].as_str()), "the retry found its job: {retried}");
-    assert_eq!(proof(retried), proof(ok(&after[0])));
+    for r in &after[..4] {
+        let p = proof(ok(r));
+        assert!(verify_window_post(&w, &[(WINDOW, &p)], &f.public(WINDOW, &[1, 2]), prover_id).unwrap());
+    }
+    let retried = &ok(&after[4])["result"];
+    assert_eq!(retried["job_id"].as_str(), Some(ids[3].as_str()), "the retry found its job: {retried}");
+    assert_eq!(proof(retried), proof(ok(&after[3])));
 }
 
 /// Off loopback over TCP the door takes the bearer token (and refuses to

@@ -7,8 +7,7 @@
 use std::sync::OnceLock;
 
 use provd::circuits::filecoin::seal::{seal_sector, SealedSector};
-use provd::circuits::filecoin::{FilecoinPorepConfig, FilecoinPorepKind, Ids};
-use provd::circuits::CircuitKind;
+use provd::circuits::filecoin::Ids;
 use provd_e2e::{Server, JOBS_DEADLINE};
 use serde_json::{json, Value};
 
@@ -42,8 +41,9 @@ impl Fixture {
     }
 }
 
-/// Seals the sectors once, and generates the circuit's TEST-ONLY parameters
-/// once (in process, so that servers started at once do not race to).
+/// Seals the sectors once; the circuit's TEST-ONLY parameters come from the
+/// cache the test binaries share (generated here, in process, if this is the
+/// first to need them, so that servers started at once do not race to).
 fn fixture() -> &'static Fixture {
     static FIXTURE: OnceLock<Fixture> = OnceLock::new();
     FIXTURE.get_or_init(|| {
@@ -59,16 +59,8 @@ fn fixture() -> &'static Fixture {
             seal_sector(proof, Ids { prover_id, sector_id }, &at, sector_id).unwrap()
         };
         let sectors = (1..=SECTORS).map(|id| seal(PROOF, id)).collect();
-        let config = FilecoinPorepConfig {
-            name: "porep-2k".into(),
-            proof: serde_json::from_value(json!(PROOF)).unwrap(),
-            parameter_cache: Some(params.dir.clone()),
-            test_only_parameters: true,
-            synthesis: Default::default(),
-            matrices_cache: None,
-            priority: None,
-        };
-        let kind = FilecoinPorepKind::load(&config).unwrap();
+        let seal = serde_json::from_value(json!(PROOF)).unwrap();
+        let kind = params.load(provd::circuits::filecoin::Registered::Seal(seal));
         let (resident, footprint) =
             (kind.resident_bytes(), provd::pipeline::Footprint::of(kind.key()).total());
         Fixture { _dir: dir, params: params.dir.clone(), sectors, resident, footprint }
@@ -84,40 +76,6 @@ fn prove(server: &Server, input: &Value) -> (u16, Value) {
 fn seal_proof(job: &Value) -> Vec<u8> {
     hex::decode(job["result"]["proof"].as_str().unwrap_or_else(|| panic!("no sector proof in {job}")))
         .unwrap()
-}
-
-#[test]
-fn a_sealed_sector_is_proved_over_http_and_verify_seal_accepts_the_proof() {
-    let f = fixture();
-    // The fixture's load recorded the circuit's matrices beside the
-    // parameters; the server reads them rather than recording them again.
-    let stores: Vec<_> =
-        std::fs::read_dir(f.params().join("provd-matrices")).unwrap().map(|e| e.unwrap().path()).collect();
-    let [store] = &stores[..] else { panic!("one circuit's store: {stores:?}") };
-    let recorded = std::fs::metadata(store.join("meta.json")).unwrap().modified().unwrap();
-    let server = Server::start(&f.config(""), &[]);
-    assert_eq!(
-        std::fs::metadata(store.join("meta.json")).unwrap().modified().unwrap(),
-        recorded,
-        "recorded again"
-    );
-    let sector = &f.sectors[0];
-    let (status, job) = prove(&server, &sector.input());
-    assert_eq!((status, job["state"].as_str()), (202, Some("succeeded")), "{job}");
-    let proof = seal_proof(&job);
-    assert_eq!(proof.len(), 192, "one partition's proof at 2 KiB");
-    assert!(sector.verify(&proof).unwrap(), "filecoin-proofs' verify_seal rejects provd's proof");
-    // Another sector's proof is not this one's.
-    assert!(!f.sectors[1].verify(&proof).unwrap());
-
-    // The verifying key served is the one in the parameter cache.
-    let files = std::fs::read_dir(f.params()).unwrap().map(|e| e.unwrap().path()).collect::<Vec<_>>();
-    let vk_file =
-        files.iter().find(|p| p.extension().is_some_and(|e| e == "vk")).expect("a .vk in the cache");
-    let served = provd_e2e::request(server.addr, "GET", "/v1/circuits/porep-2k/verifying-key", None, &[]);
-    assert_eq!(served.body, std::fs::read(vk_file).unwrap());
-    let (_, circuits) = server.call("GET", "/v1/circuits", None);
-    assert_eq!(circuits["circuits"][0]["kind"], "filecoin-porep", "{circuits}");
 }
 
 #[test]
@@ -213,12 +171,23 @@ fn first_digest(v: &mut Value) -> Option<&mut Vec<Value>> {
     }
 }
 
+/// Sectors sealed here are proved over HTTP, one at a time within a budget
+/// of a key and one and a half partitions (the rest wait for room), and
+/// filecoin-proofs' `verify_seal` accepts each proof, for its own sector only.
 #[test]
-fn many_sectors_at_once_stay_within_a_budget_of_a_few_partitions() {
+fn sectors_are_proved_over_http_within_a_budget_and_verify_seal_accepts_them() {
     let f = fixture();
-    // The key and one and a half partitions: one sector at a time, the rest wait for room.
+    // The fixture's load recorded the circuit's matrices beside the
+    // parameters; the server reads them rather than recording them again.
+    // (The cache is shared by the test binaries: this circuit's files are
+    // found by its identifier.)
+    let seal: filecoin_proofs_api::RegisteredSealProof = serde_json::from_value(json!(PROOF)).unwrap();
+    let files = format!("v28-{}", seal.circuit_identifier().unwrap());
+    let meta = f.params().join("provd-matrices").join(&files).join("meta.json");
+    let recorded = std::fs::metadata(&meta).unwrap().modified().unwrap();
     let budget = f.resident + f.footprint * 3 / 2;
     let server = Server::start(&f.config(&format!("[pipeline]\nmemory_budget = {budget}\n")), &[]);
+    assert_eq!(std::fs::metadata(&meta).unwrap().modified().unwrap(), recorded, "recorded again");
     let ids: Vec<String> = f
         .sectors
         .iter()
@@ -233,8 +202,17 @@ fn many_sectors_at_once_stay_within_a_budget_of_a_few_partitions() {
     for (id, sector) in ids.iter().zip(&f.sectors) {
         let job = &done[id];
         assert_eq!(job["state"], "succeeded", "{job}");
-        assert!(sector.verify(&seal_proof(job)).unwrap(), "sector {}", sector.ids.sector_id);
+        let proof = seal_proof(job);
+        assert_eq!(proof.len(), 192, "one partition's proof at 2 KiB");
+        assert!(sector.verify(&proof).unwrap(), "sector {}", sector.ids.sector_id);
     }
+    // One sector's proof is not another's.
+    assert!(!f.sectors[1].verify(&seal_proof(&done[&ids[0]])).unwrap());
+    // The verifying key served is the one in the parameter cache.
+    let served = provd_e2e::request(server.addr, "GET", "/v1/circuits/porep-2k/verifying-key", None, &[]);
+    assert_eq!(served.body, std::fs::read(f.params().join(format!("{files}.vk"))).unwrap());
+    let (_, circuits) = server.call("GET", "/v1/circuits", None);
+    assert_eq!(circuits["circuits"][0]["kind"], "filecoin-porep", "{circuits}");
     let peak = server.metric("provd_memory_reserved_peak_bytes");
     assert!(peak > f.resident as f64 && peak <= budget as f64, "reserved peaked at {peak}, budget {budget}");
     let (_, status) = server.call("GET", "/v1/status", None);

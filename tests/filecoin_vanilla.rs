@@ -17,14 +17,12 @@ use filecoin_proofs_api::post::{
 };
 use filecoin_proofs_api::update::verify_empty_sector_update_proof;
 use filecoin_proofs_api::{
-    PoStType, PublicReplicaInfo, RegisteredPoStProof, RegisteredSealProof, RegisteredUpdateProof, SectorId,
+    PublicReplicaInfo, RegisteredPoStProof, RegisteredSealProof, RegisteredUpdateProof, SectorId,
 };
-use provd::circuits::filecoin::post::{FilecoinPostConfig, FilecoinPostKind};
 use provd::circuits::filecoin::seal::{
     post_vanilla_proofs, seal_sector, update_sector, SealedSector, UpdatedSector,
 };
-use provd::circuits::filecoin::snap::{FilecoinSnapConfig, FilecoinSnapKind};
-use provd::circuits::filecoin::Ids;
+use provd::circuits::filecoin::{Ids, Registered};
 use provd_e2e::Server;
 use serde_json::{json, Value};
 
@@ -84,8 +82,9 @@ impl Fixture {
     }
 }
 
-/// Seals the sectors once, and generates the circuits' TEST-ONLY parameters
-/// once (in process, so that servers started at once do not race to).
+/// Seals the sectors once; the circuits' TEST-ONLY parameters come from the
+/// cache the test binaries share (generated here, in process, if this is the
+/// first to need them, so that servers started at once do not race to).
 fn fixture() -> &'static Fixture {
     static FIXTURE: OnceLock<Fixture> = OnceLock::new();
     FIXTURE.get_or_init(|| {
@@ -105,30 +104,14 @@ fn fixture() -> &'static Fixture {
         let key = seal_sector(SEAL, Ids { prover_id, sector_id: 4 }, &at, 4).unwrap();
         let update = update_sector(&key, &at, 4).unwrap();
         let params = shared.dir.clone();
-        for (proof, typ) in
-            [(WINNING, PoStType::Winning), (WINDOW, PoStType::Window), (WINDOW_V1, PoStType::Window)]
-        {
-            let config = FilecoinPostConfig {
-                name: format!("{proof:?}"),
-                proof,
-                parameter_cache: Some(params.clone()),
-                test_only_parameters: true,
-                synthesis: Default::default(),
-                matrices_cache: None,
-                priority: None,
-            };
-            FilecoinPostKind::load(&config, typ).unwrap();
+        for proof in [
+            Registered::WinningPost(WINNING),
+            Registered::WindowPost(WINDOW),
+            Registered::WindowPost(WINDOW_V1),
+            Registered::Update(UPDATE),
+        ] {
+            shared.load(proof);
         }
-        FilecoinSnapKind::load(&FilecoinSnapConfig {
-            name: format!("{UPDATE:?}"),
-            proof: UPDATE,
-            parameter_cache: Some(params.clone()),
-            test_only_parameters: true,
-            synthesis: Default::default(),
-            matrices_cache: None,
-            priority: None,
-        })
-        .unwrap();
         // Each parameter file is the size its circuit's count says (what
         // docs/operations.md gives for 32 GiB, from `provd bench sizes`).
         let size = |id: String| {

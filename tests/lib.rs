@@ -100,6 +100,44 @@ impl SharedParameters {
     }
 }
 
+impl SharedParameters {
+    /// `proof`'s circuit loaded as a worker loads it from this cache: its
+    /// TEST-ONLY parameters and recorded matrices generated here when this
+    /// is the first process to need them, read when not.
+    pub fn load(
+        &self,
+        proof: provd::circuits::filecoin::Registered,
+    ) -> std::sync::Arc<dyn provd::circuits::CircuitKind> {
+        use filecoin_proofs_api::PoStType;
+        use provd::circuits::filecoin::post::FilecoinPostKind;
+        use provd::circuits::filecoin::snap::FilecoinSnapKind;
+        use provd::circuits::filecoin::{FilecoinConfig, FilecoinPorepKind, Registered};
+        use std::sync::Arc;
+        fn config<P>(dir: &std::path::Path, proof: P) -> FilecoinConfig<P> {
+            FilecoinConfig {
+                name: "fixture".into(),
+                proof,
+                parameter_cache: Some(dir.to_path_buf()),
+                test_only_parameters: true,
+                synthesis: Default::default(),
+                matrices_cache: None,
+                priority: None,
+            }
+        }
+        let dir = &self.dir;
+        match proof {
+            Registered::Seal(p) => Arc::new(FilecoinPorepKind::load(&config(dir, p)).unwrap()),
+            Registered::Update(p) => Arc::new(FilecoinSnapKind::load(&config(dir, p)).unwrap()),
+            Registered::WinningPost(p) => {
+                Arc::new(FilecoinPostKind::load(&config(dir, p), PoStType::Winning).unwrap())
+            }
+            Registered::WindowPost(p) => {
+                Arc::new(FilecoinPostKind::load(&config(dir, p), PoStType::Window).unwrap())
+            }
+        }
+    }
+}
+
 /// Runs the Python cuzk.v1 client (tests/cuzk/client.py, stubs generated
 /// from provd's .proto) on `plan`, a list of calls; its results, one per call.
 /// `None` when Python's grpcio or grpcio-tools is missing, unless

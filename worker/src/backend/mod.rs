@@ -48,6 +48,16 @@ pub trait Backend: Send + Sync {
         KeyResidency::default()
     }
 
+    /// Uploads `key`'s bases to the device now, as its first partition
+    /// would (evicting the least recently used keys where room is short);
+    /// whether they were resident already. `b_inputs`: the inputs in B's
+    /// query (the circuit's, not a witness's: [`CircuitKind::b_dense_inputs`](crate::circuits::CircuitKind::b_dense_inputs)).
+    /// The CPU holds every key in host memory: always resident.
+    fn preload(&self, key: &ProvingKey, b_inputs: usize) -> Result<bool, ProveError> {
+        let _ = (key, b_inputs);
+        Ok(true)
+    }
+
     /// Drops `key`'s bases from the device (a later partition uploads them
     /// again); the device bytes freed, 0 where none were resident.
     fn evict(&self, key: &ProvingKey) -> u64 {

@@ -47,6 +47,13 @@ pub trait CircuitKind: Send + Sync {
     /// Constraints of the circuit (its inputs' constraints included).
     fn constraints(&self) -> usize;
 
+    /// The inputs in B's query, where the kind knows them before any
+    /// witness (its recorded matrices): what uploading its key to a device
+    /// ahead of its first partition needs. `None`: only a witness tells.
+    fn b_dense_inputs(&self) -> Option<usize> {
+        None
+    }
+
     /// The Filecoin proof it proves, for front doors that name proofs
     /// rather than circuits (cuzk.v1); `None` for every other kind.
     #[cfg(feature = "filecoin")]

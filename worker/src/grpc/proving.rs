@@ -11,7 +11,7 @@ use super::{pb, request, status, Started};
 use crate::circuits::filecoin::Registered;
 use crate::pipeline::{Door, JobId, JobStatus, Outcome};
 use crate::service::{
-    JobInput, Refusal, RequestError, Service, SubmitOptions, Submitted, Unavailable, Waited,
+    JobInput, PreloadError, Refusal, RequestError, Service, SubmitOptions, Submitted, Unavailable, Waited,
 };
 
 /// The `ProvingEngine` service; cheap to clone (one per listener).
@@ -38,8 +38,12 @@ impl Proving {
     /// (`provd_requests_total{door="grpc"}`), refusals at the door included.
     async fn submit(&self, req: pb::SubmitProofRequest) -> Result<(Arc<Service>, JobId, u32), Status> {
         let service = self.service()?;
+        let request_id = req.request_id.clone();
         let submitted = Self::submit_to(&service, req).await;
         service.count_request(Door::Grpc, submitted.as_ref().ok().map(|(s, _)| s));
+        if let Err(status) = &submitted {
+            tracing::info!(%request_id, code = ?status.code(), why = status.message(), "cuzk.v1 request refused");
+        }
         let (submitted, ahead) = submitted?;
         Ok((service, submitted.id(), u32::try_from(ahead).unwrap_or(u32::MAX)))
     }
@@ -262,16 +266,23 @@ impl pb::proving_engine_server::ProvingEngine for Proving {
     }
 
     /// Every served key is loaded at start-up and held in host memory (in
-    /// the budget); its device copy is made by its first partition on each
-    /// GPU. So a served circuit is always loaded; an unknown one is NOT_FOUND.
+    /// the budget); this uploads it to every GPU now, where its first
+    /// partition would have. On the CPU backend, the key is loaded already.
     async fn preload_srs(
         &self,
         request: Request<pb::PreloadSrsRequest>,
     ) -> Result<Response<pb::PreloadSrsResponse>, Status> {
         let service = self.service()?;
         let id = request.into_inner().circuit_id;
-        served(&service, &id)?;
-        Ok(Response::new(pb::PreloadSrsResponse { already_loaded: true, load_time_ms: 0 }))
+        let circuit = served(&service, &id)?;
+        let (already_loaded, took) =
+            blocking(move || service.preload_key(&circuit)).await?.map_err(|e| match e {
+                PreloadError::UnknownCircuit(e) => Status::not_found(e.to_string()),
+                PreloadError::LayoutUnknown(_) => Status::failed_precondition(e.to_string()),
+                PreloadError::Device { .. } => Status::unavailable(e.to_string()),
+            })?;
+        let load_time_ms = if already_loaded { 0 } else { took.as_millis() as u64 };
+        Ok(Response::new(pb::PreloadSrsResponse { already_loaded, load_time_ms }))
     }
 
     /// Drops the circuit's key from every GPU (its next partition uploads it

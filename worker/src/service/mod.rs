@@ -135,6 +135,21 @@ fn critical_headroom(
     bytes
 }
 
+/// Why a key could not be uploaded ahead of its first partition.
+#[derive(Debug, thiserror::Error)]
+pub enum PreloadError {
+    #[error(transparent)]
+    UnknownCircuit(#[from] UnknownCircuit),
+    /// Its device layout is known only from a witness.
+    #[error(
+        "circuit '{0}' synthesizes by its recorder, so its device layout is known only from a witness: its \
+         first partition on each GPU uploads its key"
+    )]
+    LayoutUnknown(String),
+    #[error("uploading the key to {device}: {why}")]
+    Device { device: String, why: String },
+}
+
 /// How waiting for a job ended ([`Service::ended`]).
 #[derive(Debug)]
 pub enum Waited {
@@ -367,6 +382,24 @@ impl Service {
             .filter(|k| k.fingerprint == fp)
             .map(|k| k.device_bytes)
             .sum()
+    }
+
+    /// Uploads a circuit's key to every device now, as its first partition
+    /// there would: whether every device held it already, and how long the
+    /// uploads took.
+    pub fn preload_key(&self, circuit: &str) -> Result<(bool, Duration), PreloadError> {
+        let served = self.intake.circuits.get(circuit)?;
+        let b_inputs =
+            served.kind.b_dense_inputs().ok_or_else(|| PreloadError::LayoutUnknown(circuit.to_string()))?;
+        let t = std::time::Instant::now();
+        let mut already = true;
+        for backend in &self.backends {
+            already &= backend.preload(served.kind.key(), b_inputs).map_err(|e| PreloadError::Device {
+                device: backend.name().to_string(),
+                why: e.to_string(),
+            })?;
+        }
+        Ok((already, t.elapsed()))
     }
 
     /// Drops a circuit's key from every device (its next partition on each

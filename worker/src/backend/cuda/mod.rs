@@ -165,6 +165,13 @@ impl Backend for CudaBackend {
         self.lock().residency.report()
     }
 
+    fn preload(&self, key: &ProvingKey, b_inputs: usize) -> Result<bool, ProveError> {
+        let mut state = self.lock();
+        let already = state.residency.is_resident(&key.fingerprint());
+        state.residency.make_resident(&*self.gpu, key, b_inputs)?;
+        Ok(already)
+    }
+
     /// Under the device's lock, which a partition holds while it uses the
     /// bases: never from under one.
     fn evict(&self, key: &ProvingKey) -> u64 {

@@ -186,6 +186,11 @@ impl<D: DeviceMemory> Residency<D> {
         tracing::info!(device = %self.device, mib = old.bytes() >> 20, why, "proving key bases evicted from the device");
     }
 
+    /// Whether the key of `fingerprint` is on the device now.
+    pub fn is_resident(&self, fingerprint: &[u8; 32]) -> bool {
+        self.keys.iter().any(|k| &k.fingerprint == fingerprint)
+    }
+
     /// Drops the key of `fingerprint` (asked for: not counted among the
     /// evictions for room); the device bytes freed.
     pub fn evict(&mut self, fingerprint: &[u8; 32]) -> u64 {

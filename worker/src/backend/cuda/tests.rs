@@ -322,3 +322,30 @@ fn gpu_keeps_several_keys_and_evicts_the_least_recently_used() {
     assert_eq!(res.evictions, 5);
     assert_eq!(res.keys.iter().filter(|k| k.device_bytes > 0).count(), 1, "{res:?}");
 }
+
+/// A key uploaded ahead of its first partition (PreloadSRS), with the B
+/// input count its recorded matrices give, is the layout its partitions
+/// use: not uploaded again, and their proofs verify. Evicted, it is
+/// uploaded again by the next partition.
+#[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
+fn gpu_a_preloaded_key_is_the_one_its_partitions_use_and_an_evicted_one_comes_back() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(6);
+    let circuit = || BenchCircuit::new(12, 4, None);
+    let key = keygen::generate_test_key(circuit(), &mut rng).unwrap();
+    let b_inputs = Matrices::record(circuit()).unwrap().densities()[1].ones();
+    let Some(gpu) = backend(CudaOptions::default()) else { return };
+    assert!(!gpu.preload(&key, b_inputs).unwrap(), "not resident before");
+    assert!(gpu.preload(&key, b_inputs).unwrap(), "resident after");
+    for seed in 0..3 {
+        let (proof, public) = prove(&gpu, &key, BenchCircuit::new(12, 4, Some(seed))).unwrap();
+        assert!(proof.verify(&key.vk, &public), "seed {seed}");
+    }
+    let uploads = |gpu: &CudaBackend| gpu.resident_keys().keys.iter().map(|k| k.uploads).sum::<u64>();
+    assert_eq!(uploads(&gpu), 1, "the partitions used the preloaded bases");
+    assert!(gpu.evict(&key) > 0);
+    assert_eq!(gpu.evict(&key), 0, "nothing left to evict");
+    let (proof, public) = prove(&gpu, &key, BenchCircuit::new(12, 4, Some(9))).unwrap();
+    assert!(proof.verify(&key.vk, &public));
+    assert_eq!(uploads(&gpu), 2, "uploaded again after the eviction");
+}

@@ -516,6 +516,10 @@ impl<K: FilecoinKind> CircuitKind for K {
         Some(self.registered())
     }
 
+    fn b_dense_inputs(&self) -> Option<usize> {
+        self.loaded().matrices.as_ref().map(|m| m.densities()[1].ones())
+    }
+
     fn key(&self) -> &Arc<ProvingKey> {
         &self.loaded().key
     }

@@ -315,7 +315,9 @@ fn an_evicted_key_frees_its_bytes_and_is_uploaded_again_when_used() {
     let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Plain));
     r.make_resident(&dev, a, 0).unwrap();
     r.make_resident(&dev, b, 0).unwrap();
+    assert!(r.is_resident(&a.fingerprint()));
     assert_eq!(r.evict(&a.fingerprint()), plain(a));
+    assert!(!r.is_resident(&a.fingerprint()));
     assert_eq!((r.evict(&a.fingerprint()), resident(&r)), (0, vec![name(b)]), "gone, b kept");
     assert_eq!(r.report().evictions, 0, "not counted as an eviction for room");
     r.make_resident(&dev, a, 0).unwrap();
