@@ -23,7 +23,9 @@ const LAYERS: &[(&str, u8)] = &[
     ("config", 6),
     ("service", 7),
     ("http", 8),
-    ("bench", 8),
+    ("grpc", 8),
+    // `bench doors` drives the gRPC door with its client.
+    ("bench", 9),
     ("demo", 9),
 ];
 
