@@ -13,11 +13,9 @@ use super::pb;
 use crate::circuits::filecoin::Registered;
 use crate::pipeline::Priority;
 
-/// What a request asks of the intake.
+/// What a request asks of the intake beside its proof ([`asked_for`], read first).
 #[derive(Debug)]
 pub struct Wanted {
-    /// The proof asked for; the served circuit that proves it takes the job.
-    pub registered: Registered,
     /// `None`: the circuit's default (unspecified in the request).
     pub priority: Option<Priority>,
     /// `request_id`, the idempotency key; `None` when empty.
@@ -259,7 +257,7 @@ pub fn read(req: &pb::SubmitProofRequest) -> Result<Wanted, Status> {
         }),
     };
     let key = (!req.request_id.is_empty()).then(|| req.request_id.clone());
-    Ok(Wanted { registered, priority: priority(priority_in), key, input })
+    Ok(Wanted { priority: priority(priority_in), key, input })
 }
 
 #[cfg(test)]
