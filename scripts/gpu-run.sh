@@ -25,7 +25,9 @@
 # SHAPE_PROVE_RUNS proofs with a timing key on the GPU.
 # porep: for each of POREP_PROOFS (default "StackedDrg2KiBV1_1 StackedDrg512MiBV1_1"), `provd bench porep` seals a
 # sector and makes TEST-ONLY parameters in POREP_WORK (kept while the machine is), then proves it POREP_RUNS times
-# with provd's cuda backend and with filecoin-proofs' own seal_commit_phase2 (CPU); the ratio lands in porep.log.
+# with provd's cuda backend and (unless POREP_VS=none) with filecoin-proofs' own seal_commit_phase2 (CPU); the
+# ratio lands in porep.log. POREP_STREAM (default 0: none) copies of the sector then go in at once, for the
+# steady stream's seconds a sector.
 # soak: SOAK_PROOFS (default 1000) proofs of SOAK_CIRCUIT (default bench-20) in one process (`provd bench pipeline
 # --sample-every SOAK_EVERY`, default 5 s): RSS, device memory and the buffer gauges over time, with nvidia-smi's
 # memory.used and utilization.gpu sampled beside them (soak-smi.csv); SOAK_IN_FLIGHT sets --in-flight.
@@ -226,8 +228,9 @@ PY
       ;;
     porep)
       for proof in ${POREP_PROOFS:-StackedDrg2KiBV1_1 StackedDrg512MiBV1_1}; do
-        "$bundle/provd" bench porep --proof "$proof" --runs "${POREP_RUNS:-2}" --backend cuda --vs filecoin-proofs \
-          --work-dir "${POREP_WORK:-/tmp/provd-porep}" --json "$OUT/porep-$proof.json" 2>&1 | grep -v ' INFO ' |
+        if [ "${POREP_VS:-}" = none ]; then vs=(); else vs=(--vs filecoin-proofs); fi
+        "$bundle/provd" bench porep --proof "$proof" --runs "${POREP_RUNS:-2}" --backend cuda "${vs[@]}" \
+          --stream "${POREP_STREAM:-0}" --work-dir "${POREP_WORK:-/tmp/provd-porep}" --json "$OUT/porep-$proof.json" 2>&1 | grep -v ' INFO ' |
           tee -a "$OUT/porep.log" || status=1
       done ;;
     circom)

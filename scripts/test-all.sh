@@ -87,12 +87,15 @@ rm -f "$unit"
 cargo test --release --workspace --no-fail-fast
 
 # The proving library without the service stack: no HTTP server, CLI or
-# client in its dependencies, and the example of a Rust caller with its own
-# bellperson circuit proves and verifies on the CPU.
+# client in its dependencies (the second clippy above compiled it, its tests
+# and its examples that way), and the example of a Rust caller with its own
+# bellperson circuit proves and verifies on the CPU. It runs as built for the
+# tests above: building the library once more without its default features
+# would cost CI minutes and prove nothing that clippy has not.
 service_deps=$(cargo tree -p provd --no-default-features -e normal --prefix none 2>/dev/null |
   grep -E '^(axum|clap|tokio|tower-http|ureq|rust-embed) ' || true)
 [ -z "$service_deps" ] || { echo "the library pulls in the service stack: $service_deps" >&2; exit 1; }
-cargo run --release -q -p provd --no-default-features --example sha256_preimage -- cpu
+cargo run --release -q -p provd --example sha256_preimage -- cpu
 
 echo "GPU tests here, ignored with their reason (on a GPU machine they run for real: scripts/gpu-run.sh):"
 {

@@ -299,6 +299,10 @@ enum BenchCommand {
         /// How partitions are synthesized: "matrices" (recorded once) or "recorder".
         #[arg(long, default_value = "matrices")]
         synthesis: String,
+        /// After the timed runs, this many copies of the sector submitted at
+        /// once: the steady stream's seconds a sector (0: none).
+        #[arg(long, default_value_t = 0)]
+        stream: usize,
         #[arg(long, default_value = "bench-results/porep.json")]
         json: PathBuf,
         #[command(flatten)]
@@ -807,7 +811,7 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             bench::lane::LaneBench { critical, stream, runs, config, json }.run(selected.backends, stream_key)
         }
         #[cfg(feature = "filecoin")]
-        BenchCommand::Porep { proof, runs, work_dir, vs, synthesis, json, common } => {
+        BenchCommand::Porep { proof, runs, work_dir, vs, synthesis, stream, json, common } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");
             let proof = seal_proof(&proof)?;
             let backends =
@@ -820,6 +824,7 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
                 work_dir,
                 vs_filecoin_proofs: vs.is_some(),
                 synthesis,
+                stream,
                 json,
             }
             .run(backends)

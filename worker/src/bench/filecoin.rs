@@ -82,11 +82,8 @@ pub fn prove_job(
         peak_reserved_bytes = peak_reserved_bytes.max(metrics.memory_reserved_bytes.get());
         std::thread::sleep(Duration::from_millis(5));
     };
-    anyhow::ensure!(status.outcome == Some(Outcome::Succeeded), "provd's job failed: {:?}", status.error);
     let elapsed = t.elapsed();
-    let proofs: Vec<_> = status.partitions.iter().filter_map(|p| p.proof.as_ref()).collect();
-    let result = kind.job_result(&proofs).context("the kind gives a job result")?;
-    let proof = hex::decode(result["proof"].as_str().context("result.proof in hex")?)?;
+    let proof = job_proof(kind, &status)?;
     Ok(JobRun {
         elapsed,
         device_seconds: busy() - busy_before,
@@ -95,4 +92,13 @@ pub fn prove_job(
         peak_buffer_bytes,
         peak_reserved_bytes,
     })
+}
+
+/// An ended job's result bytes (`result.proof`) as the kind encodes them;
+/// fails if the job did not succeed.
+pub fn job_proof(kind: &dyn CircuitKind, status: &crate::pipeline::JobStatus) -> anyhow::Result<Vec<u8>> {
+    anyhow::ensure!(status.outcome == Some(Outcome::Succeeded), "provd's job failed: {:?}", status.error);
+    let proofs: Vec<_> = status.partitions.iter().filter_map(|p| p.proof.as_ref()).collect();
+    let result = kind.job_result(&proofs).context("the kind gives a job result")?;
+    Ok(hex::decode(result["proof"].as_str().context("result.proof in hex")?)?)
 }

@@ -14,13 +14,13 @@ use anyhow::Context as _;
 use filecoin_proofs_api::RegisteredSealProof;
 use serde_json::json;
 
-use super::filecoin::prove_job;
+use super::filecoin::{job_proof, job_spec, prove_job};
 use super::{environment, median, peak_rss, print_table, reset_peak_rss, write_json};
 use crate::backend::Backend;
 use crate::circuits::filecoin::seal::{kept_sector, SealedSector};
 use crate::circuits::filecoin::{prover_id_of_miner, FilecoinPorepConfig, FilecoinPorepKind, Ids, Synthesis};
 use crate::circuits::CircuitKind;
-use crate::pipeline::{Engine, PipelineConfig};
+use crate::pipeline::{Engine, PipelineConfig, Priority};
 use crate::telemetry::Metrics;
 
 pub struct PorepBench {
@@ -31,7 +31,33 @@ pub struct PorepBench {
     /// Time filecoin-proofs' own C2 (its CPU prover) beside provd's.
     pub vs_filecoin_proofs: bool,
     pub synthesis: Synthesis,
+    /// Sectors submitted at once after the timed runs (0 or 1: none): the
+    /// steady stream's seconds a sector, measured end to end.
+    pub stream: usize,
     pub json: PathBuf,
+}
+
+/// A stream of sectors submitted at once: when each ended.
+struct Stream {
+    sectors: usize,
+    /// Seconds from the submission to each job's end, in the order they ended.
+    ends: Vec<f64>,
+    /// Device busy seconds between the first end and the last.
+    busy_between: f64,
+}
+
+impl Stream {
+    /// Seconds a sector in the steady stream: between the first sector's end
+    /// and the last's, (sectors − 1) ended (the first one's pipeline fill is
+    /// left out).
+    fn seconds_per_sector(&self) -> f64 {
+        (self.ends[self.ends.len() - 1] - self.ends[0]) / (self.sectors - 1) as f64
+    }
+
+    /// The device's measured busy share of the same interval.
+    fn gpu_busy(&self) -> f64 {
+        self.busy_between / (self.ends[self.ends.len() - 1] - self.ends[0])
+    }
 }
 
 impl PorepBench {
@@ -101,6 +127,11 @@ impl PorepBench {
             }
         }
         let provd_peak_rss = peak_rss();
+        let stream = if self.stream > 1 {
+            Some(self.stream_sectors(&engine, &names, &kind, &config.name, &sector)?)
+        } else {
+            None
+        };
         let estimate = engine.footprint(kind.key()).total();
         drop(engine);
 
@@ -171,6 +202,17 @@ impl PorepBench {
             peak_buffers >> 20,
             peak_reserved >> 20
         );
+        if let Some(s) = &stream {
+            println!(
+                "stream: {} sectors submitted at once, every proof checked by verify_seal: {:.2} s a sector \
+                 between the first end ({:.2} s) and the last ({:.2} s), measured; device busy {:.1}% of it",
+                s.sectors,
+                s.seconds_per_sector(),
+                s.ends[0],
+                s.ends[s.ends.len() - 1],
+                100.0 * s.gpu_busy()
+            );
+        }
         write_json(
             &self.json,
             &json!({
@@ -196,6 +238,12 @@ impl PorepBench {
                     "peak_reserved_bytes": peak_reserved,
                     "partition_estimate_bytes": estimate,
                 },
+                "stream": stream.as_ref().map(|s| json!({
+                    "sectors": s.sectors,
+                    "ends_seconds": s.ends,
+                    "seconds_per_sector": s.seconds_per_sector(),
+                    "gpu_busy": s.gpu_busy(),
+                })),
                 "filecoin_proofs": theirs_s.map(|t| json!({
                     "seconds_per_sector": theirs.iter().map(|d| d.as_secs_f64()).collect::<Vec<_>>(),
                     "median_seconds": t,
@@ -204,5 +252,51 @@ impl PorepBench {
                 })),
             }),
         )
+    }
+
+    /// `self.stream` copies of the sector submitted to `engine` at once,
+    /// each job's end noted as it is seen (polled every 5 ms) and its proof
+    /// checked by `verify_seal`.
+    fn stream_sectors(
+        &self,
+        engine: &Engine,
+        names: &[&str],
+        kind: &FilecoinPorepKind,
+        circuit: &str,
+        sector: &SealedSector,
+    ) -> anyhow::Result<Stream> {
+        let metrics = engine.metrics();
+        let busy =
+            || names.iter().map(|n| metrics.gpu_busy_seconds.with_label_values(&[n]).get()).sum::<f64>();
+        let verifier = Arc::new(crate::groth16::Verifier::new(&kind.key().vk));
+        let t = Instant::now();
+        let mut waiting = (0..self.stream)
+            .map(|_| {
+                let spec = job_spec(kind, circuit, sector.input(), Priority::Normal, verifier.clone())?;
+                Ok(engine.submit(spec)?)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let (mut ends, mut busy_at_first) = (Vec::new(), 0.0);
+        while !waiting.is_empty() {
+            let mut still = Vec::new();
+            for id in waiting {
+                let status = engine.status(id).context("a stream job vanished")?;
+                if status.outcome.is_none() {
+                    still.push(id);
+                    continue;
+                }
+                if ends.is_empty() {
+                    busy_at_first = busy();
+                }
+                ends.push(t.elapsed().as_secs_f64());
+                anyhow::ensure!(
+                    sector.verify(&job_proof(kind, &status)?)?,
+                    "a stream proof fails verify_seal"
+                );
+            }
+            waiting = still;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(Stream { sectors: self.stream, ends, busy_between: busy() - busy_at_first })
     }
 }
