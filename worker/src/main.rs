@@ -391,6 +391,11 @@ enum BenchCommand {
         /// points: no proof of anything), each step timed; 0: none.
         #[arg(long, default_value_t = 0)]
         prove_runs: usize,
+        /// Partitions in synthesis at once in the projected stream (the
+        /// default pipeline.partition_permits; fewer where the memory budget
+        /// admits fewer).
+        #[arg(long, default_value_t = 4)]
+        in_flight: usize,
         #[command(flatten)]
         common: Common,
         #[arg(long, default_value = "bench-results/porep-shape.json")]
@@ -864,13 +869,30 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             bench::sizes::SizesBench { seal: seal_proof(&seal)?, json }.run()
         }
         #[cfg(feature = "filecoin")]
-        BenchCommand::PorepShape { proof, runs, work_dir, keep_store, prove_runs, json, common } => {
-            anyhow::ensure!(runs > 0, "--runs must be at least 1");
+        BenchCommand::PorepShape {
+            proof,
+            runs,
+            work_dir,
+            keep_store,
+            prove_runs,
+            in_flight,
+            json,
+            common,
+        } => {
+            anyhow::ensure!(runs > 0 && in_flight > 0, "--runs and --in-flight must be at least 1");
             let backends =
                 provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?.backends;
             let proof = seal_proof(&proof)?;
-            bench::porep_shape::PorepShapeBench { proof, runs, work_dir, keep_store, prove_runs, json }
-                .run(&*backends[0])
+            bench::porep_shape::PorepShapeBench {
+                proof,
+                runs,
+                work_dir,
+                keep_store,
+                prove_runs,
+                in_flight,
+                json,
+            }
+            .run(&*backends[0])
         }
         BenchCommand::Msm { sizes, cpu_sizes, runs, warmup, json, g2, data_dir } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");

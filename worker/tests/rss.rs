@@ -43,6 +43,7 @@ fn rss_growth_of_a_partition_matches_its_estimate() {
             key: key.clone(),
             verifier: None,
             witness_check: provd::groth16::WitnessCheck::BySynthesis,
+            abc_from: provd::groth16::AbcFrom::Synthesis,
             partitions: vec![Arc::new(move || synthesize(BenchCircuit::new(K, 4, Some(seed))))],
         };
         let id = engine.submit(spec).unwrap();

@@ -48,6 +48,7 @@ pub fn job_spec(
         key: kind.key().clone(),
         verifier: Some(verifier),
         witness_check: crate::groth16::WitnessCheck::BySynthesis,
+        abc_from: kind.abc_from(),
         partitions,
     })
 }

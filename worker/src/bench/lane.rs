@@ -73,6 +73,7 @@ impl Served {
             key: self.key.clone(),
             verifier: Some(self.verifier.clone()),
             witness_check: WitnessCheck::BySynthesis,
+            abc_from: crate::groth16::AbcFrom::Matrices,
             partitions: vec![partition(&self.matrices, self.circuit, seed)],
         }
     }

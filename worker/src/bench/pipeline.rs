@@ -118,6 +118,7 @@ impl PipelineBench {
                 key: key.clone(),
                 verifier: Some(verifier.clone()),
                 witness_check: crate::groth16::WitnessCheck::BySynthesis,
+                abc_from: crate::groth16::AbcFrom::Matrices,
                 partitions,
             })?);
         }

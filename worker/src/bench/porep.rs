@@ -132,7 +132,7 @@ impl PorepBench {
         } else {
             None
         };
-        let estimate = engine.footprint(kind.key()).total();
+        let estimate = engine.admission_bytes(kind.key(), kind.abc_from());
         drop(engine);
 
         let mut theirs = Vec::new();

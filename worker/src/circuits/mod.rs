@@ -109,6 +109,12 @@ pub trait CircuitKind: Send + Sync {
         crate::groth16::WitnessCheck::BySynthesis
     }
 
+    /// Whether synthesis evaluates a, b and c on the host or leaves them as
+    /// products of recorded matrices (see [`crate::groth16::AbcFrom`]).
+    fn abc_from(&self) -> crate::groth16::AbcFrom {
+        crate::groth16::AbcFrom::Synthesis
+    }
+
     /// Bytes one partition's witness holds in memory from its arrival until
     /// its partition ends (held against the memory budget), which is also
     /// the size of the witness as a binary body (`application/octet-stream`);

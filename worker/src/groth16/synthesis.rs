@@ -36,6 +36,21 @@ pub enum WitnessCheck {
     Unchecked,
 }
 
+/// Where a job's a, b and c come from, which decides the host memory its
+/// partitions reserve at admission.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AbcFrom {
+    /// Synthesis evaluates them on the host (the recorder, circom's witness
+    /// calculator): their bytes are reserved from admission on.
+    #[default]
+    Synthesis,
+    /// Synthesis yields the assignment alone, a, b and c left as products of
+    /// the circuit's recorded matrices ([`Evaluations::Products`]), computed
+    /// where the devices compute them: no host bytes are reserved for them
+    /// when that is on a device.
+    Matrices,
+}
+
 /// Everything the prover needs from one witness: the output of synthesis.
 #[derive(Clone, Debug)]
 pub struct Synthesized {

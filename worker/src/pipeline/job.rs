@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use blstrs::Scalar;
 use serde::Serialize;
 
-use crate::groth16::{Proof, ProvingKey, SynthesisFn, Verifier, WitnessCheck};
+use crate::groth16::{AbcFrom, Proof, ProvingKey, SynthesisFn, Verifier, WitnessCheck};
 use crate::telemetry::labels::FailureReason;
 pub use crate::telemetry::labels::{Door, Outcome, Priority, Stage};
 use crate::telemetry::metrics::Metrics;
@@ -65,6 +65,8 @@ pub struct JobSpec {
     /// Whether synthesis checks the witness, which decides whom a proof that
     /// fails verification blames.
     pub witness_check: WitnessCheck,
+    /// Whether synthesis evaluates a, b and c or leaves them to the devices.
+    pub abc_from: AbcFrom,
     pub partitions: Vec<SynthesisFn>,
 }
 
@@ -179,6 +181,7 @@ pub struct Job {
     pub key: Arc<ProvingKey>,
     pub verifier: Option<Arc<Verifier>>,
     pub witness_check: WitnessCheck,
+    pub abc_from: AbcFrom,
     observer: Option<Arc<dyn JobObserver>>,
     cancelled: AtomicBool,
     created: Instant,
@@ -222,6 +225,7 @@ impl Job {
             key: spec.key.clone(),
             verifier: spec.verifier.clone(),
             witness_check: spec.witness_check,
+            abc_from: spec.abc_from,
             observer,
             cancelled: AtomicBool::new(false),
             created: Instant::now(),
@@ -265,6 +269,7 @@ impl Job {
             key,
             verifier: None,
             witness_check: WitnessCheck::default(),
+            abc_from: AbcFrom::default(),
             observer: None,
             cancelled: AtomicBool::new(false),
             created,

@@ -33,8 +33,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, ProductsPlacement};
+pub use crate::groth16::{AbcFrom, SynthesisFn, WitnessCheck};
 use crate::groth16::{Blinding, PendingProof, ProveError, ProvingKey, Synthesized};
-pub use crate::groth16::{SynthesisFn, WitnessCheck};
 use crate::telemetry::labels::FailureReason;
 pub use crate::telemetry::labels::{Door, Outcome, Priority, Stage};
 use crate::telemetry::Metrics;
@@ -260,6 +260,20 @@ impl Shared {
         Footprint { working: working.unwrap_or(most.working), ..most }
     }
 
+    /// Host bytes a partition of `key`'s circuit reserves at admission when
+    /// its a, b and c come from `abc_from` and are computed at `placement`:
+    /// its [`Footprint`], less a, b and c where synthesis leaves them to a
+    /// device (there they never take host memory; should the device have no
+    /// room for them after all, the partition goes round again on the host,
+    /// reserving them then).
+    fn admission_bytes(&self, key: &ProvingKey, abc_from: AbcFrom, placement: ProductsPlacement) -> u64 {
+        let fp = self.footprint(key);
+        match (abc_from, placement) {
+            (AbcFrom::Matrices, ProductsPlacement::Gpu) => fp.total() - fp.abc,
+            _ => fp.total(),
+        }
+    }
+
     /// Where `key`'s a, b and c still to compute are computed: on the
     /// devices where every backend does so there, otherwise at the end of
     /// synthesis.
@@ -399,7 +413,7 @@ impl Engine {
         if spec.partitions.is_empty() {
             return Err(SubmitError::Empty);
         }
-        let need = s.footprint(&spec.key).total();
+        let need = s.admission_bytes(&spec.key, spec.abc_from, s.products(&spec.key));
         let room = s.budget.total() - s.budget.resident();
         if need > room {
             return Err(SubmitError::NeverFits { circuit: spec.circuit.clone(), need, budget: room });
@@ -466,6 +480,14 @@ impl Engine {
     /// refused).
     pub fn footprint(&self, key: &ProvingKey) -> Footprint {
         self.shared.footprint(key)
+    }
+
+    /// Host bytes a partition of `key`'s circuit, its a, b and c from
+    /// `abc_from`, reserves when it is admitted now: its footprint, less a,
+    /// b and c where the devices compute them.
+    pub fn admission_bytes(&self, key: &ProvingKey, abc_from: AbcFrom) -> u64 {
+        let s = &self.shared;
+        s.admission_bytes(key, abc_from, s.products(key))
     }
 
     pub fn status(&self, id: JobId) -> Option<JobStatus> {
@@ -695,9 +717,15 @@ fn dispatch(s: &Arc<Shared>, takes: Takes) {
             }
             // Every class but critical leaves the critical lane's headroom free.
             let keep_free = if priority == Priority::Critical { 0 } else { s.budget.headroom() };
-            let need = s.footprint(&next.ticket.job.key).total();
+            // The placement is fixed here, with the bytes reserved for it.
+            let job = &next.ticket.job;
+            let placement = next.attempt.products.unwrap_or_else(|| s.products(&job.key));
+            let need = s.admission_bytes(&job.key, job.abc_from, placement);
             if let Some(reservation) = s.budget.try_reserve(need, keep_free) {
-                let popped = q.pop(takes).map(|(p, item, waited)| (p, item, waited, reservation));
+                let popped = q.pop(takes).map(|(p, mut item, waited)| {
+                    item.attempt.products = Some(placement);
+                    (p, item, waited, reservation)
+                });
                 s.note_queued(&q);
                 break popped;
             }
@@ -731,6 +759,11 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     transition(s, job.id, index, "synthesis start");
     let t = Instant::now();
     let products = attempt.products.unwrap_or_else(|| s.products(&job.key));
+    // What admission reserved for a, b and c (see `Shared::admission_bytes`).
+    let abc_reserved_bytes = match (job.abc_from, products) {
+        (AbcFrom::Matrices, ProductsPlacement::Gpu) => 0,
+        _ => fp.abc,
+    };
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         (attempt.synthesize)().and_then(|w| products.ready(w))
     }));
@@ -758,7 +791,7 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     // have no room for the matrices after all, the witness refuses to compute
     // them on the host, unreserved (`ProveError::NoRoomForProducts`), and the
     // partition goes round again with a, b, c computed in synthesis.
-    let abc_reserved = reservation.split(fp.abc);
+    let abc_reserved = reservation.split(abc_reserved_bytes);
     let abc_reserved = if witness.release_host_products() {
         drop(abc_reserved);
         None
@@ -766,6 +799,12 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
         Some(abc_reserved)
     };
     let abc_bytes = witness.abc_host_bytes() as u64;
+    if abc_bytes > abc_reserved_bytes {
+        // A kind that said it leaves a, b and c to the matrices evaluated
+        // them: the gauges count them, the budget did not.
+        tracing::warn!(job = %job.id, partition = index, circuit = %job.circuit, abc_bytes,
+            "synthesis evaluated a, b and c that its circuit kind said it leaves to the matrices: held unreserved");
+    }
     let vars = (witness.input_assignment.len() + witness.aux_assignment.len()) as u64;
     let density_bytes = (witness.a_aux_density.heap_bytes()
         + witness.b_aux_density.heap_bytes()
@@ -851,6 +890,17 @@ fn gpu_worker(s: &Arc<Shared>, device: Arc<Device>) {
             }
             Ok(Err(ProveError::NoRoomForProducts)) => {
                 drop(held);
+                let need = s.admission_bytes(&job.key, job.abc_from, ProductsPlacement::Cpu);
+                let room = s.budget.total() - s.budget.resident();
+                if need > room {
+                    let why = format!(
+                        "the device has no room for the circuit's matrices, and a, b, c computed on the host need \
+                         {need} bytes a partition, more than the {room} bytes of memory budget the keys leave: \
+                         raise pipeline.memory_budget or free device memory (gpu.bases = \"plain\")"
+                    );
+                    ticket.fail(FailureReason::Backend, why);
+                    continue;
+                }
                 tracing::info!(job = %job.id, partition = index, device = device.name(),
                     "no room on the device for the circuit's matrices: the partition is synthesized again, with a, b, c on the host");
                 send_round_again(s, ticket, Attempt { products: Some(ProductsPlacement::Cpu), ..attempt });

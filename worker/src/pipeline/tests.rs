@@ -38,6 +38,7 @@ fn job(partitions: Vec<SynthesisFn>) -> JobSpec {
         key: key(),
         verifier: None,
         witness_check: WitnessCheck::BySynthesis,
+        abc_from: AbcFrom::Synthesis,
         partitions,
     }
 }
@@ -403,6 +404,47 @@ fn products_left_to_a_device_without_room_are_made_again_on_the_host_never_unres
     let reserved = backend.reserved.lock().unwrap().clone();
     assert_eq!(reserved.len(), 2);
     assert_eq!(reserved[1] - reserved[0], Footprint::of(&key()).abc as i64, "{reserved:?}");
+    assert_all_released(&e);
+}
+
+/// A partition whose kind leaves a, b and c to the matrices, on devices
+/// that compute them, reserves no host bytes for them at all: a budget that
+/// holds all but a, b and c proves such jobs (never reserving more) and
+/// refuses one whose synthesis evaluates them. Should the device then have
+/// no room for the matrices, the host cannot compute them inside that
+/// budget: the partition fails saying so, rather than waiting for memory
+/// that never comes.
+#[test]
+fn products_left_to_the_devices_reserve_no_host_bytes_for_a_b_and_c() {
+    let fp = Footprint::of(&key());
+    let without_abc = fp.total() - fp.abc;
+    let config = || PipelineConfig { memory_budget: MemoryBudget::Bytes(without_abc), ..Default::default() };
+    let matrices = |seeds: std::ops::Range<u64>| JobSpec {
+        abc_from: AbcFrom::Matrices,
+        ..job(seeds.map(|seed| assigned(BenchCircuit::new(K, 2, Some(seed)))).collect())
+    };
+    let metrics = Arc::new(Metrics::new());
+    let backend = Products::new(ProductsPlacement::Gpu, 0, metrics.clone());
+    let e = Engine::start(config(), vec![backend.clone()], metrics).unwrap();
+    let st = e.wait(e.submit(matrices(0..3)).unwrap(), None).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Succeeded), "{:?}", st.error);
+    verify_all(&st);
+    assert_eq!(backend.counts(), (3, 0), "a, b, c computed by the device each time");
+    assert!(e.budget().peak() <= without_abc, "peak {} > {without_abc}", e.budget().peak());
+    let evaluating = e.submit(job(vec![assigned(BenchCircuit::new(K, 2, Some(4)))])).unwrap_err();
+    assert!(matches!(evaluating, SubmitError::NeverFits { .. }), "{evaluating}");
+    assert_all_released(&e);
+
+    let metrics = Arc::new(Metrics::new());
+    let no_room = Products::new(ProductsPlacement::Gpu, 1, metrics.clone());
+    let e = Engine::start(config(), vec![no_room], metrics).unwrap();
+    let st = e.wait(e.submit(matrices(7..8)).unwrap(), None).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Failed));
+    let error = st.error.unwrap();
+    assert!(
+        error.contains("no room for the circuit's matrices") && error.contains("memory_budget"),
+        "{error}"
+    );
     assert_all_released(&e);
 }
 

@@ -333,6 +333,7 @@ impl Intake {
             key: kind.key().clone(),
             verifier: self.verify_proofs.then(|| served.verifier.clone()),
             witness_check: kind.witness_check(),
+            abc_from: kind.abc_from(),
             partitions,
         }
     }

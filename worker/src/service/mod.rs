@@ -368,7 +368,10 @@ impl Service {
     /// What one partition of `circuit` reserves against the memory budget on
     /// the devices served (0 for a circuit not served here).
     pub fn partition_estimate_bytes(&self, circuit: &str) -> u64 {
-        self.intake.circuits.get(circuit).map_or(0, |s| self.engine.footprint(s.kind.key()).total())
+        self.intake
+            .circuits
+            .get(circuit)
+            .map_or(0, |s| self.engine.admission_bytes(s.kind.key(), s.kind.abc_from()))
     }
 
     /// Device bytes a circuit's key takes on the GPUs now, every device's

@@ -234,6 +234,10 @@ impl CircuitKind for BenchKind {
         (self.key.resident_bytes() + self.matrices.heap_bytes()) as u64
     }
 
+    fn abc_from(&self) -> crate::groth16::AbcFrom {
+        crate::groth16::AbcFrom::Matrices
+    }
+
     fn partition(&self, index: usize, witness: serde_json::Value) -> Result<SynthesisFn, WitnessError> {
         let w: BenchWitness = serde_json::from_value(witness).map_err(|e| {
             WitnessError(format!("partition {index}: {e}; a bench partition is {{\"seed\": N}}"))

@@ -524,6 +524,13 @@ impl<K: FilecoinKind> CircuitKind for K {
         &self.loaded().key
     }
 
+    fn abc_from(&self) -> crate::groth16::AbcFrom {
+        match self.loaded().matrices {
+            Some(_) => crate::groth16::AbcFrom::Matrices,
+            None => crate::groth16::AbcFrom::Synthesis,
+        }
+    }
+
     fn key_source(&self) -> &KeySource {
         &self.loaded().source
     }
