@@ -538,7 +538,7 @@ fn metrics_exposition_names_every_family() {
         "provd_job_duration_seconds_count 1",
         "provd_jobs_total{outcome=\"succeeded\"} 1",
         "provd_partitions_total{outcome=\"succeeded\"} 1",
-        "provd_prove_start_thread_seconds_total{backend=\"slow\"}",
+        "provd_prove_start_thread_seconds_total{device=\"slow\"}",
         "process_resident_memory_bytes",
     ] {
         assert!(text.contains(name), "missing {name} in\n{text}");

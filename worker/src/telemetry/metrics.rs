@@ -325,9 +325,9 @@ impl Metrics {
                 prometheus::CounterVec::new(
                     Opts::new(
                         "provd_prove_start_thread_seconds_total",
-                        "Time each backend's worker thread spent in prove_start, host work included (not GPU utilisation).",
+                        "Time each device's worker threads spent in prove_start, host work included (not GPU utilisation).",
                     ),
-                    &["backend"],
+                    &["device"],
                 )
                 .unwrap(),
             ),
@@ -363,9 +363,9 @@ impl Metrics {
                 IntCounterVec::new(
                     Opts::new(
                         "provd_proofs_invalid_total",
-                        "Proofs that failed verification before leaving (their partitions failed), by backend.",
+                        "Proofs that failed verification before leaving (their partitions failed), by the device that made them.",
                     ),
-                    &["backend"],
+                    &["device"],
                 )
                 .unwrap(),
             ),
