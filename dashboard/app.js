@@ -29,17 +29,20 @@
   const charts = {};
   // What the worker proves on (from /v1/status): GPU wording only with a GPU.
   state.backend = { name: "", gpu: false, fallback: null, devices: [], out: [] };
+  // Until /v1/status names the backend, the wording names none.
   const stageSeries = () => {
-    const on = state.backend.gpu ? "GPU" : state.backend.name || "backend";
+    const on = state.backend.gpu ? "GPU" : state.backend.name;
+    const at = (what, where) => (where ? `${what} (${where})` : what);
     return [
       { name: "synthesis", color: color("--c-synth") },
-      { name: `synthesized, waiting for the ${on} worker`, color: color("--c-queue") },
-      { name: `prove_start (${on})`, color: color("--c-gpu") },
+      { name: on ? `synthesized, waiting for the ${on} worker` : "synthesized, waiting to be proved", color: color("--c-queue") },
+      { name: at("prove_start", on), color: color("--c-gpu") },
       // prove_finish runs on the host: "CPU" beside a GPU, the backend's own name otherwise.
-      { name: `prove_finish (${state.backend.gpu ? "CPU" : on})`, color: color("--c-finish") },
+      { name: at("prove_finish", state.backend.gpu ? "CPU" : on), color: color("--c-finish") },
     ];
   };
-  const queueWord = () => (state.backend.gpu ? "GPU queue" : `queue to the ${state.backend.name || "backend"} worker`);
+  const queueWord = () =>
+    state.backend.gpu ? "GPU queue" : state.backend.name ? `queue to the ${state.backend.name} worker` : "queue to the prover";
 
   function build() {
     charts.stages = new C.TimeChart($("c-stages"), { unit: "", stacked: true, series: stageSeries(), lines: [] });
@@ -52,7 +55,9 @@
     const memLines = [
       { name: "RSS", color: color("--c-rss") },
       { name: "reserved (keys + partitions)", color: color("--c-reserved") },
-      { name: "budget", color: color("--c-budget"), dashed: true },
+      // Off the scale when far above use: a chart scaled to a budget 50× the
+      // RSS would draw every series flat at zero.
+      { name: "budget", color: color("--c-budget"), dashed: true, offScale: true },
     ];
     charts.memory = new C.TimeChart($("c-memory"), { unit: "bytes", stacked: true, series: mem, lines: memLines });
     legend("l-memory", mem.concat(memLines));
@@ -63,7 +68,8 @@
       { name: "density", color: color("--c-density") },
       { name: "pending", color: color("--c-pending") },
     ];
-    charts.buffers = new C.TimeChart($("c-buffers"), { unit: "", stacked: false, series: classes, lines: [] });
+    // Stacked: two classes at the same count would hide each other drawn apart.
+    charts.buffers = new C.TimeChart($("c-buffers"), { unit: "", stacked: true, series: classes, lines: [] });
     legend("l-buffers", classes);
     const q = [{ name: "queued (in the channel)", color: color("--c-queue") }];
     const ql = [{ name: "capacity", color: color("--c-budget"), dashed: true }];
@@ -81,7 +87,7 @@
     const st = stageSeries();
     charts.stages.spec.series = st;
     legend("l-stages", st);
-    $("queue-title").firstChild.textContent = (state.backend.gpu ? "GPU queue" : "Queue to the worker") + " ";
+    $("queue-title").firstChild.textContent = (state.backend.gpu ? "GPU queue" : "Queue to the prover") + " ";
     $("k-queue-label").textContent = queueWord();
     $("gpu-panel").hidden = !state.backend.gpu;
     // One line per device.
@@ -132,7 +138,10 @@
       : "partitions waiting for a permit and memory";
     $("k-rate").textContent = C.formatValue(rate[rate.length - 1], "");
     $("k-rss").textContent = C.formatBytes(last.rss_bytes);
-    $("k-reserved").textContent = `RSS · reserved ${C.formatBytes(last.reserved_bytes)} (keys ${C.formatBytes(last.key_bytes || 0)}) of ${C.formatBytes(last.budget_bytes)}`;
+    const over = last.rss_bytes > last.budget_bytes;
+    $("k-rss").classList.toggle("over", over);
+    $("k-rss").title = over ? "RSS is over the memory budget: memory the budget does not account for (see the runbook)" : "";
+    $("k-reserved").textContent = `${over ? "RSS OVER BUDGET" : "RSS"} · reserved ${C.formatBytes(last.reserved_bytes)} (keys ${C.formatBytes(last.key_bytes || 0)}) of ${C.formatBytes(last.budget_bytes)}`;
     $("k-queue").textContent = `${last.gpu_queue_depth} / ${last.gpu_queue_capacity}`;
     $("k-done").textContent = last.partitions_completed;
     $("k-failed").textContent = `partitions · ${last.partitions_failed} failed · ${last.jobs_cancelled} jobs cancelled`;

@@ -87,8 +87,10 @@
 
   /**
    * A chart on a <canvas>. `spec`: { unit, stacked, series: [{name, color}],
-   * lines: [{name, color, dashed}] } — `series` are filled (stacked when
-   * asked), `lines` drawn on top. `update(times, seriesValues, lineValues)`.
+   * lines: [{name, color, dashed, offScale}] } — `series` are filled (stacked
+   * when asked), `lines` drawn on top; an `offScale` line does not set the
+   * scale, and is a label instead when above it (its names in `offScaleNow`).
+   * `update(times, seriesValues, lineValues)`.
    */
   class TimeChart {
     constructor(canvas, spec) {
@@ -97,6 +99,7 @@
       this.times = [];
       this.values = [];
       this.lineValues = [];
+      this.offScaleNow = [];
       this.hover = null;
       this.drawnMax = 0;
       canvas.addEventListener("mousemove", (e) => {
@@ -173,8 +176,11 @@
         const span = (this.times[n - 1] - this.times[0]) / 1000;
         for (let k = 0; k <= 4; k++) {
           const x = x0 + ((x1 - x0) * k) / 4;
+          // The ends aligned inward, so that "now" at the right edge is not cut.
+          g.textAlign = k === 0 ? "left" : k === 4 ? "right" : "center";
           g.fillText(formatAgo(span * (1 - k / 4)), x, y0 + 4);
         }
+        g.textAlign = "center";
       }
       if (n === 0) {
         g.fillText("waiting for data…", (x0 + x1) / 2, (y0 + y1) / 2);
@@ -193,10 +199,12 @@
         g.globalAlpha = 1;
       }
       // lines; an off-scale line (a budget far above use) becomes a label
+      this.offScaleNow = [];
       this.lineValues.forEach((v, k) => {
         const l = this.spec.lines[k];
         const last = v[v.length - 1];
         if (l.offScale && last > top) {
+          this.offScaleNow.push(l.name);
           g.fillStyle = l.color;
           g.textAlign = "right";
           g.textBaseline = "top";
