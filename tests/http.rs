@@ -278,7 +278,7 @@ fn events_stream_and_metrics_scrape() {
     let (code, head, text) = raw_request(server.addr, "GET", "/metrics", None, &[]);
     assert_eq!(code, 200);
     assert!(head.contains("text/plain"), "{head}");
-    assert!(text.contains("provd_partitions_total{outcome=\"succeeded\"} 1"), "{text}");
+    assert!(text.contains("provd_partitions_total{circuit=\"bench-8\",outcome=\"succeeded\"} 1"), "{text}");
     assert!(text.contains("provd_srs_bytes{circuit=\"bench-8\",location=\"host\"}"), "{text}");
     provd::telemetry::metrics::assert_promtool_accepts(&text);
     let (code, r) = server.call("GET", "/readyz", None);

@@ -297,18 +297,28 @@ impl Server {
         self.stderr.lock().unwrap().clone()
     }
 
-    /// A metric's value in `/metrics`: the first sample of that name (any
-    /// labels), 0 if there is none.
-    pub fn metric(&self, name: &str) -> f64 {
+    /// The sum of a metric's samples in `/metrics` whose labels include the
+    /// ones given: `provd_jobs_total` (every series),
+    /// `provd_partitions_total{outcome="succeeded"}` (every circuit's); 0 if
+    /// there are none.
+    pub fn metric(&self, selector: &str) -> f64 {
+        let (name, wanted) = match selector.split_once('{') {
+            Some((name, labels)) => (name, labels.trim_end_matches('}').split(',').collect::<Vec<_>>()),
+            None => (selector, Vec::new()),
+        };
         let (_, _, text) = raw_request(self.addr, "GET", "/metrics", None, &[]);
         text.lines()
             .filter(|l| !l.starts_with('#'))
-            .find_map(|l| {
+            .filter_map(|l| {
                 let rest = l.strip_prefix(name)?;
-                (rest.starts_with(' ') || rest.starts_with('{'))
-                    .then(|| rest.rsplit(' ').next()?.parse().ok())?
+                let (labels, value) = match rest.strip_prefix('{') {
+                    Some(r) => r.split_once("} ")?,
+                    None => ("", rest.strip_prefix(' ')?),
+                };
+                let labels: Vec<&str> = labels.split(',').collect();
+                wanted.iter().all(|w| labels.contains(w)).then(|| value.trim().parse::<f64>().ok())?
             })
-            .unwrap_or(0.0)
+            .sum()
     }
 
     /// A verifier for `circuit`'s verifying key as this worker serves it.

@@ -101,7 +101,7 @@ fn the_dashboard_is_provisionable() {
     assert_eq!(d["uid"], "provd-workers", "a pinned uid");
     let vars: Vec<&str> =
         d["templating"]["list"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
-    assert_eq!(vars, ["datasource", "instance"]);
+    assert_eq!(vars, ["datasource", "instance", "circuit"]);
     let mut ids = BTreeSet::new();
     for p in d["panels"].as_array().unwrap() {
         assert!(ids.insert(p["id"].as_u64().unwrap()), "panel ids are unique");
@@ -219,7 +219,7 @@ fn url_encode(s: &str) -> String {
 
 /// Grafana's variables as a query sees them for one worker.
 fn as_grafana_would(expr: &str) -> String {
-    expr.replace("$instance", ".*").replace("$__rate_interval", "20s")
+    expr.replace("$instance", ".*").replace("$circuit", ".*").replace("$__rate_interval", "20s")
 }
 
 #[test]

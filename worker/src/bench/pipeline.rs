@@ -56,10 +56,7 @@ impl Sample {
         let ledger = engine.ledger();
         Sample {
             seconds: t0.elapsed().as_secs_f64(),
-            proofs: [Outcome::Succeeded, Outcome::Failed, Outcome::Cancelled]
-                .iter()
-                .map(|o| m.partitions.with_label_values(&[o.name()]).get())
-                .sum(),
+            proofs: m.partitions_ended(),
             rss_bytes: crate::telemetry::memory::rss_bytes(),
             device_used_bytes: gpus
                 .iter()

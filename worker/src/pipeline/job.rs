@@ -396,7 +396,7 @@ impl Job {
             Stage::Failed => Outcome::Failed,
             _ => Outcome::Cancelled,
         };
-        self.metrics.partitions.with_label_values(&[outcome.name()]).inc();
+        self.metrics.partitions.with_label_values(&[&self.circuit, outcome.name()]).inc();
         if let (Some(e), None) = (error, &s.error) {
             // The first failure fails the job and stops its other partitions.
             s.error = Some(format!("partition {index}: {e}"));
@@ -447,8 +447,8 @@ impl Job {
             s.outcome = Some(outcome);
             let elapsed = self.created.elapsed();
             s.elapsed = Some(elapsed);
-            self.metrics.jobs.with_label_values(&[outcome.name()]).inc();
-            self.metrics.job_duration.observe(elapsed.as_secs_f64());
+            self.metrics.jobs.with_label_values(&[&self.circuit, outcome.name()]).inc();
+            self.metrics.job_duration.with_label_values(&[&self.circuit]).observe(elapsed.as_secs_f64());
             tracing::info!(job = %self.id, circuit = %self.circuit, outcome = outcome.name(), secs = elapsed.as_secs_f64(), "job ended");
             self.ended.notify_all();
         }

@@ -475,6 +475,12 @@ impl Engine {
         self.job(id).map(|j| j.outcome())
     }
 
+    /// Whether a job was cancelled, though its running partitions may not
+    /// have stopped yet (its outcome is then still to come).
+    pub fn is_cancelled(&self, id: JobId) -> bool {
+        self.job(id).is_some_and(|j| j.is_cancelled())
+    }
+
     /// What one partition of `key`'s circuit reserves against the memory
     /// budget on these devices (a job whose partition can never fit is
     /// refused).
@@ -768,7 +774,7 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
         (attempt.synthesize)().and_then(|w| products.ready(w))
     }));
     let secs = t.elapsed().as_secs_f64();
-    s.metrics.stage_duration.with_label_values(&[Stage::Synthesis.name()]).observe(secs);
+    s.metrics.stage_duration.with_label_values(&[&job.circuit, Stage::Synthesis.name()]).observe(secs);
     job.record(index, |t| t.synthesis = Some(secs));
     // Every guard is dropped before the ticket ends the partition, so that a
     // job is never seen ended while its gauges still count it.
@@ -858,7 +864,7 @@ fn gpu_worker(s: &Arc<Shared>, device: Arc<Device>) {
             continue;
         }
         let waited = enqueued.elapsed().as_secs_f64();
-        s.metrics.stage_duration.with_label_values(&[Stage::GpuQueue.name()]).observe(waited);
+        s.metrics.stage_duration.with_label_values(&[&job.circuit, Stage::GpuQueue.name()]).observe(waited);
         s.metrics.partition_wait.with_label_values(&[priority.name(), "gpu"]).observe(waited);
         job.record(index, |t| t.gpu_queue = Some(waited));
         if job.is_cancelled() {
@@ -872,7 +878,7 @@ fn gpu_worker(s: &Arc<Shared>, device: Arc<Device>) {
         let secs = t.elapsed().as_secs_f64();
         thread_busy.inc_by(secs);
         drop((abc, on_gpu)); // a/b/c are gone once prove_start returns
-        s.metrics.stage_duration.with_label_values(&[Stage::ProveStart.name()]).observe(secs);
+        s.metrics.stage_duration.with_label_values(&[&job.circuit, Stage::ProveStart.name()]).observe(secs);
         job.record(index, |t| t.prove_start = Some(secs));
         transition(s, job.id, index, "abc freed");
         let pending = match result {
@@ -1000,7 +1006,7 @@ fn finish_partition(s: &Shared, item: ToFinish) {
         backend.prove_finish(&job.key, pending, Blinding::random(&mut rand::rngs::OsRng))
     }));
     let secs = t.elapsed().as_secs_f64();
-    s.metrics.stage_duration.with_label_values(&[Stage::ProveFinish.name()]).observe(secs);
+    s.metrics.stage_duration.with_label_values(&[&job.circuit, Stage::ProveFinish.name()]).observe(secs);
     job.record(index, |t| t.prove_finish = Some(secs));
     drop((held, pending_guard, stage));
     transition(s, job.id, index, "dealloc");

@@ -134,7 +134,7 @@ fn gauges_return_to_zero_after_success_failure_and_cancellation() {
     assert!(st.partitions.iter().any(|p| p.stage == Stage::Cancelled));
     assert_all_released(&e);
     let m = e.metrics();
-    assert_eq!(m.jobs.with_label_values(&["cancelled"]).get(), 1);
+    assert_eq!(m.jobs.with_label_values(&[&format!("bench-{K}"), "cancelled"]).get(), 1);
     assert!(!e.cancel(JobId::new()), "unknown job");
 }
 
@@ -534,10 +534,10 @@ fn metrics_exposition_names_every_family() {
         "provd_gpu_queue_depth",
         "provd_gpu_queue_capacity",
         "provd_partitions_waiting",
-        "provd_stage_duration_seconds_bucket{stage=\"prove_start\"",
-        "provd_job_duration_seconds_count 1",
-        "provd_jobs_total{outcome=\"succeeded\"} 1",
-        "provd_partitions_total{outcome=\"succeeded\"} 1",
+        &format!("provd_stage_duration_seconds_bucket{{circuit=\"bench-{K}\",stage=\"prove_start\""),
+        &format!("provd_job_duration_seconds_count{{circuit=\"bench-{K}\"}} 1"),
+        &format!("provd_jobs_total{{circuit=\"bench-{K}\",outcome=\"succeeded\"}} 1"),
+        &format!("provd_partitions_total{{circuit=\"bench-{K}\",outcome=\"succeeded\"}} 1"),
         "provd_prove_start_thread_seconds_total{device=\"slow\"}",
         "process_resident_memory_bytes",
     ] {

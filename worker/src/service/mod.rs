@@ -269,6 +269,7 @@ impl Service {
             let hold = engine.hold_key(&name, bytes)?;
             let key_bytes = kind.key().resident_bytes() as u64;
             metrics.srs_bytes.with_label_values(&[&name, "host"]).set(key_bytes as i64);
+            metrics.serve_circuit(&name);
             metrics.srs_bytes.with_label_values(&[&name, "device"]).set(0);
             let verifier = Arc::new(Verifier::new(&kind.key().vk));
             let priority = config

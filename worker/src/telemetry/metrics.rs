@@ -32,7 +32,7 @@ pub struct Metrics {
     pub memory_critical_headroom_bytes: IntGauge,
     pub partitions_in_stage: IntGaugeVec,
     pub stage_duration: HistogramVec,
-    pub job_duration: Histogram,
+    pub job_duration: HistogramVec,
     pub jobs: IntCounterVec,
     /// Submissions by front door and answer.
     pub requests: IntCounterVec,
@@ -281,32 +281,36 @@ impl Metrics {
                     )
                     // 1 ms to 2.3 h: a 32 GiB sector's stages take minutes.
                     .buckets(prometheus::exponential_buckets(0.001, 2.0, 24).unwrap()),
-                    &["stage"],
+                    &["circuit", "stage"],
                 )
                 .unwrap(),
             ),
             job_duration: reg(
                 r,
-                Histogram::with_opts(
+                HistogramVec::new(
                     HistogramOpts::new(
                         "provd_job_duration_seconds",
-                        "Time from acceptance to the end of a job.",
+                        "Time from acceptance to the end of a job, by circuit.",
                     )
                     // 10 ms to 23 h: a job of many large partitions takes hours.
                     .buckets(prometheus::exponential_buckets(0.01, 2.0, 24).unwrap()),
+                    &["circuit"],
                 )
                 .unwrap(),
             ),
             jobs: reg(
                 r,
-                IntCounterVec::new(Opts::new("provd_jobs_total", "Jobs ended, by outcome."), &["outcome"])
-                    .unwrap(),
+                IntCounterVec::new(
+                    Opts::new("provd_jobs_total", "Jobs ended, by circuit and outcome."),
+                    &["circuit", "outcome"],
+                )
+                .unwrap(),
             ),
             partitions: reg(
                 r,
                 IntCounterVec::new(
-                    Opts::new("provd_partitions_total", "Partitions ended, by outcome."),
-                    &["outcome"],
+                    Opts::new("provd_partitions_total", "Partitions ended, by circuit and outcome."),
+                    &["circuit", "outcome"],
                 )
                 .unwrap(),
             ),
@@ -483,15 +487,33 @@ impl Metrics {
         for reason in super::labels::FailureReason::ALL {
             m.partition_failures.with_label_values(&[reason.name()]);
         }
-        for o in ["succeeded", "failed", "cancelled"] {
-            m.jobs.with_label_values(&[o]);
-            m.partitions.with_label_values(&[o]);
-        }
         #[cfg(target_os = "linux")]
         m.registry
             .register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))
             .expect("process collector registers once");
         m
+    }
+
+    /// Exports a served circuit's job and partition counts at zero from the
+    /// start, so that a rate over them is defined before its first job ends.
+    /// The `circuit` label takes the names of the circuits served (set at
+    /// start-up: a bounded set).
+    pub fn serve_circuit(&self, circuit: &str) {
+        for o in ["succeeded", "failed", "cancelled"] {
+            self.jobs.with_label_values(&[circuit, o]);
+            self.partitions.with_label_values(&[circuit, o]);
+        }
+    }
+
+    /// Partitions ended so far, every circuit and outcome together.
+    pub fn partitions_ended(&self) -> u64 {
+        use prometheus::core::Collector;
+        self.partitions
+            .collect()
+            .iter()
+            .flat_map(|family| family.get_metric())
+            .map(|m| m.get_counter().get_value() as u64)
+            .sum()
     }
 
     /// The Prometheus text exposition of every metric.
