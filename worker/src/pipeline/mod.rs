@@ -268,10 +268,7 @@ impl Shared {
     /// reserving them then).
     fn admission_bytes(&self, key: &ProvingKey, abc_from: AbcFrom, placement: ProductsPlacement) -> u64 {
         let fp = self.footprint(key);
-        match (abc_from, placement) {
-            (AbcFrom::Matrices, ProductsPlacement::Gpu) => fp.total() - fp.abc,
-            _ => fp.total(),
-        }
+        fp.total() - if reserves_abc(abc_from, placement) { 0 } else { fp.abc }
     }
 
     /// Where `key`'s a, b and c still to compute are computed: on the
@@ -286,6 +283,13 @@ impl Shared {
             ProductsPlacement::Cpu
         }
     }
+}
+
+/// Whether a partition holds host bytes for its a, b and c in the budget:
+/// unless its synthesis leaves them to the matrices and the devices compute
+/// them.
+fn reserves_abc(abc_from: AbcFrom, placement: ProductsPlacement) -> bool {
+    !matches!((abc_from, placement), (AbcFrom::Matrices, ProductsPlacement::Gpu))
 }
 
 /// An engine thread's loop.
@@ -766,10 +770,7 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     let t = Instant::now();
     let products = attempt.products.unwrap_or_else(|| s.products(&job.key));
     // What admission reserved for a, b and c (see `Shared::admission_bytes`).
-    let abc_reserved_bytes = match (job.abc_from, products) {
-        (AbcFrom::Matrices, ProductsPlacement::Gpu) => 0,
-        _ => fp.abc,
-    };
+    let abc_reserved_bytes = if reserves_abc(job.abc_from, products) { fp.abc } else { 0 };
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         (attempt.synthesize)().and_then(|w| products.ready(w))
     }));
@@ -792,8 +793,9 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     if job.is_cancelled() {
         return;
     }
-    // a, b and c left to the device take no host memory: their part of the
-    // reservation goes now, not when prove_start returns. Should the device
+    // a, b and c left to the device take no host memory: whatever part of
+    // the reservation held them (none where admission knew they would be
+    // left there) goes now, not when prove_start returns. Should the device
     // have no room for the matrices after all, the witness refuses to compute
     // them on the host, unreserved (`ProveError::NoRoomForProducts`), and the
     // partition goes round again with a, b, c computed in synthesis.
