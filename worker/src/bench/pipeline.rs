@@ -56,7 +56,7 @@ impl Sample {
         let ledger = engine.ledger();
         Sample {
             seconds: t0.elapsed().as_secs_f64(),
-            proofs: m.partitions_ended(),
+            proofs: m.partitions_ended(None),
             rss_bytes: crate::telemetry::memory::rss_bytes(),
             device_used_bytes: gpus
                 .iter()

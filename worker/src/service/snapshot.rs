@@ -179,7 +179,6 @@ impl Service {
     pub fn snapshot(&self) -> Snapshot {
         let m = self.engine.metrics();
         let ledger = self.engine.ledger();
-        let count = |v: &prometheus::IntCounterVec, o: Outcome| v.with_label_values(&[o.name()]).get();
         Snapshot {
             t: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
             stages: crate::pipeline::Stage::IN_PIPELINE
@@ -207,11 +206,11 @@ impl Service {
                     .collect()
             },
             critical_headroom_bytes: self.engine.budget().headroom(),
-            partitions_completed: count(&m.partitions, Outcome::Succeeded),
-            partitions_failed: count(&m.partitions, Outcome::Failed),
-            jobs_succeeded: count(&m.jobs, Outcome::Succeeded),
-            jobs_failed: count(&m.jobs, Outcome::Failed),
-            jobs_cancelled: count(&m.jobs, Outcome::Cancelled),
+            partitions_completed: m.partitions_ended(Some(Outcome::Succeeded)),
+            partitions_failed: m.partitions_ended(Some(Outcome::Failed)),
+            jobs_succeeded: m.jobs_ended(Outcome::Succeeded),
+            jobs_failed: m.jobs_ended(Outcome::Failed),
+            jobs_cancelled: m.jobs_ended(Outcome::Cancelled),
             unfinished_jobs: self.unfinished_jobs(),
             gpus: self.gpu_memory(),
             fleet: self.jobs.fleet(),

@@ -59,6 +59,22 @@ pub struct Metrics {
 /// The commit this binary was built from ("unknown" outside a git checkout).
 pub const COMMIT: &str = env!("PROVD_COMMIT");
 
+/// The sum of `counts`' series (by circuit and outcome) whose outcome is
+/// `outcome`, or of all of them.
+fn ended(counts: &IntCounterVec, outcome: Option<super::labels::Outcome>) -> u64 {
+    use prometheus::core::Collector;
+    counts
+        .collect()
+        .iter()
+        .flat_map(|family| family.get_metric())
+        .filter(|m| {
+            outcome
+                .is_none_or(|o| m.get_label().iter().any(|l| l.name() == "outcome" && l.value() == o.name()))
+        })
+        .map(|m| m.get_counter().get_value() as u64)
+        .sum()
+}
+
 impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
@@ -505,15 +521,15 @@ impl Metrics {
         }
     }
 
-    /// Partitions ended so far, every circuit and outcome together.
-    pub fn partitions_ended(&self) -> u64 {
-        use prometheus::core::Collector;
-        self.partitions
-            .collect()
-            .iter()
-            .flat_map(|family| family.get_metric())
-            .map(|m| m.get_counter().get_value() as u64)
-            .sum()
+    /// Partitions ended so far with `outcome` (with any, where `None`),
+    /// every circuit's together.
+    pub fn partitions_ended(&self, outcome: Option<super::labels::Outcome>) -> u64 {
+        ended(&self.partitions, outcome)
+    }
+
+    /// Jobs ended so far with `outcome`, every circuit's together.
+    pub fn jobs_ended(&self, outcome: super::labels::Outcome) -> u64 {
+        ended(&self.jobs, Some(outcome))
     }
 
     /// The Prometheus text exposition of every metric.
