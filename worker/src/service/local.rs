@@ -72,11 +72,7 @@ impl LocalJobs {
     /// failed or was cancelled (a retry then runs again).
     fn earlier(&self, idem: &Idempotency) -> Option<Result<Submitted, RequestError>> {
         let &(job, digest) = self.keys().get(&idem.key)?;
-        // A job being cancelled counts as cancelled: its partitions still
-        // running stop at their next stage, and a retry must not wait on them.
-        let ended_without_proof =
-            matches!(self.engine.outcome(job), Some(Some(Outcome::Failed | Outcome::Cancelled)));
-        if ended_without_proof || self.engine.is_cancelled(job) {
+        if matches!(self.engine.outcome(job), Some(Some(Outcome::Failed | Outcome::Cancelled))) {
             return None;
         }
         Some(if digest == idem.digest {
