@@ -134,7 +134,7 @@
       .filter((p) => byClass[p] && byClass[p].queued + byClass[p].gpu_queue > 0)
       .map((p) => `${p} ${byClass[p].queued}+${byClass[p].gpu_queue}`);
     $("k-waiting-detail").textContent = waiting.length
-      ? `waiting for admission + for a GPU: ${waiting.join(" · ")}`
+      ? `waiting for admission + for ${state.backend.gpu ? "a GPU" : "the prover"}: ${waiting.join(" · ")}`
       : "partitions waiting for a permit and memory";
     $("k-rate").textContent = C.formatValue(rate[rate.length - 1], "");
     $("k-rss").textContent = C.formatBytes(last.rss_bytes);

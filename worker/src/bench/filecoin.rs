@@ -63,8 +63,7 @@ pub fn prove_job(
     input: serde_json::Value,
 ) -> anyhow::Result<JobRun> {
     let metrics = engine.metrics();
-    let busy =
-        || backends.iter().map(|n| metrics.gpu_busy_seconds.with_label_values(&[n]).get()).sum::<f64>();
+    let busy = || device_busy_seconds(engine, backends);
     let t = Instant::now();
     let busy_before = busy();
     let verifier = Arc::new(crate::groth16::Verifier::new(&kind.key().vk));
@@ -102,4 +101,11 @@ pub fn job_proof(kind: &dyn CircuitKind, status: &crate::pipeline::JobStatus) ->
     let proofs: Vec<_> = status.partitions.iter().filter_map(|p| p.proof.as_ref()).collect();
     let result = kind.job_result(&proofs).context("the kind gives a job result")?;
     Ok(hex::decode(result["proof"].as_str().context("result.proof in hex")?)?)
+}
+
+/// The measured busy seconds of `engine`'s devices named `backends`, so far
+/// (device time on a GPU).
+pub fn device_busy_seconds(engine: &Engine, backends: &[&str]) -> f64 {
+    let metrics = engine.metrics();
+    backends.iter().map(|n| metrics.gpu_busy_seconds.with_label_values(&[n]).get()).sum()
 }

@@ -14,7 +14,7 @@ use anyhow::Context as _;
 use filecoin_proofs_api::RegisteredSealProof;
 use serde_json::json;
 
-use super::filecoin::{job_proof, job_spec, prove_job};
+use super::filecoin::{device_busy_seconds, job_proof, job_spec, prove_job};
 use super::{environment, median, peak_rss, print_table, reset_peak_rss, write_json};
 use crate::backend::Backend;
 use crate::circuits::filecoin::seal::{kept_sector, SealedSector};
@@ -265,9 +265,7 @@ impl PorepBench {
         circuit: &str,
         sector: &SealedSector,
     ) -> anyhow::Result<Stream> {
-        let metrics = engine.metrics();
-        let busy =
-            || names.iter().map(|n| metrics.gpu_busy_seconds.with_label_values(&[n]).get()).sum::<f64>();
+        let busy = || device_busy_seconds(engine, names);
         let verifier = Arc::new(crate::groth16::Verifier::new(&kind.key().vk));
         let t = Instant::now();
         let mut waiting = (0..self.stream)

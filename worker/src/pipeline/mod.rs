@@ -479,12 +479,6 @@ impl Engine {
         self.job(id).map(|j| j.outcome())
     }
 
-    /// Whether a job was cancelled, though its running partitions may not
-    /// have stopped yet (its outcome is then still to come).
-    pub fn is_cancelled(&self, id: JobId) -> bool {
-        self.job(id).is_some_and(|j| j.is_cancelled())
-    }
-
     /// What one partition of `key`'s circuit reserves against the memory
     /// budget on these devices (a job whose partition can never fit is
     /// refused).
