@@ -118,6 +118,11 @@ fn a_retry_after_its_job_was_cancelled_runs_again_under_the_key() {
     let submit = || s.submit_witnesses("square", witnesses(&(0..40).collect::<Vec<_>>()), grpc.clone());
     let first = submit().unwrap().id();
     s.cancel(first).unwrap().expect("the job");
+    // The key is given up only when the cancelled job has ended without its
+    // proof; a retry before that is still the same job (its last partition
+    // may yet prove), so wait for the end, however long a loaded machine takes.
+    let ended = s.wait(first).expect("a job of this worker");
+    assert_eq!(ended.outcome, Some(Outcome::Cancelled), "40 partitions outlast a cancel");
     let retry = submit().unwrap();
     assert!(matches!(retry, Submitted::New(id) if id != first), "{retry:?}");
     assert_eq!(submit().unwrap(), Submitted::Existing(retry.id()), "the key now names the retry");
