@@ -36,6 +36,11 @@ command -v prometheus-alertmanager >/dev/null || need+=(prometheus-alertmanager)
 command -v systemd-analyze >/dev/null || need+=(systemd)
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
+# The container image's test: podman builds deploy/Dockerfile and runs it
+# (with runc: see deploy/test/containers.conf), on a base debootstrap makes.
+command -v podman >/dev/null || need+=(podman)
+command -v runc >/dev/null || need+=(runc)
+command -v debootstrap >/dev/null || need+=(debootstrap)
 # PostgreSQL for fleet mode's tests (each test starts its own server on a
 # loopback port, its data in a temporary directory).
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || need+=(postgresql)
@@ -59,6 +64,12 @@ python3 -m check_jsonschema --builtin-schema vendor.compose-spec deploy/compose.
 [ -z "$made_token" ] || rm -f deploy/provd-token
 (cd deploy/test && npm ci --no-audit --no-fund --silent)
 node --test deploy/test/
+
+# The container image (tests/container.rs): no registry is reachable from CI,
+# so the Dockerfile's Debian bases are stood in for by debootstrap's bookworm.
+export CONTAINERS_CONF="$PWD/deploy/test/containers.conf"
+export PROVD_CONTAINER_BASE=localhost/provd-base:bookworm PROVD_REQUIRE_CONTAINER=1
+scripts/container-base.sh "$PROVD_CONTAINER_BASE"
 
 # The cuzk.v1 gRPC door's client in another language: Python's grpcio, its
 # stubs generated from provd's .proto by grpcio-tools (tests/cuzk/client.py).

@@ -364,7 +364,7 @@ fn a_starting_worker_is_live_and_says_it_is_starting() {
     assert_eq!(status, 200, "live while starting");
     let (status, head, body) = raw_request(addr, "GET", "/readyz", None, &[]);
     assert_eq!(status, 503, "{body}");
-    assert!(body.contains("starting: loading the circuits' keys"), "{body}");
+    assert!(body.contains("starting: loading the key of circuit bench-18 (1 of 1)"), "{body}");
     assert!(head.to_ascii_lowercase().contains("retry-after"), "{head}");
     let (status, _, _) = raw_request(addr, "GET", "/v1/status", None, &[]);
     assert_eq!(status, 503, "nothing else is served yet");

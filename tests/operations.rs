@@ -113,6 +113,11 @@ fn the_dashboard_is_provisionable() {
                     "{}: filters by $instance",
                     p["title"]
                 );
+                // A table of labels (the Build panel) needs one row per
+                // series now, not a time series per label set.
+                if p["type"] == "table" {
+                    assert_eq!((&t["format"], &t["instant"]), (&Value::from("table"), &Value::from(true)));
+                }
             }
         }
     }
@@ -253,6 +258,15 @@ fn every_panel_returns_data_from_a_real_prometheus_scraping_a_demo() {
         }
     }
     assert!(empty.is_empty(), "panels without data:\n{}", empty.join("\n"));
+    // The Build table shows the commit `provd --version` names.
+    let version =
+        String::from_utf8(Command::new(provd_e2e::provd_bin()).arg("--version").output().unwrap().stdout)
+            .unwrap();
+    let commit =
+        version.split("(commit ").nth(1).and_then(|r| r.split(')').next()).expect("a commit in --version");
+    assert!(commit != "unknown" && !commit.is_empty(), "{version}");
+    let build = query(prom, "provd_build_info");
+    assert_eq!(build["data"]["result"][0]["metric"]["commit"], commit, "{build}");
 }
 
 /// A worker whose API needs a token, scraped by a real Prometheus through

@@ -80,6 +80,9 @@ enum Command {
         /// Overrides server.listen.
         #[arg(long, env = "PROVD_LISTEN")]
         listen: Option<std::net::SocketAddr>,
+        /// Overrides server.metrics_listen (the token-free /metrics listener).
+        #[arg(long, env = "PROVD_METRICS_LISTEN")]
+        metrics_listen: Option<std::net::SocketAddr>,
         /// Where the cuzk.v1 gRPC door (Curio's protocol) listens, in place of
         /// grpc.listen: host:port or unix:///path/to.sock; repeat for several.
         #[arg(long = "grpc-listen", env = "PROVD_GRPC_LISTEN", value_delimiter = ',')]
@@ -543,13 +546,16 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
             }
         }
         Command::Bench { command } => bench(command)?,
-        Command::Serve { config, listen, grpc_listen, common } => {
+        Command::Serve { config, listen, metrics_listen, grpc_listen, common } => {
             let mut config = match config {
                 Some(path) => provd::config::Config::load(&path)?,
                 None => provd::config::Config::default(),
             };
             if let Some(listen) = listen {
                 config.server.listen = listen;
+            }
+            if metrics_listen.is_some() {
+                config.server.metrics_listen = metrics_listen;
             }
             if !grpc_listen.is_empty() {
                 config.grpc.listen = grpc_listen;
@@ -705,10 +711,33 @@ fn serve(
     // On a thread of its own, outside the runtime: the fleet's database
     // client runs a runtime of its own, which cannot start inside this one.
     let (tx, rx) = tokio::sync::oneshot::channel();
+    let progress = provd::service::StartProgress::default();
+    let reporting = progress.clone();
     std::thread::Builder::new().name("start".into()).spawn(move || {
-        let _ = tx.send(provd::service::Service::start(config, &common.data_dir, common.backend));
+        let _ = tx.send(provd::service::Service::start_reporting(
+            config,
+            &common.data_dir,
+            common.backend,
+            &reporting,
+        ));
     })?;
-    let started_up = runtime.block_on(provd::http::answer_while_starting(&listener, &limits, rx));
+    // A signal during start-up stops the process: nothing was accepted yet,
+    // so nothing is lost (a key being written is renamed into place only
+    // once whole). As a container's PID 1, provd would otherwise ignore
+    // SIGTERM until start-up ends, minutes for a large key.
+    let starting = async {
+        tokio::select! {
+            started = rx => Some(started),
+            () = provd::http::shutdown_signal() => None,
+        }
+    };
+    let Some(started_up) =
+        runtime.block_on(provd::http::answer_while_starting(&listener, &limits, &progress, starting))
+    else {
+        let (step, _) = progress.now();
+        tracing::info!("stopped by a signal during start-up, while {step}");
+        std::process::exit(0);
+    };
     let service =
         started_up.map_err(|_| anyhow::anyhow!("start-up stopped without a result (see the log)"))??;
     let _ = started.set(service.clone());

@@ -337,7 +337,8 @@ pub async fn serve(
 /// How long open connections may outlive the last accepted job at shutdown.
 const CONNECTIONS_GRACE: Duration = Duration::from_secs(5);
 
-async fn shutdown_signal() {
+/// SIGTERM or SIGINT (Ctrl-C), whichever comes first.
+pub async fn shutdown_signal() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {

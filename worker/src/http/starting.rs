@@ -21,18 +21,13 @@ use super::{connections, ApiError};
 pub async fn answer_while_starting<T>(
     listener: &tokio::net::TcpListener,
     limits: &crate::config::ServerConfig,
+    progress: &crate::service::StartProgress,
     starting: impl std::future::Future<Output = T>,
 ) -> T {
-    let since = std::time::Instant::now();
-    let unready = move || async move {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "starting: loading the circuits' keys and compiling the GPU kernels ({} s so far)",
-                since.elapsed().as_secs()
-            ),
-        )
-        .retry_after(5)
+    let progress = progress.clone();
+    let unready = move || {
+        let said = progress.describe();
+        async move { ApiError::new(StatusCode::SERVICE_UNAVAILABLE, said).retry_after(5) }
     };
     let routes = Router::new()
         .route(

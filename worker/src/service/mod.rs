@@ -18,6 +18,7 @@ pub mod intake;
 mod jobs;
 pub mod local;
 pub mod snapshot;
+pub mod starting;
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -41,6 +42,7 @@ use intake::Intake;
 pub use intake::{Idempotency, JobInput, Refusal, RequestError, Submitted, Witnesses};
 pub use jobs::{Jobs, Unavailable};
 pub use snapshot::{FleetSnapshot, GpuMemory, Snapshot, UnfinishedJobs};
+pub use starting::{StartProgress, StartStep};
 
 /// A backend (device) the service proves on, as chosen, and its health.
 #[derive(Clone, Debug, Serialize)]
@@ -186,19 +188,39 @@ impl Service {
     /// The data directory is held by this process alone: a second one on it
     /// is refused, saying which holds it (two would race on the TEST-ONLY key
     /// cache and the journal).
-    pub fn start(mut config: Config, data_dir: &Path, backend: BackendChoice) -> anyhow::Result<Arc<Self>> {
+    pub fn start(config: Config, data_dir: &Path, backend: BackendChoice) -> anyhow::Result<Arc<Self>> {
+        Self::start_reporting(config, data_dir, backend, &StartProgress::default())
+    }
+
+    /// As [`Service::start`], telling `progress` each step as it begins (for
+    /// `/readyz` while it runs).
+    pub fn start_reporting(
+        mut config: Config,
+        data_dir: &Path,
+        backend: BackendChoice,
+        progress: &StartProgress,
+    ) -> anyhow::Result<Arc<Self>> {
+        progress.enter(StartStep::LockingDataDir);
         std::fs::create_dir_all(data_dir)
             .map_err(|e| anyhow::anyhow!("cannot create the data directory {}: {e}", data_dir.display()))?;
         let lock = crate::Exclusive::take(&data_dir.join(".provd.lock"), data_dir)?;
         if config.jobs.store == JobStoreKind::Sqlite && config.jobs.path.is_none() {
             config.jobs.path = Some(data_dir.join("jobs.sqlite3"));
         }
+        let of = config.circuits.len();
         let kinds = config
             .circuits
             .iter()
-            .map(|c| Ok((c.name().to_string(), c.load(data_dir)?)))
+            .enumerate()
+            .map(|(i, c)| {
+                let circuit = c.name().to_string();
+                progress.enter(StartStep::LoadingCircuit { circuit: circuit.clone(), index: i + 1, of });
+                Ok((circuit, c.load(data_dir)?))
+            })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        progress.enter(StartStep::OpeningBackend);
         let selected = crate::backend::select(backend, data_dir, &config.gpu.cuda_options()?)?;
+        progress.enter(StartStep::StartingEngine);
         let service =
             Self::build(config, kinds, selected.backends, selected.fallback, selected.gpus, Some(lock))?;
         Ok(Arc::new(service))
