@@ -2,7 +2,8 @@
 # Builds, here, everything a GPU run needs and puts it in .device-bundle/
 # (git-ignored; name it in the device tool's `carry`): the provd binary and
 # every test binary, stripped to fit the transfer limit. The GPU machine has no
-# cargo; these binaries run there as built here. SUPRASEAL=1 adds
+# cargo; these binaries run there as built here. IMAGE=1 adds the container
+# image's provd and NVRTC (gpu-run.sh's `image` step). SUPRASEAL=1 adds
 # provd-supraseal-bench (bench/supraseal: bellperson + supraseal-c2, built by
 # its build.sh with the toolkit SUPRA_CUDA names) for gpu-run.sh's `supraseal` step.
 set -euo pipefail
@@ -21,6 +22,21 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["target"]["name"] + "-" + m["target"]["kind"][0], m["executable"])
 ' | while read -r name exe; do cp "$exe" "$bundle/tests/$name"; done
+if [ "${IMAGE:-0}" = 1 ]; then
+  # The container image's provd and NVRTC, from deploy/Dockerfile built by podman around this
+  # binary (CONTAINER_BASE: a local bookworm base, as scripts/container-base.sh makes), for
+  # gpu-run.sh's `image` step.
+  mkdir -p target/container && strip -o target/container/provd target/release/provd
+  base=()
+  [ -z "${CONTAINER_BASE:-}" ] || base=(--build-arg "PYTHON_IMAGE=$CONTAINER_BASE" --build-arg "RUNTIME_IMAGE=$CONTAINER_BASE")
+  podman build --quiet --network host -f deploy/Dockerfile --build-arg PROVD_BINARY=prebuilt "${base[@]}" \
+    -t localhost/provd:bundle . >/dev/null
+  made=$(podman create localhost/provd:bundle)
+  mkdir -p "$bundle/image/usr/local/bin" "$bundle/image/usr/local/lib"
+  podman cp "$made:/usr/local/bin/provd" "$bundle/image/usr/local/bin/provd"
+  podman cp "$made:/usr/local/lib/nvrtc" "$bundle/image/usr/local/lib/nvrtc"
+  podman rm "$made" >/dev/null
+fi
 if [ "${SUPRASEAL:-0}" = 1 ]; then
   cp "$(bench/supraseal/build.sh)" "$bundle/provd-supraseal-bench"
   echo "${SUPRA_CUDA:-debian-11.8}" > "$bundle/provd-supraseal-bench.toolkit"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, over .device-bundle/:
-#   scripts/gpu-run.sh [tests] [example] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [supraseal-probe] [circom] [porep] [porep-shape] [soak] [in-flight] [products] [lane] [vanilla] [doors] ...
+#   scripts/gpu-run.sh [tests] [example] [image] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [supraseal-probe] [circom] [porep] [porep-shape] [soak] [in-flight] [products] [lane] [vanilla] [doors] ...
 # TEST_BINS (e.g. "gpu-test msm-test") limits `tests` to those binaries; TESTS_SKIP names ignored tests not
 # to run (default "512mib": sealing a 512 MiB sector takes minutes and needs no GPU).
 # B_G2=gpu|cpu places B's G2 MSM for bench-prove and bench-pipeline (default: the binary's);
@@ -73,6 +73,21 @@ for step in "${@:-tests}"; do
       done ;;
     example)
       "$bundle/sha256_preimage" cuda 2>&1 | tee "$OUT/example.log" || status=1 ;;
+    image)
+      # The container image's own files (bundled with IMAGE=1): its provd and its NVRTC, with the image's
+      # LD_LIBRARY_PATH and a fresh data directory, so that the kernels are compiled by the bundled NVRTC;
+      # this machine's glibc and driver stand in for the image's base and the NVIDIA toolkit's mounts.
+      # Passes when a GPU proof verifies and the loader shows the image's libnvrtc in use.
+      img="$PWD/$bundle/image"
+      data=$(mktemp -d)
+      env -u PROVD_NVRTC LD_LIBRARY_PATH="$img/usr/local/lib/nvrtc" LD_DEBUG=libs PROVD_DATA_DIR="$data" \
+        "$img/usr/local/bin/provd" prove --circuit "${IMAGE_CIRCUIT:-bench-16}" --backend cuda \
+        > "$OUT/image.log" 2> "$OUT/image-ld.log" || status=1
+      grep -E 'calling init: .*libnvrtc' "$OUT/image-ld.log" | sort -u | tee -a "$OUT/image.log"
+      grep -q "calling init: $img/usr/local/lib/nvrtc/libnvrtc.so.13" "$OUT/image-ld.log" ||
+        { echo "image: the image's NVRTC was not the one loaded" | tee -a "$OUT/image.log"; status=1; }
+      grep -v '^0x' "$OUT/image.log" | tail -5
+      rm -rf "$data" ;;
     bench-ntt)
       "$bundle/provd" bench ntt --sizes "${NTT_SIZES:-20,22,24,26}" --json "$OUT/ntt.json" 2>&1 | tee "$OUT/bench-ntt.log" || status=1 ;;
     bench-msm)
