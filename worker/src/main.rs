@@ -695,7 +695,8 @@ fn serve(
         "provd starting on http://{}: /healthz answers, /readyz says what start-up is doing",
         listener.local_addr()?
     ));
-    let started: provd::grpc::Started = Default::default();
+    let progress = provd::service::StartProgress::default();
+    let started = provd::grpc::Started::new(progress.clone());
     let (closed, on_closed) = tokio::sync::oneshot::channel::<()>();
     let grpc_door = match grpc.addresses() {
         addresses if addresses.is_empty() => None,
@@ -711,7 +712,6 @@ fn serve(
     // On a thread of its own, outside the runtime: the fleet's database
     // client runs a runtime of its own, which cannot start inside this one.
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let progress = provd::service::StartProgress::default();
     let reporting = progress.clone();
     std::thread::Builder::new().name("start".into()).spawn(move || {
         let _ = tx.send(provd::service::Service::start_reporting(
@@ -740,7 +740,7 @@ fn serve(
     };
     let service =
         started_up.map_err(|_| anyhow::anyhow!("start-up stopped without a result (see the log)"))??;
-    let _ = started.set(service.clone());
+    started.set(service.clone());
     // The last reference to the service is dropped here, after the runtime:
     // the fleet's database connections run a runtime of their own (the
     // postgres client's), which cannot be shut down from inside this one.

@@ -22,7 +22,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Status};
 
 use crate::config::{GrpcAddress, GrpcConfig};
-use crate::service::Service;
+use crate::service::{Service, StartProgress};
 pub use proving::Proving;
 
 /// The protocol's messages and service, generated from `proto/cuzk/v1/proving.proto`.
@@ -31,8 +31,32 @@ pub mod pb {
     tonic::include_proto!("cuzk.v1");
 }
 
-/// The service once it has started; until then every call is UNAVAILABLE.
-pub type Started = Arc<OnceLock<Arc<Service>>>;
+/// The service once it has started; until then every call is UNAVAILABLE,
+/// saying what start-up is doing (as `/readyz` does).
+#[derive(Clone, Default)]
+pub struct Started {
+    service: Arc<OnceLock<Arc<Service>>>,
+    progress: StartProgress,
+}
+
+impl Started {
+    /// Not started yet; `progress` is what start-up reports.
+    pub fn new(progress: StartProgress) -> Self {
+        Self { service: Default::default(), progress }
+    }
+
+    /// The service has started: calls go to it from now on.
+    pub fn set(&self, service: Arc<Service>) {
+        let _ = self.service.set(service);
+    }
+
+    /// The service, or UNAVAILABLE with what start-up is doing.
+    pub fn service(&self) -> Result<Arc<Service>, Status> {
+        self.service.get().cloned().ok_or_else(|| {
+            Status::unavailable(format!("provd is {}; retry shortly", self.progress.describe()))
+        })
+    }
+}
 
 /// The door's listeners, bound at start-up so that a taken address fails
 /// the start, before keys load.
@@ -170,5 +194,27 @@ impl tonic::service::Interceptor for Bearer {
                 "missing or wrong bearer token: send metadata 'authorization: Bearer <token>'",
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::StartStep;
+
+    #[test]
+    fn before_the_start_calls_are_unavailable_saying_what_start_up_is_doing() {
+        let progress = StartProgress::default();
+        let started = Started::new(progress.clone());
+        progress.enter(StartStep::LoadingCircuit { circuit: "porep-32g".into(), index: 1, of: 4 });
+        let refused = started.service().err().expect("not started");
+        assert_eq!(refused.code(), tonic::Code::Unavailable);
+        assert!(
+            refused
+                .message()
+                .starts_with("provd is starting: loading the key of circuit porep-32g (1 of 4) ("),
+            "{}",
+            refused.message()
+        );
     }
 }

@@ -28,9 +28,7 @@ impl Proving {
     }
 
     fn service(&self) -> Result<Arc<Service>, Status> {
-        self.started.get().cloned().ok_or_else(|| {
-            Status::unavailable("provd is starting (loading keys, compiling kernels); retry shortly")
-        })
+        self.started.service()
     }
 
     /// Reads and submits a request: its service and job, and the
