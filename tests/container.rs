@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use provd_e2e::{find, free_port, raw_request};
+use provd_e2e::{find, free_port, raw_request, wait_until};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
@@ -55,16 +55,6 @@ impl Drop for Made {
         }
         let _ = Command::new("podman").args(["volume", "rm", "--force", &self.volume]).output();
         let _ = Command::new("podman").args(["rmi", "--force", &self.image]).output();
-    }
-}
-
-/// Polls `what` every half second until it holds; `limit` is generous, for a
-/// busy two-core machine, and the failure says what was awaited.
-fn wait_until(limit: Duration, what: &str, mut ok: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !ok() {
-        assert!(start.elapsed() < limit, "waited {} s for {what}", limit.as_secs());
-        std::thread::sleep(Duration::from_millis(500));
     }
 }
 

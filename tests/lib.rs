@@ -55,6 +55,16 @@ pub fn find(name: &str) -> Option<PathBuf> {
         .and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| p.exists()))
 }
 
+/// Polls `ok` every quarter second until it holds, failing the test after
+/// `limit` (generous: for a busy two-core machine) saying what it waited for.
+pub fn wait_until(limit: std::time::Duration, what: &str, mut ok: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < limit, "waited {} s for {what}", limit.as_secs());
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
 /// A loopback port free at the moment of asking.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use provd_e2e::{find, free_port, request, Server};
+use provd_e2e::{find, free_port, request, wait_until, Server};
 use serde_json::Value;
 
 fn repo() -> PathBuf {
@@ -199,14 +199,6 @@ fn ready(addr: std::net::SocketAddr) -> bool {
     std::net::TcpStream::connect(addr).is_ok() && request(addr, "GET", "/-/ready", None, &[]).status == 200
 }
 
-fn wait_until(limit: Duration, what: &str, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
 fn query(prom: std::net::SocketAddr, expr: &str) -> Value {
     let q: String = url_encode(expr);
     let r = request(prom, "GET", &format!("/api/v1/query?query={q}"), None, &[]);
@@ -258,14 +250,21 @@ fn every_panel_returns_data_from_a_real_prometheus_scraping_a_demo() {
         }
     }
     assert!(empty.is_empty(), "panels without data:\n{}", empty.join("\n"));
-    // The Build table shows the commit `provd --version` names.
+    // The Build table's own query gives the version and commit `provd
+    // --version` prints, and the backend, as the columns it keeps.
     let version =
         String::from_utf8(Command::new(provd_e2e::provd_bin()).arg("--version").output().unwrap().stdout)
             .unwrap();
-    let commit =
-        version.split("(commit ").nth(1).and_then(|r| r.split(')').next()).expect("a commit in --version");
-    let build = query(prom, "provd_build_info");
-    assert_eq!(build["data"]["result"][0]["metric"]["commit"], commit, "{build}");
+    let (_, expr) = panel_queries().into_iter().find(|(title, _)| title == "Build").expect("the Build panel");
+    let build = query(prom, &as_grafana_would(&expr));
+    let labels = &build["data"]["result"][0]["metric"];
+    let shown = format!(
+        "provd {} (commit {})",
+        labels["version"].as_str().unwrap_or("?"),
+        labels["commit"].as_str().unwrap_or("?")
+    );
+    assert_eq!(shown, version.trim(), "{build}");
+    assert!(labels["backend"].as_str().is_some_and(|b| !b.is_empty()), "{build}");
 }
 
 /// A worker whose API needs a token, scraped by a real Prometheus through

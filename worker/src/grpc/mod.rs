@@ -33,7 +33,7 @@ pub mod pb {
 
 /// The service once it has started; until then every call is UNAVAILABLE,
 /// saying what start-up is doing (as `/readyz` does).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Started {
     service: Arc<OnceLock<Arc<Service>>>,
     progress: StartProgress,
