@@ -9,7 +9,9 @@ use std::process::{Command, Output};
 pub const JOBS_DEADLINE: std::time::Duration = std::time::Duration::from_secs(1800);
 
 /// The `provd` binary of this build: `PROVD_BIN`, else the one beside the test
-/// executable's `deps/` folder (built by `cargo build --release --bins`).
+/// executable's `deps/` folder. `cargo test --release --workspace` builds it
+/// (for provd's own integration tests); a run of this package's tests alone
+/// needs `cargo build --release --bins` first.
 pub fn provd_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("PROVD_BIN") {
         return p.into();
