@@ -3,18 +3,19 @@
 //! Whoever runs this knows τ, α, β, γ, δ and can forge proofs: these keys exist
 //! for benchmarks, demos and tests, never for production. The construction is
 //! bellperson's `generate_random_parameters` (so the keys are interchangeable),
-//! with parallel fixed-base scalar multiplication from a precomputed table in
-//! place of one scalar multiplication at a time.
+//! with parallel fixed-base scalar multiplication from a precomputed table
+//! (groth16/fixed_base.rs) in place of one scalar multiplication at a time.
 
 use bellperson::SynthesisError;
 use blstrs::{G1Projective, G2Projective, Scalar};
-use ff::{Field, PrimeField};
+use ff::Field;
 use group::{Curve, Group};
 use rand_core::RngCore;
 use rayon::prelude::*;
 
 use super::domain::{Domain, TwoAdicRoot};
 use super::error::ProveError;
+pub(crate) use super::fixed_base::FixedBase;
 use super::key::{ProvingKey, VerifyingKey};
 use super::sparse::SparseMatrix;
 
@@ -66,8 +67,8 @@ pub fn generate_test_key_for<R: RngCore>(
     let mut h_s = vec![Scalar::ONE; n - 1];
     super::domain::distribute_powers(&mut h_s, z_over_delta, tau);
 
-    let t1 = FixedBase::<G1Projective>::new(g1);
-    let t2 = FixedBase::<G2Projective>::new(g2);
+    let t1 = FixedBase::<G1Projective>::new(g1, h_s.len());
+    let t2 = FixedBase::<G2Projective>::new(g2, b_s.len());
     let vk = waste.verifying_key(t1.mul_all(&ic_s));
     Ok(ProvingKey {
         vk,
@@ -137,95 +138,4 @@ pub(crate) fn lagrange_at(tau: Scalar, log_n: u32, root: TwoAdicRoot) -> Vec<Sca
         ff::BatchInverter::invert_with_external_scratch(c, &mut vec![Scalar::ZERO; c.len()]);
     });
     w.par_iter().zip(denom.par_iter()).map(|(w, d)| zn * w * d).collect()
-}
-
-/// Fixed-base multiplication: table[k][d] = d·2^(W·k)·G, so k·G costs one
-/// mixed addition per W-bit window of k and no doublings.
-pub(crate) struct FixedBase<G: Curve> {
-    table: Vec<Vec<G::AffineRepr>>,
-}
-
-const WINDOW: usize = 12;
-
-impl<G> FixedBase<G>
-where
-    G: Curve + Group<Scalar = Scalar> + Send + Sync + std::ops::AddAssign<G::AffineRepr>,
-    G::AffineRepr: Copy + Send + Sync + Default,
-{
-    pub(crate) fn new(base: G) -> Self {
-        let windows = (Scalar::NUM_BITS as usize).div_ceil(WINDOW);
-        let mut row_bases = Vec::with_capacity(windows);
-        let mut b = base;
-        for _ in 0..windows {
-            row_bases.push(b);
-            for _ in 0..WINDOW {
-                b = b.double();
-            }
-        }
-        let table = row_bases
-            .into_par_iter()
-            .map(|b| {
-                let mut row = Vec::with_capacity(1 << WINDOW);
-                let mut acc = G::identity();
-                for _ in 0..1 << WINDOW {
-                    row.push(acc);
-                    acc += b;
-                }
-                let mut affine = vec![G::AffineRepr::default(); row.len()];
-                G::batch_normalize(&row, &mut affine);
-                affine
-            })
-            .collect();
-        Self { table }
-    }
-
-    fn mul(&self, s: &Scalar) -> G {
-        let bytes = s.to_repr();
-        let bytes = bytes.as_ref();
-        let mut acc = G::identity();
-        for (k, row) in self.table.iter().enumerate() {
-            let bit = k * WINDOW;
-            let mut d = 0usize;
-            for i in 0..WINDOW {
-                let b = bit + i;
-                if b < 256 && bytes[b / 8] >> (b % 8) & 1 == 1 {
-                    d |= 1 << i;
-                }
-            }
-            if d != 0 {
-                acc += row[d];
-            }
-        }
-        acc
-    }
-
-    /// k·G for every k, in parallel, as affine points.
-    pub(crate) fn mul_all(&self, scalars: &[Scalar]) -> Vec<G::AffineRepr> {
-        let mut out = vec![G::AffineRepr::default(); scalars.len()];
-        out.par_chunks_mut(1 << 12).zip(scalars.par_chunks(1 << 12)).for_each(|(out, s)| {
-            let proj: Vec<G> = s.iter().map(|s| self.mul(s)).collect();
-            G::batch_normalize(&proj, out);
-        });
-        out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use group::prime::PrimeCurveAffine;
-    use rand::SeedableRng;
-
-    #[test]
-    fn fixed_base_matches_scalar_multiplication() {
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
-        let g = G1Projective::random(&mut rng);
-        let t = FixedBase::<G1Projective>::new(g);
-        let scalars = [Scalar::ZERO, Scalar::ONE, -Scalar::ONE, Scalar::random(&mut rng)];
-        let got = t.mul_all(&scalars);
-        for (s, p) in scalars.iter().zip(got) {
-            assert_eq!(p, (g * s).to_affine());
-        }
-        assert!(bool::from(t.mul_all(&[Scalar::ZERO])[0].is_identity()));
-    }
 }

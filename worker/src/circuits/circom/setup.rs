@@ -73,8 +73,8 @@ pub fn test_only_zkey(r1cs: &R1cs, rng: &mut impl RngCore) -> Result<Zkey, Setup
         lagrange_at(tau, log_n + 1, root).into_iter().skip(1).step_by(2).map(|l| l * delta_inv).collect();
     debug_assert_eq!(h_s.len(), n);
 
-    let t1 = FixedBase::<G1Projective>::new(g1);
-    let t2 = FixedBase::<G2Projective>::new(g2);
+    let t1 = FixedBase::<G1Projective>::new(g1, h_s.len());
+    let t2 = FixedBase::<G2Projective>::new(g2, v.len());
     let key = ProvingKey {
         vk: waste.verifying_key(t1.mul_all(&ic_s)),
         h: t1.mul_all(&h_s),
