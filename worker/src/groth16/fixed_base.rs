@@ -64,9 +64,9 @@ where
     G: Curve + Group<Scalar = Scalar> + Send + Sync,
     G::AffineRepr: AffineXy<Curve = G>,
 {
-    /// The table for `base`, sized for about `scalars` multiplications: its
-    /// rows are narrower for fewer, so that building it costs a fraction
-    /// of using it (a small circuit's key takes milliseconds, not a second).
+    /// The table for `base`, sized for about `scalars` multiplications: rows
+    /// of 2^(log2 scalars − 4) points, so that building the table costs
+    /// about a sixteenth of using it once.
     pub(crate) fn new(base: G, scalars: usize) -> Self {
         let window = (scalars.max(1).ilog2() as usize).saturating_sub(4).clamp(4, MAX_WINDOW);
         let windows = (Scalar::NUM_BITS as usize).div_ceil(window);

@@ -15,7 +15,7 @@ use rayon::prelude::*;
 
 use super::domain::{Domain, TwoAdicRoot};
 use super::error::ProveError;
-pub(crate) use super::fixed_base::FixedBase;
+use super::fixed_base::FixedBase;
 use super::key::{ProvingKey, VerifyingKey};
 use super::sparse::SparseMatrix;
 

@@ -6,7 +6,7 @@ mod assign;
 mod density;
 pub mod domain;
 mod error;
-mod fixed_base;
+pub(crate) mod fixed_base;
 pub mod key;
 pub mod keygen;
 pub mod matrices;

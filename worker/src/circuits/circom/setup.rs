@@ -14,7 +14,8 @@ use rand_core::RngCore;
 use super::column_of;
 use super::r1cs::R1cs;
 use super::zkey::Zkey;
-use crate::groth16::keygen::{lagrange_at, FixedBase, ToxicWaste};
+use crate::groth16::fixed_base::FixedBase;
+use crate::groth16::keygen::{lagrange_at, ToxicWaste};
 use crate::groth16::sparse::{Column, SparseMatrix};
 use crate::groth16::{ProvingKey, Reduction};
 
