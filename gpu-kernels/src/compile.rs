@@ -130,7 +130,8 @@ impl CompileCache {
         }
         let t = std::time::Instant::now();
         let cubin = compile_cubin(arch)?;
-        tracing::info!(arch, secs = t.elapsed().as_secs_f64(), "compiled CUDA kernels with NVRTC");
+        let nvrtc = loader::nvrtc().map_err(GpuError::Unavailable)?;
+        tracing::info!(arch, secs = t.elapsed().as_secs_f64(), nvrtc = %nvrtc.display(), "compiled CUDA kernels with NVRTC");
         let tmp = path.with_extension("partial");
         let stored = std::fs::create_dir_all(&self.dir)
             .and_then(|_| std::fs::write(&tmp, &cubin))

@@ -1,6 +1,7 @@
 //! Finding the CUDA driver and NVRTC libraries before cudarc touches them
 //! (cudarc panics when a library it needs is missing).
 
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// Where NVRTC is usually installed, besides the loader's own search path:
@@ -34,9 +35,13 @@ pub(crate) fn driver() -> Result<(), String> {
 
 /// Makes NVRTC loadable: `PROVD_NVRTC` (a file) first, then the loader's path,
 /// then the usual install locations. Loading a library by full path makes
-/// later loads of its soname (by cudarc) find it.
-pub(crate) fn nvrtc() -> Result<(), String> {
-    static RESULT: OnceLock<Result<(), String>> = OnceLock::new();
+/// later loads of its soname (by cudarc) find it; but cudarc asks for
+/// `libnvrtc.so` first, which a CUDA toolkit on the loader's path answers
+/// with its own copy. Returns the file whose NVRTC the bindings call (found
+/// from where its code is mapped), and refuses when that is not the file
+/// `PROVD_NVRTC` names.
+pub(crate) fn nvrtc() -> Result<&'static Path, String> {
+    static RESULT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     RESULT
         .get_or_init(|| {
             let mut tried = Vec::new();
@@ -52,16 +57,27 @@ pub(crate) fn nvrtc() -> Result<(), String> {
                 .chain(wheel);
             for c in candidates {
                 // SAFETY: loading NVRTC runs only its initialisers.
-                match unsafe { libloading::Library::new(&c) } {
-                    Ok(lib) => {
-                        std::mem::forget(lib); // keep it loaded for the process
-                        preload_builtins(&c);
-                        if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-                            return Ok(());
-                        }
-                    }
-                    Err(_) => tried.push(c),
+                let Ok(lib) = (unsafe { libloading::Library::new(&c) }) else {
+                    tried.push(c);
+                    continue;
+                };
+                let ours = version_symbol(&lib);
+                std::mem::forget(lib); // keep it loaded for the process
+                preload_builtins(&c);
+                if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+                    continue;
                 }
+                // SAFETY: present, as just checked; cudarc keeps it loaded.
+                let in_use = version_symbol(unsafe { cudarc::nvrtc::sys::culib() });
+                let file = in_use.and_then(mapped_file).unwrap_or_else(|| PathBuf::from(&c));
+                if explicit.as_deref() == Some(c.as_str()) && ours != in_use {
+                    return Err(format!(
+                        "PROVD_NVRTC names {c}, but the CUDA bindings load libnvrtc.so from the loader's path ({}); \
+                         put {c}'s directory first in LD_LIBRARY_PATH, beside a libnvrtc.so link to it",
+                        file.display()
+                    ));
+                }
+                return Ok(file);
             }
             Err(format!(
                 "NVRTC (libnvrtc.so.13) not found; install the CUDA toolkit or `pip install nvidia-cuda-nvrtc`, \
@@ -69,7 +85,28 @@ pub(crate) fn nvrtc() -> Result<(), String> {
                 tried.join(", ")
             ))
         })
-        .clone()
+        .as_ref()
+        .map(PathBuf::as_path)
+        .map_err(Clone::clone)
+}
+
+/// Where `lib`'s `nvrtcVersion` is: the same address from two handles means
+/// the same loaded library.
+fn version_symbol(lib: &libloading::Library) -> Option<usize> {
+    // SAFETY: the symbol's address is read, never called through this type.
+    unsafe { lib.get::<*const std::ffi::c_void>(b"nvrtcVersion\0").ok().map(|s| *s as usize) }
+}
+
+/// The file mapped at `addr` in this process (`/proc/self/maps`).
+fn mapped_file(addr: usize) -> Option<PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let (lo, hi) = fields.next()?.split_once('-')?;
+        let (lo, hi) = (usize::from_str_radix(lo, 16).ok()?, usize::from_str_radix(hi, 16).ok()?);
+        let path = fields.nth(4)?;
+        (lo <= addr && addr < hi && path.starts_with('/')).then(|| PathBuf::from(path))
+    })
 }
 
 /// NVRTC dlopens `libnvrtc-builtins.so.13.x` by name when it compiles; when
@@ -124,4 +161,18 @@ fn python_wheel_dirs() -> Vec<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_in_this_test_binary_maps_to_its_file() {
+        let exe = std::env::current_exe().unwrap().canonicalize().unwrap();
+        let found = mapped_file(mapped_file as *const () as usize)
+            .expect("this function's code is mapped from a file");
+        assert_eq!(found.canonicalize().unwrap(), exe);
+        assert_eq!(mapped_file(0), None, "nothing is mapped at address 0");
+    }
 }
