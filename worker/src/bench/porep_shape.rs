@@ -13,9 +13,11 @@
 //! - a, b and c by sparse products on the host (what `gpu.products = "cpu"`
 //!   does; a GPU worker computes them on its device);
 //! - with `--prove-runs`, the partition proved on the backend under a
-//!   timing key of the circuit's shape, each step's wall and device time
-//!   (a, b, c go in from the host: a device computing them would refuse the
-//!   random witness at its satisfaction check).
+//!   timing key of the circuit's shape, each step's wall and device time,
+//!   with a, b and c where the service computes them (`--products`: on the
+//!   device by default, from the matrices made resident beside the key, its
+//!   a·b = c check run and timed but not enforced, since the witness is
+//!   random: [`Products::time_only`]).
 //!
 //! It prints a sector's seconds projected from these, labelled as projected,
 //! with the formula: partitions × the slowest of the host's witness (its
@@ -34,11 +36,11 @@ use super::{
     current_rss, environment, median, multiples_of_generator, peak_rss, print_table, reset_peak_rss,
     write_json, HostUsage,
 };
-use crate::backend::Backend;
+use crate::backend::{Backend, ProductsPlacement};
 use crate::circuits::filecoin::{prover_id_of_miner, Ids, PorepCircuit, WitnessPass};
 use crate::groth16::domain::{Domain, TwoAdicRoot};
 use crate::groth16::matrix_store::{MatrixStore, Origin};
-use crate::groth16::synthesis::Evaluations;
+use crate::groth16::synthesis::{Evaluations, Products};
 use crate::groth16::{Blinding, Matrices, ProvingKey, Reduction, StepTime, Synthesized, VerifyingKey};
 use blstrs::{G1Projective, G2Projective};
 
@@ -160,16 +162,28 @@ impl PorepShapeBench {
         })?;
         let assignment_bytes = ((parted.input_assignment.len() + parted.aux_assignment.len()) * 32) as u64;
 
-        let steps = match self.prove_runs {
-            0 => Vec::new(),
+        let (steps, abc_on) = match self.prove_runs {
+            0 => (Vec::new(), None),
             runs => {
                 let mut witness = parted;
-                let [a, b, c] = abc;
-                witness.abc = Evaluations::Host { a, b, c };
                 let key = timing_key(&matrices)?;
-                // The matrices are not needed past here: room for the key.
+                // Where the service would compute a, b and c: on a device
+                // that computes them, from the matrices made resident beside
+                // the key, as time-only products (the random witness fails
+                // the check there); else the host's products above.
+                let placement = backend.products(&key);
+                witness.abc = match placement {
+                    ProductsPlacement::Gpu => {
+                        drop(abc);
+                        Evaluations::Products(Products::time_only(matrices.clone()))
+                    }
+                    ProductsPlacement::Cpu => {
+                        let [a, b, c] = abc;
+                        Evaluations::Host { a, b, c }
+                    }
+                };
                 drop(matrices);
-                prove_steps(backend, &key, witness, runs)?
+                (prove_steps(backend, &key, witness, runs)?, Some(placement))
             }
         };
         let pick = |f: fn(&Piece) -> f64| median(&in_parts.iter().map(f).collect::<Vec<_>>());
@@ -218,9 +232,15 @@ impl PorepShapeBench {
         println!("{:?} at its real shape, on {cores} cores (measured in this run):", self.proof);
         print_table(&["piece", "wall s", "cores busy", "peak RSS above GiB", "note"], &rows);
 
-        if !steps.is_empty() {
+        if let Some(placement) = abc_on {
+            let abc = match placement {
+                ProductsPlacement::Gpu => {
+                    "a, b, c computed on the device (its a*b = c check timed, not enforced)"
+                }
+                ProductsPlacement::Cpu => "a, b, c from the host",
+            };
             println!(
-                "{} with a timing key (repeated points: nothing it proves is a proof), a, b, c from the host; \
+                "{} with a timing key (repeated points: nothing it proves is a proof), {abc}; \
                  medians of {} after a warm-up, device time by CUDA events:",
                 backend.name(),
                 self.prove_runs
@@ -285,6 +305,7 @@ impl PorepShapeBench {
             "same_assignment": same,
             "assignment_bytes": assignment_bytes,
             "host_products": products,
+            "abc_computed_on": abc_on.map(|p| format!("{p:?}").to_lowercase()),
             "prove_steps": steps.iter().map(|(step, wall_ms, device_ms)| json!({
                 "step": step, "wall_ms": wall_ms, "device_ms": device_ms,
             })).collect::<Vec<_>>(),

@@ -231,7 +231,7 @@ impl<S: RowSink> ConstraintSystem<Scalar> for Recording<S> {
 mod tests {
     use super::*;
     use crate::circuits::BenchCircuit;
-    use crate::groth16::synthesis::{Evaluations, Synthesized};
+    use crate::groth16::synthesis::{Evaluations, Products, Synthesized};
     use std::sync::Arc;
 
     fn same(got: &Synthesized, want: &Synthesized, what: &str) {
@@ -285,6 +285,24 @@ mod tests {
         // a circuit of another shape is refused, not proved
         let err = m.assign(BenchCircuit::new(8, 3, Some(3))).and_then(Synthesized::evaluated).unwrap_err();
         assert!(err.to_string().contains("recorded matrices"), "{err}");
+    }
+
+    /// A timing-only witness goes through the same check and is not refused;
+    /// the same witness with ordinary products is.
+    #[test]
+    fn time_only_products_check_but_refuse_nothing() {
+        let m = Arc::new(Matrices::record(BenchCircuit::new(8, 2, None)).unwrap());
+        let honest = super::super::synthesize(BenchCircuit::new(8, 2, Some(3))).unwrap();
+        let mut wrong = honest.public_inputs().to_vec();
+        wrong[1] += Scalar::ONE;
+        let bad = m.assign(BenchCircuit::new(8, 2, Some(3)).claiming(wrong)).unwrap();
+        let Evaluations::Products(p) = &bad.abc else { panic!("assign leaves a, b, c as products") };
+        assert!(p.refuses_unsatisfied());
+        assert!(bad.clone().evaluated().is_err());
+        let mut timing = bad;
+        timing.abc = Evaluations::Products(Products::time_only(m.clone()));
+        let evaluated = timing.evaluated().expect("a timing-only witness is not refused");
+        assert_eq!(evaluated.abc_host_bytes(), 3 * m.num_constraints() * 32);
     }
 
     /// Products whose host memory was released are not computed on the host;

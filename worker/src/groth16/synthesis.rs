@@ -90,6 +90,17 @@ pub struct Products {
     /// the circuit again, on that path only).
     explain: Arc<dyn Fn() -> ProveError + Send + Sync>,
     host: HostBytes,
+    on_unsatisfied: OnUnsatisfied,
+}
+
+/// What a check that finds a·b ≠ c does with the witness.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OnUnsatisfied {
+    /// Refuses it with [`Products::unsatisfied`]'s error.
+    Refuse,
+    /// Nothing: a benchmark's random witness of a real circuit's shape,
+    /// proved under a timing key to time the steps ([`Products::time_only`]).
+    Ignore,
 }
 
 /// Whether the host memory that a, b and c would take is held for them, so
@@ -107,12 +118,28 @@ pub enum HostBytes {
 
 impl Products {
     pub fn new(matrices: Arc<Matrices>, explain: Arc<dyn Fn() -> ProveError + Send + Sync>) -> Self {
-        Self { matrices, explain, host: HostBytes::Held }
+        Self { matrices, explain, host: HostBytes::Held, on_unsatisfied: OnUnsatisfied::Refuse }
+    }
+
+    /// Products whose a·b = c check runs (and is timed) but refuses nothing:
+    /// for a benchmark that proves a random witness of a real circuit's shape
+    /// under a timing key, where no proof is a proof of anything. Nothing
+    /// that serves jobs makes these.
+    pub fn time_only(matrices: Arc<Matrices>) -> Self {
+        let explain =
+            Arc::new(|| ProveError::Unsatisfied { index: 0, name: "(a timing-only witness)".into() });
+        Self { on_unsatisfied: OnUnsatisfied::Ignore, ..Self::new(matrices, explain) }
     }
 
     /// The error for a witness whose a·b ≠ c somewhere.
     pub fn unsatisfied(&self) -> ProveError {
         (self.explain)()
+    }
+
+    /// Whether a witness whose a·b ≠ c somewhere is refused (all but
+    /// [`Products::time_only`]'s).
+    pub fn refuses_unsatisfied(&self) -> bool {
+        self.on_unsatisfied == OnUnsatisfied::Refuse
     }
 }
 
@@ -184,8 +211,8 @@ impl Evaluations {
                 let bad =
                     (0..a.len()).into_par_iter().with_min_len(4096).find_first(|&i| a[i] * b[i] != c[i]);
                 match bad {
-                    Some(_) => Err(p.unsatisfied()),
-                    None => Ok([a, b, c]),
+                    Some(_) if p.refuses_unsatisfied() => Err(p.unsatisfied()),
+                    _ => Ok([a, b, c]),
                 }
             }
         }

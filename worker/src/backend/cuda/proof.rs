@@ -86,7 +86,12 @@ impl CudaBackend {
         let msms = Msms { backend: self, bases: &resident.bases, asg: &asg, b_in: &b_in, aux: aux.as_ref() };
         let (g1, b_g2) = msms.run(&mut clock, h, &a_aux_density).map_err(backend_error)?;
         let unsatisfied = match check {
-            Some(c) => c.unsatisfied.first(&self.gpu).map_err(backend_error)?.map(|_| c.products),
+            Some(c) => c
+                .unsatisfied
+                .first(&self.gpu)
+                .map_err(backend_error)?
+                .filter(|_| c.products.refuses_unsatisfied())
+                .map(|_| c.products),
             None => None,
         };
         let (device_seconds, steps) = clock.into_parts();
