@@ -10,24 +10,53 @@
 
 // out[r] = Σ_k coeffs[k] · z(cols[k]) over row r's terms k in
 // [row_start[r], row_start[r + 1]), for r < rows; z(col) is aux[col & ~AUX]
-// for a tagged column, else input[col]. One thread per row: rows are short
-// (a handful of terms in most circuits), so a warp per row would idle. Unit
-// coefficients (most of them in bit-heavy circuits) cost an addition only.
+// for a tagged column, else input[col]. One thread per row: most rows are
+// short (a handful of terms), so a warp per row would idle. Rows of more than
+// short_max terms are left to sparse_product_long: a few hundred terms every
+// thousand rows or so (Filecoin's PoRep circuit) would otherwise make every
+// block as slow as its longest row. Unit coefficients (most of them in
+// bit-heavy circuits) cost an addition only.
+DEVICE fr_t sparse_term(const u32* __restrict__ cols, const fr_t* __restrict__ coeffs, u64 k,
+                        const fr_t* __restrict__ input, const fr_t* __restrict__ aux) {
+    const u32 col = cols[k];
+    const fr_t v = (col & SPARSE_AUX) ? aux[col & ~SPARSE_AUX] : input[col];
+    const fr_t c = coeffs[k];
+    return (c == fr_t::one()) ? v : v * c;
+}
+
 extern "C" __global__ void sparse_product(const u64* __restrict__ row_start, const u32* __restrict__ cols,
-                                          const fr_t* __restrict__ coeffs, u32 rows,
+                                          const fr_t* __restrict__ coeffs, u32 rows, u32 short_max,
                                           const fr_t* __restrict__ input, const fr_t* __restrict__ aux,
                                           fr_t* __restrict__ out) {
     const u32 r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
+    const u64 start = row_start[r], end = row_start[r + 1];
+    if (end - start > short_max) return;
     fr_t acc = fr_t::zero();
-    const fr_t one = fr_t::one();
-    for (u64 k = row_start[r], end = row_start[r + 1]; k < end; k++) {
-        const u32 col = cols[k];
-        const fr_t v = (col & SPARSE_AUX) ? aux[col & ~SPARSE_AUX] : input[col];
-        const fr_t c = coeffs[k];
-        acc += (c == one) ? v : v * c;
-    }
+    for (u64 k = start; k < end; k++) acc += sparse_term(cols, coeffs, k, input, aux);
     out[r] = acc;
+}
+
+// The rows listed in long_rows[0..count), a warp each: the lanes take every
+// 32nd term, then add their sums across the warp. Launched with whole warps.
+extern "C" __global__ void sparse_product_long(const u64* __restrict__ row_start, const u32* __restrict__ cols,
+                                               const fr_t* __restrict__ coeffs, const u32* __restrict__ long_rows,
+                                               u32 count, const fr_t* __restrict__ input,
+                                               const fr_t* __restrict__ aux, fr_t* __restrict__ out) {
+    const u32 w = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+    if (w >= count) return;  // the same for every lane of the warp
+    const u32 r = long_rows[w];
+    fr_t acc = fr_t::zero();
+    for (u64 k = row_start[r] + lane, end = row_start[r + 1]; k < end; k += 32)
+        acc += sparse_term(cols, coeffs, k, input, aux);
+#pragma unroll
+    for (u32 d = 16; d > 0; d /= 2) {
+        fr_t other;
+#pragma unroll
+        for (int i = 0; i < fr_t::N; i++) other.v[i] = __shfl_down_sync(0xffffffffu, acc.v[i], d);
+        acc += other;
+    }
+    if (lane == 0) out[r] = acc;
 }
 
 // *first = the least row r < rows with a[r]·b[r] ≠ c[r], if one is below it

@@ -28,7 +28,7 @@ pub use field::{FpRaw, FrRaw};
 pub use msm::{Bases, G1Bases, G2Bases, Msm, MsmCurve, PinnedBases, G1, G2};
 pub use ntt::{FrBuffer, HChain, Ntt, Order};
 pub use select::select_by_density;
-pub use sparse::{DeviceMatrix, Unsatisfied, AUX_COLUMN};
+pub use sparse::{DeviceMatrix, Unsatisfied, AUX_COLUMN, SHORT_ROW_TERMS};
 
 /// Opens the first CUDA device for tests, or says why not. GPU tests call this
 /// and return early (printing the reason) on machines without a usable GPU.

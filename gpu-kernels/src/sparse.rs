@@ -18,12 +18,19 @@ use crate::ntt::{FrBuffer, MAX_LOG_N};
 /// input (the constant ONE is input 0).
 pub const AUX_COLUMN: u32 = 1 << 31;
 
+/// Rows of more terms than this are summed by a warp each
+/// (`sparse_product_long`), the others by a thread each.
+pub const SHORT_ROW_TERMS: u64 = 32;
+
 /// One constraint matrix in compressed rows, resident on the device.
 pub struct DeviceMatrix {
     row_start: CudaSlice<u64>,
     cols: CudaSlice<u32>,
     coeffs: CudaSlice<FrRaw>,
     rows: usize,
+    /// The rows of more than [`SHORT_ROW_TERMS`] terms, in order.
+    long_rows: CudaSlice<u32>,
+    long: usize,
 }
 
 impl DeviceMatrix {
@@ -46,12 +53,23 @@ impl DeviceMatrix {
         // One element at least each, so that an empty matrix still has buffers.
         let some = |n: usize| n.max(1);
         let row_start = if row_start.is_empty() { &[0][..] } else { row_start };
+        let long_rows: Vec<u32> = (0..rows)
+            .filter(|&r| row_start[r + 1] - row_start[r] > SHORT_ROW_TERMS)
+            .map(|r| r as u32)
+            .collect();
         let mut d = Self {
             row_start: stream.clone_htod(row_start).during("copying a matrix")?,
             cols: gpu.zeros(some(cols.len()))?,
             coeffs: gpu.zeros(some(coeffs.len()))?,
             rows,
+            long_rows: gpu.zeros(some(long_rows.len()))?,
+            long: long_rows.len(),
         };
+        if !long_rows.is_empty() {
+            stream
+                .memcpy_htod(&long_rows, &mut d.long_rows.slice_mut(..long_rows.len()))
+                .during("copying a matrix")?;
+        }
         if !cols.is_empty() {
             stream.memcpy_htod(cols, &mut d.cols.slice_mut(..cols.len())).during("copying a matrix")?;
             stream
@@ -65,15 +83,21 @@ impl DeviceMatrix {
         self.rows
     }
 
-    /// Device bytes held.
+    /// Device bytes held (at most [`DeviceMatrix::bytes_for`]).
     pub fn bytes(&self) -> usize {
-        Self::bytes_for(self.rows, self.cols.len())
+        (self.rows + 1) * std::mem::size_of::<u64>()
+            + self.cols.len() * (std::mem::size_of::<u32>() + 32)
+            + self.long_rows.len() * std::mem::size_of::<u32>()
     }
 
     /// Device bytes a matrix of `rows` rows and `terms` terms takes once
-    /// uploaded (before uploading it).
+    /// uploaded, at most (before uploading it): its list of long rows is
+    /// counted at its longest, every row just over [`SHORT_ROW_TERMS`].
     pub fn bytes_for(rows: usize, terms: usize) -> usize {
-        (rows + 1) * std::mem::size_of::<u64>() + terms.max(1) * (std::mem::size_of::<u32>() + 32)
+        let long_rows = (terms / (SHORT_ROW_TERMS as usize + 1)).max(1);
+        (rows + 1) * std::mem::size_of::<u64>()
+            + terms.max(1) * (std::mem::size_of::<u32>() + 32)
+            + long_rows * std::mem::size_of::<u32>()
     }
 
     /// The matrix times the assignment (`input`, and `aux` where the
@@ -91,16 +115,17 @@ impl DeviceMatrix {
             return Err(GpuError::Invalid(format!("{} rows do not fit 2^{log_n}", self.rows)));
         }
         let mut out = gpu.zeros::<FrRaw>(1 << log_n)?;
+        // Without aux variables no column is tagged: `input` stands in.
+        let aux = aux.unwrap_or(input);
         if self.rows > 0 {
-            // Without aux variables no column is tagged: `input` stands in.
-            let aux = aux.unwrap_or(input);
-            let rows = self.rows as u32;
+            let (rows, short_max) = (self.rows as u32, SHORT_ROW_TERMS as u32);
             let f = gpu.function("sparse_product")?;
             let mut b = gpu.stream().launch_builder(&f);
             b.arg(&self.row_start)
                 .arg(&self.cols)
                 .arg(&self.coeffs)
                 .arg(&rows)
+                .arg(&short_max)
                 .arg(input)
                 .arg(aux)
                 .arg(&mut out);
@@ -110,6 +135,29 @@ impl DeviceMatrix {
             unsafe { b.launch(LaunchConfig::for_num_elems(rows)) }
                 .map(drop)
                 .during("launching sparse_product")?;
+        }
+        if self.long > 0 {
+            let count = self.long as u32;
+            let f = gpu.function("sparse_product_long")?;
+            let mut b = gpu.stream().launch_builder(&f);
+            b.arg(&self.row_start)
+                .arg(&self.cols)
+                .arg(&self.coeffs)
+                .arg(&self.long_rows)
+                .arg(&count)
+                .arg(input)
+                .arg(aux)
+                .arg(&mut out);
+            const THREADS: u32 = 256;
+            let warps_per_block = THREADS / 32;
+            let config = LaunchConfig {
+                grid_dim: (count.div_ceil(warps_per_block), 1, 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: as above; warp w < count sums the listed row
+            // long_rows[w] < rows, its lanes together, and writes its out[r].
+            unsafe { b.launch(config) }.map(drop).during("launching sparse_product_long")?;
         }
         Ok(FrBuffer::from_device(out, log_n))
     }

@@ -8,7 +8,7 @@ use provd_kernels::field::DeviceField;
 use provd_kernels::ntt::root_of_unity;
 use provd_kernels::{
     gpu_for_tests, select_by_density, DeviceMatrix, FrBuffer, Gpu, HChain, Ntt, Order, Unsatisfied,
-    AUX_COLUMN,
+    AUX_COLUMN, SHORT_ROW_TERMS,
 };
 use rand::{RngCore, SeedableRng};
 
@@ -331,9 +331,16 @@ fn random_matrix(
 ) -> (Vec<u64>, Vec<u32>, Vec<Scalar>, Vec<Scalar>) {
     let mut r = rng(seed);
     let (mut row_start, mut cols, mut coeffs, mut product) = (vec![0u64], vec![], vec![], vec![]);
-    for _ in 0..rows {
+    for row in 0..rows {
+        // Mostly short rows; every 97th a long one (summed by a warp), some
+        // of them at the bound between the two.
+        let terms = match row % 97 {
+            5 => SHORT_ROW_TERMS as u32 + 1 + r.next_u32() % 1000,
+            6 => SHORT_ROW_TERMS as u32 + r.next_u32() % 2,
+            _ => r.next_u32() % 8,
+        };
         let mut acc = Scalar::ZERO;
-        for _ in 0..r.next_u32() % 8 {
+        for _ in 0..terms {
             let (col, v) = if aux > 0 && !r.next_u32().is_multiple_of(4) {
                 let i = r.next_u32() % aux as u32;
                 (AUX_COLUMN | i, aux_values[i as usize])
