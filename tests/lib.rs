@@ -529,6 +529,18 @@ impl Postgres {
             .output()
             .unwrap();
         assert!(out.status.success(), "initdb: {}", String::from_utf8_lossy(&out.stderr));
+        // free_port's port is free when it answers, not necessarily when the
+        // server binds it (other tests start listeners meanwhile): on that
+        // collision, another port.
+        for _ in 0..4 {
+            match pg.try_resume() {
+                Err(e) if e.contains("Address already in use") => pg.port = free_port(),
+                other => {
+                    other.unwrap_or_else(|e| panic!("{e}"));
+                    return Some(pg);
+                }
+            }
+        }
         pg.resume();
         Some(pg)
     }
@@ -589,6 +601,11 @@ impl Postgres {
     /// Starts the server (again) on its data directory and port, and waits
     /// until it takes connections.
     pub fn resume(&mut self) {
+        self.try_resume().unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// [`Postgres::resume`], or pg_ctl's output and the server's log.
+    fn try_resume(&mut self) -> Result<(), String> {
         let (data, log) = (self.dir.path().join("data"), self.dir.path().join("postgres.log"));
         let options = format!(
             "-c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100 -c unix_socket_directories={} -p {}",
@@ -604,13 +621,14 @@ impl Postgres {
             .args(["-o", &options])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "pg_ctl start: {}{}",
-            String::from_utf8_lossy(&out.stderr),
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
+        if !out.status.success() {
+            let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+            // A failed start's lines stay in the log: the next try's error shows its own.
+            let _ = std::fs::remove_file(&log);
+            return Err(format!("pg_ctl start: {}{log_text}", String::from_utf8_lossy(&out.stderr)));
+        }
         self.running = true;
+        Ok(())
     }
 }
 

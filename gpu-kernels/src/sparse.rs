@@ -28,7 +28,8 @@ pub struct DeviceMatrix {
     cols: CudaSlice<u32>,
     coeffs: CudaSlice<FrRaw>,
     rows: usize,
-    /// The rows of more than [`SHORT_ROW_TERMS`] terms, in order.
+    /// The rows of more than [`SHORT_ROW_TERMS`] terms, in order (one
+    /// element at least, so that the buffer exists; `long` of them are rows).
     long_rows: CudaSlice<u32>,
     long: usize,
 }

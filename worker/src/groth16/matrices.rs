@@ -271,16 +271,21 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_bad_witness_is_named_as_the_recorder_names_it() {
+    /// bench-8's recorded matrices, and its witness claiming a wrong second
+    /// output (constraint 'out1' fails), a, b, c left as products.
+    fn matrices_and_a_bad_witness() -> (Arc<Matrices>, Synthesized) {
         let m = Arc::new(Matrices::record(BenchCircuit::new(8, 2, None)).unwrap());
         let honest = super::super::synthesize(BenchCircuit::new(8, 2, Some(3))).unwrap();
         let mut wrong = honest.public_inputs().to_vec();
         wrong[1] += Scalar::ONE;
-        let err = m
-            .assign(BenchCircuit::new(8, 2, Some(3)).claiming(wrong))
-            .and_then(Synthesized::evaluated)
-            .unwrap_err();
+        let bad = m.assign(BenchCircuit::new(8, 2, Some(3)).claiming(wrong)).unwrap();
+        (m, bad)
+    }
+
+    #[test]
+    fn a_bad_witness_is_named_as_the_recorder_names_it() {
+        let (m, bad) = matrices_and_a_bad_witness();
+        let err = bad.evaluated().unwrap_err();
         assert!(err.to_string().contains("'out1'"), "{err}");
         // a circuit of another shape is refused, not proved
         let err = m.assign(BenchCircuit::new(8, 3, Some(3))).and_then(Synthesized::evaluated).unwrap_err();
@@ -291,11 +296,7 @@ mod tests {
     /// the same witness with ordinary products is.
     #[test]
     fn time_only_products_check_but_refuse_nothing() {
-        let m = Arc::new(Matrices::record(BenchCircuit::new(8, 2, None)).unwrap());
-        let honest = super::super::synthesize(BenchCircuit::new(8, 2, Some(3))).unwrap();
-        let mut wrong = honest.public_inputs().to_vec();
-        wrong[1] += Scalar::ONE;
-        let bad = m.assign(BenchCircuit::new(8, 2, Some(3)).claiming(wrong)).unwrap();
+        let (m, bad) = matrices_and_a_bad_witness();
         let Evaluations::Products(p) = &bad.abc else { panic!("assign leaves a, b, c as products") };
         assert!(p.refuses_unsatisfied());
         assert!(bad.clone().evaluated().is_err());
