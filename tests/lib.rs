@@ -531,17 +531,16 @@ impl Postgres {
         assert!(out.status.success(), "initdb: {}", String::from_utf8_lossy(&out.stderr));
         // free_port's port is free when it answers, not necessarily when the
         // server binds it (other tests start listeners meanwhile): on that
-        // collision, another port.
-        for _ in 0..4 {
+        // collision, another port, up to four times.
+        for retry in 1.. {
             match pg.try_resume() {
-                Err(e) if e.contains("Address already in use") => pg.port = free_port(),
-                other => {
-                    other.unwrap_or_else(|e| panic!("{e}"));
-                    return Some(pg);
+                Err(e) if e.contains("Address already in use") && retry <= 4 => pg.port = free_port(),
+                started => {
+                    started.unwrap_or_else(|e| panic!("{e}"));
+                    break;
                 }
             }
         }
-        pg.resume();
         Some(pg)
     }
 
@@ -623,7 +622,7 @@ impl Postgres {
             .unwrap();
         if !out.status.success() {
             let log_text = std::fs::read_to_string(&log).unwrap_or_default();
-            // A failed start's lines stay in the log: the next try's error shows its own.
+            // Cleared, so that a retry's error shows only its own start's lines.
             let _ = std::fs::remove_file(&log);
             return Err(format!("pg_ctl start: {}{log_text}", String::from_utf8_lossy(&out.stderr)));
         }

@@ -28,10 +28,8 @@ pub struct DeviceMatrix {
     cols: CudaSlice<u32>,
     coeffs: CudaSlice<FrRaw>,
     rows: usize,
-    /// The rows of more than [`SHORT_ROW_TERMS`] terms, in order (one
-    /// element at least, so that the buffer exists; `long` of them are rows).
-    long_rows: CudaSlice<u32>,
-    long: usize,
+    /// The rows of more than [`SHORT_ROW_TERMS`] terms, in order, if any.
+    long_rows: Option<CudaSlice<u32>>,
 }
 
 impl DeviceMatrix {
@@ -58,19 +56,17 @@ impl DeviceMatrix {
             .filter(|&r| row_start[r + 1] - row_start[r] > SHORT_ROW_TERMS)
             .map(|r| r as u32)
             .collect();
+        let long_rows = match long_rows.is_empty() {
+            true => None,
+            false => Some(stream.clone_htod(&long_rows).during("copying a matrix")?),
+        };
         let mut d = Self {
             row_start: stream.clone_htod(row_start).during("copying a matrix")?,
             cols: gpu.zeros(some(cols.len()))?,
             coeffs: gpu.zeros(some(coeffs.len()))?,
             rows,
-            long_rows: gpu.zeros(some(long_rows.len()))?,
-            long: long_rows.len(),
+            long_rows,
         };
-        if !long_rows.is_empty() {
-            stream
-                .memcpy_htod(&long_rows, &mut d.long_rows.slice_mut(..long_rows.len()))
-                .during("copying a matrix")?;
-        }
         if !cols.is_empty() {
             stream.memcpy_htod(cols, &mut d.cols.slice_mut(..cols.len())).during("copying a matrix")?;
             stream
@@ -86,18 +82,19 @@ impl DeviceMatrix {
 
     /// Device bytes held (at most [`DeviceMatrix::bytes_for`]).
     pub fn bytes(&self) -> usize {
-        (self.rows + 1) * std::mem::size_of::<u64>()
-            + self.cols.len() * (std::mem::size_of::<u32>() + 32)
-            + self.long_rows.len() * std::mem::size_of::<u32>()
+        Self::bytes_of(self.rows, self.cols.len(), self.long_rows.as_ref().map_or(0, |l| l.len()))
     }
 
     /// Device bytes a matrix of `rows` rows and `terms` terms takes once
     /// uploaded, at most (before uploading it): its list of long rows is
     /// counted at its longest, every row just over [`SHORT_ROW_TERMS`].
     pub fn bytes_for(rows: usize, terms: usize) -> usize {
-        let long_rows = (terms / (SHORT_ROW_TERMS as usize + 1)).max(1);
+        Self::bytes_of(rows, terms.max(1), terms / (SHORT_ROW_TERMS as usize + 1))
+    }
+
+    fn bytes_of(rows: usize, terms: usize, long_rows: usize) -> usize {
         (rows + 1) * std::mem::size_of::<u64>()
-            + terms.max(1) * (std::mem::size_of::<u32>() + 32)
+            + terms * (std::mem::size_of::<u32>() + 32)
             + long_rows * std::mem::size_of::<u32>()
     }
 
@@ -137,14 +134,14 @@ impl DeviceMatrix {
                 .map(drop)
                 .during("launching sparse_product")?;
         }
-        if self.long > 0 {
-            let count = self.long as u32;
+        if let Some(long_rows) = &self.long_rows {
+            let count = long_rows.len() as u32;
             let f = gpu.function("sparse_product_long")?;
             let mut b = gpu.stream().launch_builder(&f);
             b.arg(&self.row_start)
                 .arg(&self.cols)
                 .arg(&self.coeffs)
-                .arg(&self.long_rows)
+                .arg(long_rows)
                 .arg(&count)
                 .arg(input)
                 .arg(aux)

@@ -33,25 +33,22 @@ pub(crate) trait AffineXy: PrimeCurveAffine + Send + Sync {
     fn from_xy(x: Self::Base, y: Self::Base) -> Self;
 }
 
-impl AffineXy for G1Affine {
-    type Base = Fp;
-    fn xy(&self) -> (Fp, Fp) {
-        (self.x(), self.y())
-    }
-    fn from_xy(x: Fp, y: Fp) -> Self {
-        G1Affine::from_raw_unchecked(x, y, false)
-    }
+/// `AffineXy` for blstrs' affine points of one group, over its base field.
+macro_rules! affine_xy {
+    ($affine:ty, $base:ty) => {
+        impl AffineXy for $affine {
+            type Base = $base;
+            fn xy(&self) -> ($base, $base) {
+                (self.x(), self.y())
+            }
+            fn from_xy(x: $base, y: $base) -> Self {
+                <$affine>::from_raw_unchecked(x, y, false)
+            }
+        }
+    };
 }
-
-impl AffineXy for G2Affine {
-    type Base = Fp2;
-    fn xy(&self) -> (Fp2, Fp2) {
-        (self.x(), self.y())
-    }
-    fn from_xy(x: Fp2, y: Fp2) -> Self {
-        G2Affine::from_raw_unchecked(x, y, false)
-    }
-}
+affine_xy!(G1Affine, Fp);
+affine_xy!(G2Affine, Fp2);
 
 /// The table of a base's multiples.
 pub(crate) struct FixedBase<G: Curve> {
@@ -109,7 +106,7 @@ where
         // the differences of x to invert together.
         let mut adds: Vec<(usize, G::AffineRepr)> = Vec::with_capacity(out.len());
         let mut dx: Vec<<G::AffineRepr as AffineXy>::Base> = Vec::with_capacity(out.len());
-        let mut scratch = dx.clone();
+        let mut scratch = Vec::with_capacity(out.len());
         for (w, row) in self.table.iter().enumerate() {
             adds.clear();
             dx.clear();
