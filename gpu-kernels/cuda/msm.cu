@@ -12,16 +12,13 @@
 //     bucket (w·B or 0) + |d| − 1 and the sign; bucket sizes counted.
 //  2. scan + msm_scatter: a counting sort of the keys by bucket (the scatter
 //     in passes over bucket ranges, each small enough for L2).
-//  3. (G1, large MSMs) msm_pair_round: rounds of affine additions halve
-//     each bucket's list, a chunk of the sorted list at a time; the last
-//     round's list then takes the sorted list's place in the steps below.
-//  4. msm_accumulate: the sorted list is cut into equal segments, one per
+//  3. msm_accumulate: the sorted list is cut into equal segments, one per
 //     thread, so that work is balanced however the digits fall. A bucket run
 //     inside one segment is written straight to its bucket; runs that cross a
 //     segment boundary leave partial sums, which msm_fixup (a thread per
 //     bucket) and msm_fixup_long (a block per bucket with many) add up.
-//  5. msm_bucket_reduce: Σ (b+1)·B_b per bucket set, in chunks (running sums).
-//  6. msm_sum_groups, repeated: the chunk sums added as trees, one block per
+//  4. msm_bucket_reduce: Σ (b+1)·B_b per bucket set, in chunks (running sums).
+//  5. msm_sum_groups, repeated: the chunk sums added as trees, one block per
 //     group, until one sum per bucket set is left.
 
 #define KEY_NONE 0xffffffffu
@@ -177,10 +174,7 @@ DEVICE u32 bucket_at(const u32* __restrict__ offsets, u32 lo, u32 nbuckets, u32 
 // accumulator X); MSM_KERNELS below instantiates them for G1 and G2.
 
 // The sorted list carries no keys: a thread finds its buckets' runs from the
-// scan's offsets, which halves the scatter's random writes. Without a sorted
-// list (null), position i holds point i: the lists that affine pair rounds
-// leave. Sums are stored, not added: adding into a bucket through the
-// out-of-line addition put the accumulator in local memory (10% slower).
+// scan's offsets, which halves the scatter's random writes.
 template <class A, class X>
 DEVICE void accumulate(const A* __restrict__ bases, const u32* __restrict__ sorted_idx,
                        const u32* __restrict__ offsets, u32 nbuckets, u32 threads, X* __restrict__ buckets,
@@ -214,7 +208,7 @@ DEVICE void accumulate(const A* __restrict__ bases, const u32* __restrict__ sort
             run_end = offsets[key + 1];
             acc = X::inf();
         }
-        const u32 idx = sorted_idx ? sorted_idx[i] : i;
+        const u32 idx = sorted_idx[i];
         A p = bases[idx & ~SIGN_BIT];
         acc.add((idx & SIGN_BIT) ? p.neg() : p);
     }
@@ -356,168 +350,6 @@ extern __shared__ __align__(16) unsigned char msm_shared[];
 
 MSM_KERNELS(, g1_affine, g1_xyzz, 4, 3)
 MSM_KERNELS(_g2, g2_affine, g2_xyzz, 1, 1)
-
-// ---- Affine pair rounds (G1) ---------------------------------------------
-// An affine addition costs 5 multiplications and a squaring once its
-// denominator's inverse is known, against the XYZZ mixed addition's 8 and 2;
-// one inversion (~500 multiplications) serves every addition a thread makes
-// in a round (Montgomery's trick). So before the XYZZ accumulation, rounds of
-// affine additions halve each bucket's list: round r adds its list's points
-// pairwise, bucket by bucket, into round r+1's list.
-//
-// The rounds run over a chunk [s, e) of the sorted list at a time, buckets
-// [b_lo, b_hi). Round 0's list is the chunk itself; in round r > 0 bucket b
-// starts at (p_b >> r) + (b − b_lo), p_b its first position in the chunk:
-// the spare slot per bucket makes room for an odd count's extra point, so
-// every start is a formula and no scan is needed. A bucket's slots past its
-// points hold infinity.
-DEVICE u32 round_start(const u32* __restrict__ offsets, u32 s, u32 e, u32 b_lo, u32 b, u32 r) {
-    const u32 p = min(max(offsets[b], s), e) - s;
-    return r == 0 ? p : (p >> r) + (b - b_lo);
-}
-
-// Point i of round r's list: round 0 reads the sorted list's base (negated
-// by its sign bit), later rounds the list the round before wrote.
-DEVICE g1_affine round_point(const g1_affine* __restrict__ src, const u32* __restrict__ sorted_idx, u32 s, u32 r,
-                             u32 i) {
-    if (r > 0) return src[i];
-    const u32 idx = sorted_idx[s + i];
-    const g1_affine p = src[idx & ~SIGN_BIT];
-    return (idx & SIGN_BIT) ? p.neg() : p;
-}
-
-// What a pair of points adds to: the chord's sum, the tangent's (equal
-// points), one of them (the other is infinity), or infinity (P + −P).
-enum PairKind : u32 { PAIR_CHORD, PAIR_TANGENT, PAIR_FIRST, PAIR_SECOND, PAIR_NONE };
-
-DEVICE PairKind pair_kind(const g1_affine& a, const g1_affine& b) {
-    if (a.is_inf()) return PAIR_SECOND;
-    if (b.is_inf()) return PAIR_FIRST;
-    if (!(a.x == b.x)) return PAIR_CHORD;
-    return a.y == b.y ? PAIR_TANGENT : PAIR_NONE;
-}
-
-// The slope's denominator: x_b − x_a for a chord, 2·y_a for a tangent.
-DEVICE fp_t pair_denominator(PairKind k, const g1_affine& a, const g1_affine& b) {
-    return k == PAIR_CHORD ? b.x - a.x : a.y.dbl();
-}
-
-// A thread's walk over its output slots: the bucket of the current slot and
-// where that bucket's runs start and end in the round's input and output.
-struct RoundCursor {
-    const u32* offsets;
-    u32 s, e, b_lo, r;
-    u32 b, in_lo, in_hi, out_lo, out_hi;
-
-    DEVICE void at(u32 bucket) {
-        b = bucket;
-        in_lo = round_start(offsets, s, e, b_lo, b, r);
-        in_hi = round_start(offsets, s, e, b_lo, b + 1, r);
-        out_lo = round_start(offsets, s, e, b_lo, b, r + 1);
-        out_hi = round_start(offsets, s, e, b_lo, b + 1, r + 1);
-    }
-    // Moves to the bucket holding output slot o (forward or back).
-    DEVICE void seek(u32 o) {
-        while (o >= out_hi) at(b + 1);
-        while (o < out_lo) at(b - 1);
-    }
-    // The input position of slot o's first point.
-    DEVICE u32 input(u32 o) const { return in_lo + 2 * (o - out_lo); }
-};
-
-// One round: thread t fills output slots [t·per, (t+1)·per) of round r+1. The
-// forward pass writes every slot that needs no addition and parks, in the
-// x of each slot that does, the product of the denominators before it; the
-// backward pass, from one inversion of the whole product, peels off each
-// denominator's inverse and writes the sum over the parked product.
-DEVICE void pair_round(const g1_affine* __restrict__ src, const u32* __restrict__ sorted_idx,
-                       const u32* __restrict__ offsets, u32 s, u32 e, u32 b_lo, u32 b_hi, u32 r, u32 threads,
-                       g1_affine* __restrict__ out) {
-    const u32 t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= threads) return;
-    const u32 size = round_start(offsets, s, e, b_lo, b_hi, r + 1);
-    const u32 per = (size + threads - 1) / threads;
-    const u32 lo = min(t * per, size), hi = min(lo + per, size);
-    if (lo >= hi) return;
-    // the last bucket whose output starts at or before lo
-    u32 b = b_lo, top = b_hi;
-    while (top - b > 1) {
-        const u32 mid = (b + top) / 2;
-        if (round_start(offsets, s, e, b_lo, mid, r + 1) <= lo) b = mid; else top = mid;
-    }
-    RoundCursor cur{offsets, s, e, b_lo, r};
-    cur.at(b);
-    g1_affine inf;
-    inf.x = inf.y = fp_t::zero();
-
-    fp_t product = fp_t::one();
-    for (u32 o = lo; o < hi; o++) {
-        cur.seek(o);
-        const u32 i = cur.input(o);
-        if (i + 1 >= cur.in_hi) {  // one point left in the bucket, or none
-            out[o] = i < cur.in_hi ? round_point(src, sorted_idx, s, r, i) : inf;
-            continue;
-        }
-        const g1_affine a = round_point(src, sorted_idx, s, r, i), c = round_point(src, sorted_idx, s, r, i + 1);
-        const PairKind k = pair_kind(a, c);
-        if (k == PAIR_CHORD || k == PAIR_TANGENT) {
-            out[o].x = product;
-            product = product * pair_denominator(k, a, c);
-        } else {
-            out[o] = k == PAIR_FIRST ? a : k == PAIR_SECOND ? c : inf;
-        }
-    }
-    fp_t inverse = product.inv();  // 1 / (every denominator of this thread)
-    for (u32 o = hi; o-- > lo;) {
-        cur.seek(o);
-        const u32 i = cur.input(o);
-        if (i + 1 >= cur.in_hi) continue;
-        const g1_affine a = round_point(src, sorted_idx, s, r, i), c = round_point(src, sorted_idx, s, r, i + 1);
-        const PairKind k = pair_kind(a, c);
-        if (k != PAIR_CHORD && k != PAIR_TANGENT) continue;
-        const fp_t d_inv = inverse * out[o].x;  // 1 / this denominator
-        inverse = inverse * pair_denominator(k, a, c);
-        fp_t rise;  // the slope's numerator: y_b − y_a, or 3·x_a² for a tangent
-        if (k == PAIR_CHORD) {
-            rise = c.y - a.y;
-        } else {
-            const fp_t xx = a.x.sqr();
-            rise = xx.dbl() + xx;
-        }
-        const fp_t slope = rise * d_inv;
-        g1_affine sum;
-        sum.x = slope.sqr() - a.x - c.x;
-        sum.y = slope * (a.x - sum.x) - a.y;
-        out[o] = sum;
-    }
-}
-
-// Launch bounds of 2, 3 or 4 blocks of 128 threads per SM (registers capped
-// at 255, 168, 128): PairRounds::blocks_per_sm picks one.
-#define PAIR_ROUND_KERNEL(BLOCKS)                                                                             \
-    extern "C" __global__ void __launch_bounds__(128, BLOCKS) msm_pair_round_##BLOCKS(                       \
-        const g1_affine* __restrict__ src, const u32* __restrict__ sorted_idx, const u32* __restrict__ offsets, \
-        u32 s, u32 e, u32 b_lo, u32 b_hi, u32 r, u32 threads, g1_affine* __restrict__ out) {                   \
-        pair_round(src, sorted_idx, offsets, s, e, b_lo, b_hi, r, threads, out);                               \
-    }
-PAIR_ROUND_KERNEL(2)
-PAIR_ROUND_KERNEL(3)
-PAIR_ROUND_KERNEL(4)
-
-// dst[0] += src[0]: a bucket that the chunk before had summed its part of,
-// before this chunk's accumulation overwrote it.
-extern "C" __global__ void msm_add_bucket(g1_xyzz* __restrict__ dst, const g1_xyzz* __restrict__ src) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) dst[0].add(src[0]);
-}
-
-// offsets_out[k] = where bucket b_lo + k starts in round r's list, for k ≤
-// b_hi − b_lo: the offsets the accumulation reads for the rounds' last list.
-extern "C" __global__ void msm_round_offsets(const u32* __restrict__ offsets, u32 s, u32 e, u32 b_lo, u32 b_hi,
-                                             u32 r, u32* __restrict__ offsets_out) {
-    const u32 k = blockIdx.x * blockDim.x + threadIdx.x;
-    if (b_lo + k > b_hi) return;
-    offsets_out[k] = round_start(offsets, s, e, b_lo, b_lo + k, r);
-}
 
 // table[k·n + i] = 2^(c·k)·table[i] for 0 < k < copies (affine; copy 0
 // holds the bases, so that the table is all the memory this needs).

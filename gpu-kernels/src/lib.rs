@@ -25,7 +25,7 @@ pub use cudarc::driver::CudaSlice;
 pub use device::{CopyLane, DeviceInfo, Gpu, Timer};
 pub use error::GpuError;
 pub use field::{FpRaw, FrRaw};
-pub use msm::{Bases, G1Bases, G2Bases, Msm, MsmCurve, PairRounds, PinnedBases, G1, G2};
+pub use msm::{Bases, G1Bases, G2Bases, Msm, MsmCurve, PinnedBases, G1, G2};
 pub use ntt::{FrBuffer, HChain, Ntt, Order};
 pub use select::select_by_density;
 pub use sparse::{DeviceMatrix, Unsatisfied, AUX_COLUMN, SHORT_ROW_TERMS};

@@ -422,16 +422,6 @@ enum BenchCommand {
         /// Time the G2 MSM (the B query) instead of G1: resident bases against blst.
         #[arg(long)]
         g2: bool,
-        /// G1: rounds of affine pair additions before the XYZZ accumulation
-        /// (0: none); each size is timed without them too.
-        #[arg(long, default_value_t = provd_kernels::PairRounds::default().rounds)]
-        pair_rounds: u32,
-        /// G1: log2 of the sorted-list entries a chunk of pair rounds covers.
-        #[arg(long, default_value_t = provd_kernels::PairRounds::default().chunk.trailing_zeros())]
-        pair_chunk: u32,
-        /// G1: blocks of the pair rounds' kernel per SM (2 to 4).
-        #[arg(long, default_value_t = provd_kernels::PairRounds::default().blocks_per_sm)]
-        pair_blocks: u32,
         #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = default_data_dir())]
         data_dir: PathBuf,
     },
@@ -933,28 +923,9 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             }
             .run(&*backends[0])
         }
-        BenchCommand::Msm {
-            sizes,
-            cpu_sizes,
-            runs,
-            warmup,
-            json,
-            g2,
-            pair_rounds,
-            pair_chunk,
-            pair_blocks,
-            data_dir,
-        } => {
-            anyhow::ensure!(pair_chunk < 32, "--pair-chunk is a log2 below 32");
-            let pairs = provd_kernels::PairRounds {
-                rounds: pair_rounds,
-                chunk: 1 << pair_chunk,
-                blocks_per_sm: pair_blocks,
-                ..provd_kernels::PairRounds::default()
-            };
+        BenchCommand::Msm { sizes, cpu_sizes, runs, warmup, json, g2, data_dir } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");
-            bench::msm::MsmBench { sizes, cpu_sizes, runs, warmup, json, g2, pairs }
-                .run(gpu(&data_dir, "MSM")?)
+            bench::msm::MsmBench { sizes, cpu_sizes, runs, warmup, json, g2 }.run(gpu(&data_dir, "MSM")?)
         }
         BenchCommand::Ntt { sizes, runs, warmup, json, data_dir } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");

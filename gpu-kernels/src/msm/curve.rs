@@ -58,8 +58,6 @@ pub trait MsmCurve {
     type XyzzRaw: DeviceRepr + ValidAsZeroBits + Copy + Default + Unpin;
     /// "" for G1, "_g2" for G2 (`MSM_KERNELS` in `cuda/msm.cu`).
     const KERNEL_SUFFIX: &'static str;
-    /// Whether the kernels have affine pair rounds for this group (G1's).
-    const PAIR_ROUNDS: bool;
     /// Reinterprets blstrs affine points (repr(transparent) over blst's) in
     /// the kernels' layout, without a copy.
     fn as_raw(points: &[Self::Affine]) -> &[Self::AffineRaw];
@@ -78,7 +76,6 @@ impl MsmCurve for G1 {
     type AffineRaw = G1AffineRaw;
     type XyzzRaw = G1XyzzRaw;
     const KERNEL_SUFFIX: &'static str = "";
-    const PAIR_ROUNDS: bool = true;
     fn as_raw(points: &[G1Affine]) -> &[G1AffineRaw] {
         // SAFETY: G1Affine is repr(transparent) over blst_p1_affine {x, y: blst_fp} = 2 × [u64; 6].
         unsafe { crate::blst_repr::cast_slice(points) }
@@ -109,7 +106,6 @@ impl MsmCurve for G2 {
     type AffineRaw = G2AffineRaw;
     type XyzzRaw = G2XyzzRaw;
     const KERNEL_SUFFIX: &'static str = "_g2";
-    const PAIR_ROUNDS: bool = false;
     fn as_raw(points: &[G2Affine]) -> &[G2AffineRaw] {
         // SAFETY: G2Affine is blst_p2_affine {x, y: blst_fp2} = 2 × 2 × [u64; 6].
         unsafe { crate::blst_repr::cast_slice(points) }

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use blstrs::{G1Projective, G2Projective};
 use group::Group;
-use provd_kernels::{G1Bases, G2Bases, Gpu, Msm, PairRounds, PinnedBases, Timer};
+use provd_kernels::{G1Bases, G2Bases, Gpu, Msm, PinnedBases, Timer};
 use serde_json::json;
 
 use super::{
@@ -38,8 +38,6 @@ pub struct MsmBench {
     pub json: PathBuf,
     /// Time the G2 MSM (B's query) instead of G1.
     pub g2: bool,
-    /// G1's pair rounds; every size is also timed with [`PairRounds::OFF`].
-    pub pairs: PairRounds,
 }
 
 impl MsmBench {
@@ -103,8 +101,7 @@ impl MsmBench {
         if self.g2 {
             return self.run_g2(gpu, max);
         }
-        let msm = Msm::with_pair_rounds(gpu.clone(), self.pairs);
-        let xyzz = Msm::with_pair_rounds(gpu.clone(), PairRounds::OFF);
+        let msm = Msm::new(gpu.clone());
         let timer = gpu.timer()?;
         let all_bases = multiples_of_generator::<G1Projective>(1 << max);
         let mut rows = Vec::new();
@@ -115,13 +112,11 @@ impl MsmBench {
             let bases = G1Bases::upload(&gpu, &all_bases[..n])?;
             let d_scalars = gpu.upload(&scalars)?;
             let (gpu_ms, last) = self.time(&timer, || Ok(msm.run_device(&bases, &d_scalars, n)?))?;
-            let (xyzz_ms, r) = self.time(&timer, || Ok(xyzz.run_device(&bases, &d_scalars, n)?))?;
             drop(bases);
             anyhow::ensure!(
                 last == closed_form::<G1Projective>(&scalars),
                 "the MSM at 2^{log_n} is not Σ s_i·(i+1)·G"
             );
-            anyhow::ensure!(r == last, "MSMs with and without pair rounds differ at 2^{log_n}");
             // The same MSM over precomputed shifted copies of the bases, where
             // the device has room for them and the MSM's scratch (a failure
             // here is reported, and the other layouts still run).
@@ -133,15 +128,13 @@ impl MsmBench {
                 let shifted_gib = shifted.bytes() as f64 / (1u64 << 30) as f64;
                 let (shifted_ms, r) = self.time(&timer, || Ok(msm.run_device(&shifted, &d_scalars, n)?))?;
                 anyhow::ensure!(r == last, "shifted and plain MSMs differ at 2^{log_n}");
-                let (xyzz_ms, r) = self.time(&timer, || Ok(xyzz.run_device(&shifted, &d_scalars, n)?))?;
-                anyhow::ensure!(r == last, "shifted MSMs with and without pair rounds differ at 2^{log_n}");
-                Ok((shifted_ms, xyzz_ms, shift_bits, shifted_gib, precompute_ms))
+                Ok((shifted_ms, shift_bits, shifted_gib, precompute_ms))
             })();
-            let (shifted_ms, shifted_xyzz_ms, shift_bits, shifted_gib, precompute_ms) = match shifted {
-                Ok((ms, xyzz, bits, gib, pre)) => (Some(ms), Some(xyzz), Some(bits), Some(gib), Some(pre)),
+            let (shifted_ms, shift_bits, shifted_gib, precompute_ms) = match shifted {
+                Ok((ms, bits, gib, pre)) => (Some(ms), Some(bits), Some(gib), Some(pre)),
                 Err(e) => {
                     eprintln!("2^{log_n}, shifted bases: {e:#}");
-                    (None, None, None, None, None)
+                    (None, None, None, None)
                 }
             };
             // The same MSM with the bases streamed from pinned host memory.
@@ -167,11 +160,9 @@ impl MsmBench {
             rows.push(vec![
                 format!("2^{log_n}"),
                 format!("{gpu_ms:.2}"),
-                format!("{xyzz_ms:.2}"),
                 sppark.map(|s| format!("{s:.1}")).unwrap_or_default(),
                 sppark.map(|s| format!("{:.2}", gpu_ms / s)).unwrap_or_default(),
                 shifted_ms.map_or("did not fit".into(), |ms| format!("{ms:.2}")),
-                shifted_xyzz_ms.map(|ms| format!("{ms:.2}")).unwrap_or_default(),
                 sppark.zip(shifted_ms).map(|(s, ms)| format!("{:.2}", ms / s)).unwrap_or_default(),
                 shift_bits.map(|b| b.to_string()).unwrap_or_default(),
                 shifted_gib.map(|g| format!("{g:.1}")).unwrap_or_default(),
@@ -183,9 +174,6 @@ impl MsmBench {
             ]);
             results.push(json!({
                 "log_n": log_n, "gpu_resident_ms": gpu_ms, "sppark_ms": sppark,
-                "gpu_resident_xyzz_only_ms": xyzz_ms, "gpu_shifted_xyzz_only_ms": shifted_xyzz_ms,
-                "pair_rounds": self.pairs.rounds, "pair_chunk": self.pairs.chunk,
-                "pair_min_entries": self.pairs.min_entries, "pair_blocks_per_sm": self.pairs.blocks_per_sm,
                 "gpu_shifted_ms": shifted_ms, "shift_bits": shift_bits, "shifted_table_gib": shifted_gib,
                 "shift_precompute_ms": precompute_ms,
                 "shifted_ratio_vs_sppark": sppark.zip(shifted_ms).map(|(s, ms)| ms / s),
@@ -202,20 +190,13 @@ impl MsmBench {
             info.name, info.arch, STREAM_CHUNK.trailing_zeros(), self.runs, self.warmup, rayon::current_num_threads()
         );
         println!("bases (i+1)·G: every result checked against Σ s_i·(i+1)·G; sppark: {SPPARK_SOURCE}");
-        let PairRounds { rounds, chunk, min_entries, blocks_per_sm } = self.pairs;
-        println!(
-            "affine pair rounds: {rounds} in chunks of 2^{} sorted entries, from {min_entries} entries on, {blocks_per_sm} blocks per SM; \"xyzz only\": the same MSM without them",
-            chunk.trailing_zeros()
-        );
         print_table(
             &[
                 "size",
                 "resident ms",
-                "xyzz only ms",
                 "sppark ms (quoted)",
                 "resident/sppark",
                 "shifted ms",
-                "shifted xyzz only ms",
                 "shifted/sppark",
                 "c",
                 "table GiB",

@@ -22,7 +22,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use provd_kernels::msm::shifted_copies;
-use provd_kernels::{DeviceMatrix, GpuError, PairRounds};
+use provd_kernels::{DeviceMatrix, GpuError};
 
 use super::{backend_error, BasesLayout, G2Placement, KeyResidency, ResidentKey};
 use crate::groth16::{BackendFault, Matrices, ProveError, ProvingKey};
@@ -32,8 +32,7 @@ use crate::groth16::{BackendFault, Matrices, ProveError, ProvingKey};
 /// chain (4 × 32 B), then the aux assignment, a query's subset of it and an
 /// MSM's digits and sorted lists (2 × 32 B + 128 B).
 const WORKING_BYTES_PER_ELEMENT: u64 = 8 * 32;
-/// And a fixed part for the MSM engine's bucket tables (its pair rounds'
-/// lists, bounded by their chunk, are added for MSMs large enough for them).
+/// And a fixed part for the MSM engine's bucket tables.
 const WORKING_BYTES_FIXED: u64 = 512 << 20;
 /// Bytes of one G1 and one G2 base on the device.
 const G1_BASE_BYTES: u64 = std::mem::size_of::<provd_kernels::msm::G1AffineRaw>() as u64;
@@ -78,9 +77,7 @@ pub(super) struct Rules {
 impl Rules {
     /// Device bytes the partitions in flight need for their working buffers.
     pub fn working_bytes(&self, key: &ProvingKey) -> u64 {
-        let domain = key.domain_size();
-        let msm_lists = PairRounds::default().scratch_bytes(domain);
-        (domain as u64 * WORKING_BYTES_PER_ELEMENT + WORKING_BYTES_FIXED + msm_lists)
+        (key.domain_size() as u64 * WORKING_BYTES_PER_ELEMENT + WORKING_BYTES_FIXED)
             * self.partitions_in_flight
     }
 }
