@@ -53,9 +53,9 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(n: usize, layout: Layout, multiprocessors: u32) -> Self {
+    fn new(n: usize, layout: Layout, multiprocessors: u32, bucket_bytes: usize) -> Self {
         let (c, shared, stride) = match layout {
-            Layout::Plain => (window_bits(n), 0, 0),
+            Layout::Plain => (window_bits(n, bucket_bytes), 0, 0),
             Layout::Shifted { c, stride } => (c, 1, stride),
         };
         let windows = 256u32.div_ceil(c);
@@ -145,11 +145,27 @@ fn heavy(threads: u32) -> LaunchConfig {
     }
 }
 
-/// Window width for n points: wide enough that buckets are few against the
-/// points, narrow enough that the bucket sums stay cheap.
-fn window_bits(n: usize) -> u32 {
+/// Device bytes the bucket tables of a plain-layout MSM may take (every
+/// window's buckets, as XYZZ points): the cap on its window width.
+pub const MAX_BUCKET_BYTES: u64 = 3 << 29;
+
+/// Window width for n points in the plain layout (each window its own
+/// buckets). At least log2(n) − 2 (at most 16), the width measured at the
+/// bench and test sizes; wider where that means fewer point additions: n per
+/// window in the accumulation and ~2 per bucket in the reduction (full
+/// additions, ~1.3 mixed ones each), the bucket tables within
+/// [`MAX_BUCKET_BYTES`]. So 2^22 G1 points take c = 18 (15 windows), and
+/// 2^23 and more c = 20 (13 windows, 19% fewer additions than c = 16's 16).
+fn window_bits(n: usize, bucket_bytes: usize) -> u32 {
     let log = usize::BITS - n.max(1).leading_zeros();
-    log.saturating_sub(3).clamp(4, 16)
+    let narrowest = log.saturating_sub(3).clamp(4, 16);
+    let windows = |c: u32| 256u64.div_ceil(c as u64);
+    let buckets = |c: u32| windows(c) << (c - 1);
+    let additions = |c: u32| 10 * n as u64 * windows(c) + 26 * buckets(c);
+    (narrowest..=24)
+        .filter(|&c| c == narrowest || buckets(c) * bucket_bytes as u64 <= MAX_BUCKET_BYTES)
+        .min_by_key(|&c| (additions(c), c))
+        .unwrap_or(narrowest)
 }
 
 impl Msm {
@@ -246,7 +262,7 @@ impl Msm {
         if n >= 1 << 31 {
             return Err(GpuError::Invalid("an MSM takes fewer than 2^31 points".into()));
         }
-        let plan = Plan::new(n, layout, gpu.info().multiprocessors);
+        let plan = Plan::new(n, layout, gpu.info().multiprocessors, std::mem::size_of::<C::XyzzRaw>());
         let Plan { c, windows, sets, shared, stride, .. } = plan;
         let nbuckets = plan.buckets() as usize;
         let n32 = n as u32;
@@ -409,26 +425,45 @@ mod tests {
     #[test]
     fn plans_on_an_h200() {
         let sms = 132;
-        let plain = Plan::new(1 << 24, Layout::Plain, sms);
+        let g1 = std::mem::size_of::<G1XyzzRaw>();
+        let plain = Plan::new(1 << 20, Layout::Plain, sms, g1);
         assert_eq!((plain.c, plain.windows, plain.sets, plain.shared, plain.stride), (16, 16, 16, 0, 0));
         assert_eq!((plain.buckets(), plain.accumulate_threads, plain.chunks), (1 << 19, 132 * 128 * 4, 2048));
         assert_eq!(plain.scatter_passes().collect::<Vec<_>>(), [(0, 1 << 19)]);
         assert_eq!(plain.sum_levels().collect::<Vec<_>>(), [(2048, 16), (16, 1)]);
+        // wider windows for large MSMs: 13 of 20 bits, 6.8M buckets in 7 scatter passes
+        let wide = Plan::new(1 << 27, Layout::Plain, sms, g1);
+        assert_eq!((wide.c, wide.windows, wide.buckets()), (20, 13, 13 << 19));
+        assert_eq!((wide.chunks, wide.scatter_passes().count()), (132 * 3 * 128 / 13, 7));
 
-        let shifted = Plan::new(1 << 24, Layout::Shifted { c: 22, stride: 1 << 24 }, sms);
+        let shifted = Plan::new(1 << 24, Layout::Shifted { c: 22, stride: 1 << 24 }, sms, g1);
         assert_eq!((shifted.windows, shifted.sets, shifted.shared, shifted.buckets()), (12, 1, 1, 1 << 21));
         assert_eq!(shifted.chunks, 132 * 3 * 128, "one full wave of the reduction");
         assert_eq!(shifted.scatter_passes().collect::<Vec<_>>(), [(0, 1 << 20), (1 << 20, 1 << 21)]);
         assert_eq!(shifted.sum_levels().collect::<Vec<_>>(), [(50688, 396), (396, 4), (4, 1)]);
         assert_eq!(shifted.fixup_long_blocks, 2 * 132);
 
-        let big = Plan::new(1 << 26, Layout::Shifted { c: 24, stride: 1 << 26 }, sms);
+        let big = Plan::new(1 << 26, Layout::Shifted { c: 24, stride: 1 << 26 }, sms, g1);
         assert_eq!((big.windows, big.scatter_passes().count()), (11, 8));
 
         // one term: 4-bit windows, one bucket per chunk, nothing left to sum
-        let one = Plan::new(1, Layout::Plain, sms);
+        let one = Plan::new(1, Layout::Plain, sms, g1);
         assert_eq!((one.c, one.windows, one.buckets(), one.chunks), (4, 64, 64 * 8, 1));
         assert_eq!(one.sum_levels().count(), 0);
+    }
+
+    #[test]
+    fn plain_windows_widen_only_where_additions_drop_and_buckets_fit() {
+        let (g1, g2) = (std::mem::size_of::<G1XyzzRaw>(), std::mem::size_of::<G2XyzzRaw>());
+        let widths = |bytes| [10, 16, 20, 22, 24, 27].map(|log| window_bits(1 << log, bytes));
+        assert_eq!(widths(g1), [8, 14, 16, 18, 20, 20]);
+        assert_eq!(widths(g2), [8, 14, 16, 18, 19, 19], "G2's buckets are twice as large");
+        for (log, bytes) in (0..31).flat_map(|log| [(log, g1), (log, g2)]) {
+            let c = window_bits(1 << log, bytes);
+            let buckets = 256u64.div_ceil(c as u64) << (c - 1);
+            assert!(buckets * bytes as u64 <= MAX_BUCKET_BYTES, "2^{log}: c = {c}");
+            assert!(buckets < 1 << 31, "bucket keys carry the sign in bit 31");
+        }
     }
 
     #[test]
