@@ -149,23 +149,26 @@ fn heavy(threads: u32) -> LaunchConfig {
 /// window's buckets, as XYZZ points): the cap on its window width.
 pub const MAX_BUCKET_BYTES: u64 = 3 << 29;
 
+/// Points from which a plain-layout MSM takes [`WIDE_WINDOW_BITS`].
+const WIDE_FROM: usize = 1 << 26;
+/// 13 windows of 20 bits instead of 16 of 16: 19% fewer additions, 6.8M
+/// buckets. Measured on the H200 (686e03d, `provd bench msm`, plain bases):
+/// 2^26 520 → 498 ms, 2^27 1022 → 959 ms, but 2^24 even (137.0 against
+/// 137.8) and 2^22 at 18 bits 9% slower, as the runs per bucket shorten.
+const WIDE_WINDOW_BITS: u32 = 20;
+
 /// Window width for n points in the plain layout (each window its own
-/// buckets). At least log2(n) − 2 (at most 16), the width measured at the
-/// bench and test sizes; wider where that means fewer point additions: n per
-/// window in the accumulation and ~2 per bucket in the reduction (full
-/// additions, ~1.3 mixed ones each), the bucket tables within
-/// [`MAX_BUCKET_BYTES`]. So 2^22 G1 points take c = 18 (15 windows), and
-/// 2^23 and more c = 20 (13 windows, 19% fewer additions than c = 16's 16).
+/// buckets): log2(n) − 2, at most 16; [`WIDE_WINDOW_BITS`] from
+/// [`WIDE_FROM`] points where the bucket tables fit [`MAX_BUCKET_BYTES`]
+/// (G1's do; G2's, twice as large, keep 16).
 fn window_bits(n: usize, bucket_bytes: usize) -> u32 {
+    let c = WIDE_WINDOW_BITS;
+    let wide_bytes = (256u64.div_ceil(c as u64) << (c - 1)) * bucket_bytes as u64;
+    if n >= WIDE_FROM && wide_bytes <= MAX_BUCKET_BYTES {
+        return c;
+    }
     let log = usize::BITS - n.max(1).leading_zeros();
-    let narrowest = log.saturating_sub(3).clamp(4, 16);
-    let windows = |c: u32| 256u64.div_ceil(c as u64);
-    let buckets = |c: u32| windows(c) << (c - 1);
-    let additions = |c: u32| 10 * n as u64 * windows(c) + 26 * buckets(c);
-    (narrowest..=24)
-        .filter(|&c| c == narrowest || buckets(c) * bucket_bytes as u64 <= MAX_BUCKET_BYTES)
-        .min_by_key(|&c| (additions(c), c))
-        .unwrap_or(narrowest)
+    log.saturating_sub(3).clamp(4, 16)
 }
 
 impl Msm {
@@ -453,11 +456,11 @@ mod tests {
     }
 
     #[test]
-    fn plain_windows_widen_only_where_additions_drop_and_buckets_fit() {
+    fn plain_windows_widen_for_the_largest_msms_where_buckets_fit() {
         let (g1, g2) = (std::mem::size_of::<G1XyzzRaw>(), std::mem::size_of::<G2XyzzRaw>());
-        let widths = |bytes| [10, 16, 20, 22, 24, 27].map(|log| window_bits(1 << log, bytes));
-        assert_eq!(widths(g1), [8, 14, 16, 18, 20, 20]);
-        assert_eq!(widths(g2), [8, 14, 16, 18, 19, 19], "G2's buckets are twice as large");
+        let widths = |bytes| [10, 16, 20, 22, 24, 26, 27].map(|log| window_bits(1 << log, bytes));
+        assert_eq!(widths(g1), [8, 14, 16, 16, 16, 20, 20]);
+        assert_eq!(widths(g2), [8, 14, 16, 16, 16, 16, 16], "G2's buckets are twice as large");
         for (log, bytes) in (0..31).flat_map(|log| [(log, g1), (log, g2)]) {
             let c = window_bits(1 << log, bytes);
             let buckets = 256u64.div_ceil(c as u64) << (c - 1);
