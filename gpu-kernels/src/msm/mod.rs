@@ -145,8 +145,10 @@ fn heavy(threads: u32) -> LaunchConfig {
     }
 }
 
-/// Device bytes the bucket tables of a plain-layout MSM may take (every
-/// window's buckets, as XYZZ points): the cap on its window width.
+/// Device bytes an MSM's bucket tables take at most (every bucket set, as
+/// XYZZ points): the cap on a plain layout's wide windows, and what G1's
+/// shifted layout at c = 24 (one set of 2^23) takes. The device's working
+/// reservation counts it.
 pub const MAX_BUCKET_BYTES: u64 = 3 << 29;
 
 /// Points from which a plain-layout MSM takes [`WIDE_WINDOW_BITS`].
@@ -480,6 +482,11 @@ mod tests {
         for log in 0..=27 {
             let len = 1usize << log;
             let c = shifted_window_bits(len);
+            let buckets = 1u64 << (c - 1);
+            assert!(
+                buckets * std::mem::size_of::<G1XyzzRaw>() as u64 <= MAX_BUCKET_BYTES,
+                "2^{log}: c = {c}"
+            );
             let copies = 256u32.div_ceil(c);
             assert!(copies <= 32, "SHIFT_MAX_COPIES in msm.cu: 2^{log} takes {copies}");
             assert!((len as u64) * (copies as u64) < 1 << 31, "2^{log}: indices with the sign bit");

@@ -33,8 +33,8 @@ use crate::groth16::{BackendFault, Matrices, ProveError, ProvingKey};
 /// MSM's digits and sorted lists (2 × 32 B + 128 B).
 const WORKING_BYTES_PER_ELEMENT: u64 = 8 * 32;
 /// And a fixed part: the MSM engine's bucket tables (at most
-/// `MAX_BUCKET_BYTES` in the plain layout, whose windows widen with the
-/// MSM) and 512 MiB for its counts, offsets and partial sums.
+/// `MAX_BUCKET_BYTES`, plain or shifted) and 512 MiB for its counts,
+/// offsets and partial sums.
 const WORKING_BYTES_FIXED: u64 = provd_kernels::msm::MAX_BUCKET_BYTES + (512 << 20);
 /// Bytes of one G1 and one G2 base on the device.
 const G1_BASE_BYTES: u64 = std::mem::size_of::<provd_kernels::msm::G1AffineRaw>() as u64;
