@@ -178,20 +178,44 @@ impl Drop for Running {
 }
 
 /// A Prometheus on a free loopback port with `config`, its data in `dir`.
+/// free_port's port can be taken by another test's listener before
+/// Prometheus binds it: on that, another port, up to four times. Any other
+/// exit, or no readiness in 30 s (generous, for a busy two-core machine),
+/// fails with Prometheus's log.
 fn prometheus(bin: &Path, dir: &Path, config: &str) -> (Running, std::net::SocketAddr) {
     std::fs::write(dir.join("prometheus.yml"), config).unwrap();
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let child = Command::new(bin)
-        .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
-        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
-        .arg(format!("--web.listen-address={addr}"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
-        .spawn()
-        .expect("prometheus starts");
-    let running = Running(child);
-    wait_until(Duration::from_secs(30), "prometheus ready", || ready(addr));
-    (running, addr)
+    let log = dir.join("prometheus.log");
+    for retry in 1.. {
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let child = Command::new(bin)
+            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("prometheus starts");
+        let mut running = Running(child);
+        let start = std::time::Instant::now();
+        loop {
+            if ready(addr) {
+                return (running, addr);
+            }
+            let text = || std::fs::read_to_string(&log).unwrap_or_default();
+            if running.0.try_wait().unwrap().is_some() {
+                let text = text();
+                assert!(text.contains("address already in use") && retry <= 4, "prometheus exited: {text}");
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "waited 30 s for prometheus ready: {}",
+                text()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+    unreachable!("the loop returns or panics")
 }
 
 /// Whether a Prometheus or Alertmanager on `addr` answers /-/ready.
