@@ -65,13 +65,16 @@ command -v debootstrap >/dev/null || need+=(debootstrap)
 # PostgreSQL for fleet mode's tests (each test starts its own server on a
 # loopback port, its data in a temporary directory).
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || need+=(postgresql)
+# nginx: the proxy docs/curio.md gives for Curio on another host, run as the
+# doc writes it between the Python client and provd.
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx)
 if [ ${#need[@]} -gt 0 ]; then
   apt_install() {
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@") >/dev/null
   }
   step "Debian packages" apt_install "${need[@]}"
 fi
-export PROVD_REQUIRE_PROMTOOL=1 PROVD_REQUIRE_PROMETHEUS=1 PROVD_REQUIRE_BROWSER=1 PROVD_REQUIRE_POSTGRES=1
+export PROVD_REQUIRE_PROMTOOL=1 PROVD_REQUIRE_PROMETHEUS=1 PROVD_REQUIRE_BROWSER=1 PROVD_REQUIRE_POSTGRES=1 PROVD_REQUIRE_NGINX=1
 
 # The deployment files against their schemas: Kubernetes manifests
 # (kubernetes-validate, schemas bundled), the compose file (check-jsonschema's

@@ -39,7 +39,8 @@ const SECTOR_SIZE: u64 = 2048;
 struct Fixture {
     dir: tempfile::TempDir,
     params: std::path::PathBuf,
-    /// Sectors 1 and 2, sealed; 1's C1 output is proved.
+    /// Sectors 1 and 2, then 4, 5 and 6 (a deadline's other partitions),
+    /// sealed; 1's C1 output is proved.
     sectors: Vec<(SealedSector, std::path::PathBuf)>,
     /// Sector 3, sealed then updated with new data.
     update: UpdatedSector,
@@ -108,7 +109,7 @@ fn fixture() -> &'static Fixture {
             let at = dir.path().join(format!("sector-{sector_id}"));
             (seal_sector(SEAL, Ids { prover_id, sector_id }, &at, sector_id).unwrap(), at)
         };
-        let sectors = vec![seal(1), seal(2)];
+        let sectors = vec![seal(1), seal(2), seal(4), seal(5), seal(6)];
         let (key, at) = seal(3);
         let update = update_sector(&key, &at, 3).unwrap();
         for proof in [
@@ -456,4 +457,168 @@ fn off_loopback_the_door_needs_the_token_and_a_unix_socket_does_not() {
     for r in &results[2..] {
         assert_eq!(ok(r)["queues"][0]["proof_kind"], "bench-8", "{r}");
     }
+}
+
+/// Curio's request ids, built as lib/ffi/cuzk_funcs.go builds them (Go's
+/// `%d` of a byte slice is `[1 2 3]`, `%x` is hex).
+mod curio_id {
+    use super::MINER;
+
+    /// `wdpost-<miner>-<partitionIdx>-<randomness[:8]>`: each WindowPoSt task
+    /// proves one partition as partitionIdx 0, so the partitions of one
+    /// deadline (one randomness) share it.
+    pub fn window(randomness: &[u8; 32]) -> String {
+        let bytes: Vec<String> = randomness[..8].iter().map(u8::to_string).collect();
+        format!("wdpost-{MINER}-0-[{}]", bytes.join(" "))
+    }
+
+    /// `winpost-<miner>-<hex of randomness[:8]>`.
+    pub fn winning(randomness: &[u8; 32]) -> String {
+        format!("winpost-{MINER}-{}", hex::encode(&randomness[..8]))
+    }
+
+    /// `porep-<miner>-<sector>`.
+    pub fn porep(sector: u64) -> String {
+        format!("porep-{MINER}-{sector}")
+    }
+}
+
+/// Curio's traffic as its own code sends it: the three WindowPoSt partitions
+/// of one deadline under one request_id, at once (as its tasks run); a PoRep
+/// sent again under its id, which re-attaches; a WinningPoSt into a queue that
+/// normal work holds full (`max_queued_partitions` of them waiting), accepted
+/// and proved in its lane. Every proof is checked by filecoin-proofs' own
+/// verifiers, and the door refuses nothing.
+#[test]
+fn curios_shared_request_ids_and_a_full_queue_refuse_nothing() {
+    let f = fixture();
+    let socket = f.dir.path().join("cuzk-d.sock");
+    // One partition at a time, and room for three waiting in each class.
+    let extra = "[server]\nmax_queued_partitions = 3\n[pipeline]\npartition_permits = 1\n";
+    let server = Server::start(&f.config(&socket, extra), &[]);
+    let tcp = server.grpc[0].clone();
+    let prover_id = provd::circuits::filecoin::prover_id_of_miner(MINER);
+
+    // A deadline of three partitions: sectors 1 and 2, 4 and 5, and 6 alone.
+    let w = randomness(21);
+    let deadline: [&[u64]; 3] = [&[1, 2], &[4, 5], &[6]];
+    let mut at_once: Vec<Value> = deadline
+        .iter()
+        .map(|sectors| {
+            call(
+                "Prove",
+                &tcp,
+                json!({"submit": window(&f.vanilla(WINDOW, w, sectors), w, &curio_id::window(&w))}),
+            )
+        })
+        .collect();
+    at_once.push(call("Prove", &tcp, json!({"submit": porep(f, &curio_id::porep(1))})));
+    let Some(first) = cuzk_client(&json!([
+        {"parallel": at_once},
+        call("Prove", &tcp, json!({"submit": porep(f, &curio_id::porep(1))})),
+    ])) else {
+        return;
+    };
+    let together = first[0]["parallel"].as_array().unwrap();
+    let mut jobs = std::collections::HashSet::new();
+    for (sectors, result) in deadline.iter().zip(together) {
+        let result = &ok(result)["result"];
+        let p = proof(result);
+        assert!(
+            verify_window_post(&w, &[(WINDOW, &p)], &f.public(WINDOW, sectors), prover_id).unwrap(),
+            "verify_window_post, sectors {sectors:?}"
+        );
+        jobs.insert(result["job_id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(jobs.len(), 3, "a partition of its own job each: {together:?}");
+    let sealed = &ok(&together[3])["result"];
+    assert!(f.sectors[0].0.verify(&proof(sealed)).unwrap(), "verify_seal");
+    let again = &ok(&first[1])["result"];
+    assert_eq!(again["job_id"], sealed["job_id"], "the PoRep sent again re-attached to its job");
+    assert_eq!(proof(again), proof(sealed));
+
+    // Normal work holds the queue full: one sector proving, three waiting
+    // behind it (a queue of normal work at its bound).
+    let head = cuzk_client(&json!([call("SubmitProof", &tcp, porep(f, ""))])).unwrap();
+    let head = ok(&head[0])["job_id"].as_str().unwrap().to_string();
+    let started = std::time::Instant::now() + provd_e2e::JOBS_DEADLINE;
+    while server.call("GET", &format!("/v1/jobs/{head}"), None).1["state"] != "running" {
+        assert!(std::time::Instant::now() < started, "the first sector's job never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let r = randomness(23);
+    let elected = generate_winning_post_sector_challenge(WINNING, &r, 2, prover_id).unwrap();
+    let winner = f.sectors[elected[0] as usize].0.ids.sector_id;
+    let winning = json!({
+        "request_id": curio_id::winning(&r), "proof_kind": "WINNING_POST", "sector_size": SECTOR_SIZE,
+        "registered_proof": WINNING_NUMBER, "priority": "CRITICAL", "miner_id": MINER,
+        "vanilla_proofs": f.vanilla(WINNING, r, &[winner]).iter().map(|v| b64(v)).collect::<Vec<_>>(),
+        "randomness": b64(&r),
+    });
+    let mut plan: Vec<Value> = (0..3).map(|_| call("SubmitProof", &tcp, porep(f, ""))).collect();
+    plan.push(call("GetStatus", &tcp, json!({})));
+    plan.push(call("Prove", &tcp, json!({"submit": winning})));
+    plan.push(call("GetMetrics", &tcp, json!({})));
+    let full = cuzk_client(&json!(plan)).unwrap();
+    let status = ok(&full[3]);
+    let porep_queue =
+        status["queues"].as_array().unwrap().iter().find(|q| q["proof_kind"] == "porep-c2").unwrap();
+    assert_eq!(
+        (porep_queue["pending"].as_u64(), porep_queue["in_progress"].as_u64()),
+        (Some(3), Some(1)),
+        "normal work held its queue full when the WinningPoSt came: {status}"
+    );
+    let won = proof(&ok(&full[4])["result"]);
+    assert!(
+        verify_winning_post(&r, &won, &f.public(WINNING, &[winner]), prover_id).unwrap(),
+        "verify_winning_post"
+    );
+    let text = ok(&full[5])["prometheus_text"].as_str().unwrap();
+    let count = |answer: &str| {
+        let series = format!("provd_requests_total{{answer=\"{answer}\",door=\"grpc\"}} ");
+        text.lines().find_map(|l| l.strip_prefix(series.as_str())).map_or(0, |v| v.parse::<u64>().unwrap())
+    };
+    assert_eq!((count("refused"), count("accepted"), count("replayed")), (0, 9, 1), "{text}");
+}
+
+/// Curio on another host: the nginx site docs/curio.md gives, taken from the
+/// doc itself, between Curio's plaintext client (no token) and a provd that
+/// needs the token off loopback. Through it a WindowPoSt is proved and
+/// verified; straight to provd, the same call is refused.
+#[test]
+fn the_documented_proxy_adds_the_token_to_curios_plaintext_calls() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/curio.md")).unwrap();
+    let site = doc
+        .split("```nginx\n")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("docs/curio.md's nginx site");
+    let f = fixture();
+    let socket = f.dir.path().join("cuzk-e.sock");
+    let config = f.config(&socket, "").replace("listen = [\"127.0.0.1:0\"", "listen = [\"0.0.0.0:0\"");
+    let token = "proxy-sesame";
+    let server = Server::start(&config, &[("PROVD_AUTH_TOKEN", token)]);
+    let port = server.grpc[0].rsplit(':').next().unwrap();
+    for placeholder in ["127.0.0.1:9820 http2", "prover-1.internal:9820", "<the token>"] {
+        assert!(site.contains(placeholder), "the doc's site has {placeholder:?}: {site}");
+    }
+    let site = site
+        .replace("127.0.0.1:9820 http2", "127.0.0.1:{port} http2")
+        .replace("prover-1.internal:9820", &format!("127.0.0.1:{port}"))
+        .replace("<the token>", token);
+    let Some(proxy) = provd_e2e::Nginx::start(&site) else { return };
+    let w = randomness(31);
+    let request = json!({"submit": window(&f.vanilla(WINDOW, w, &[1, 2]), w, &curio_id::window(&w))});
+    let Some(results) = cuzk_client(&json!([
+        call("Prove", &format!("127.0.0.1:{}", proxy.port), request.clone()),
+        call("Prove", &format!("127.0.0.1:{port}"), request),
+    ])) else {
+        return;
+    };
+    let through = results[0].get("ok").unwrap_or_else(|| panic!("{}; nginx: {}", results[0], proxy.log()));
+    let prover_id = provd::circuits::filecoin::prover_id_of_miner(MINER);
+    let p = proof(&through["result"]);
+    assert!(verify_window_post(&w, &[(WINDOW, &p)], &f.public(WINDOW, &[1, 2]), prover_id).unwrap());
+    let (code, message) = error(&results[1]);
+    assert_eq!(code, "UNAUTHENTICATED", "{message}");
 }

@@ -223,7 +223,8 @@ fn claims_take_the_most_urgent_partition_first() {
 
 /// Submissions through several connections at once never pass the fleet's
 /// queue bound together: of six jobs of 200 partitions against a bound of
-/// 256, with no worker claiming, exactly one is accepted.
+/// 256, with no worker claiming, exactly one is accepted. The bound is per
+/// class: with the normal queue full, a critical job still goes in.
 #[test]
 fn the_fleets_queue_bound_holds_under_concurrent_submissions() {
     let Some(pg) = Postgres::start() else { return };
@@ -247,8 +248,18 @@ fn the_fleets_queue_bound_holds_under_concurrent_submissions() {
     });
     assert_eq!(answers.iter().filter(|a| a.is_ok()).count(), 1, "{answers:?}");
     for refused in answers.iter().filter_map(|a| a.as_ref().err()) {
-        assert!(matches!(refused, QueueError::Full { queued: 200, limit: 256 }), "{refused}");
+        assert!(
+            matches!(refused, QueueError::Full { priority: Priority::Normal, queued: 200, limit: 256 }),
+            "{refused}"
+        );
     }
+    let mut queue = Queue::connect(&url).unwrap();
+    let witnesses = |n: u64| (0..n).map(|p| StoredWitness::Json(serde_json::json!({"seed": p}))).collect();
+    let (_, new) = queue.submit(&accepted(Priority::Critical, witnesses(200)), "client", 256).unwrap();
+    assert!(new, "a critical job beside a full normal queue");
+    let normal = queue.submit(&accepted(Priority::Normal, witnesses(57)), "client", 256).unwrap_err();
+    assert!(matches!(normal, QueueError::Full { priority: Priority::Normal, .. }), "{normal}");
+    assert_eq!(queue.stats().unwrap().queued_by_priority, [0, 200, 0, 200]);
 }
 
 /// Clients waiting on a job (`?wait=true`) cost the database one query a

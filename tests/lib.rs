@@ -636,3 +636,89 @@ impl Drop for Postgres {
         self.stop();
     }
 }
+
+/// An nginx on a loopback port serving `server_block` (an nginx `server { … }`
+/// as docs give it) as its only site, its files in a temporary directory;
+/// killed when dropped.
+pub struct Nginx {
+    child: std::process::Child,
+    pub port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Nginx {
+    /// Starts one with `server_block`, where `{port}` stands for its listening
+    /// port; or `None` (with the reason printed) when nginx is not installed
+    /// and `PROVD_REQUIRE_NGINX` is unset; with it set, a missing nginx fails
+    /// the test.
+    pub fn start(server_block: &str) -> Option<Nginx> {
+        // Debian's, where a PATH without /usr/sbin would miss it.
+        let bin = if std::path::Path::new("/usr/sbin/nginx").exists() { "/usr/sbin/nginx" } else { "nginx" };
+        if Command::new(bin).arg("-v").output().is_err() {
+            assert!(
+                std::env::var_os("PROVD_REQUIRE_NGINX").is_none(),
+                "PROVD_REQUIRE_NGINX is set and nginx is not installed"
+            );
+            eprintln!("skipped: nginx is not installed (apt-get install nginx; scripts/test-all.sh does)");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        // Workers run as nobody under root: the temporary files' directory is theirs too.
+        let temp = dir.path().join("temp");
+        std::fs::create_dir(&temp).unwrap();
+        std::fs::set_permissions(&temp, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
+        // free_port's port may be taken before nginx binds it: another, up to four times.
+        for retry in 1.. {
+            let port = free_port();
+            let site = server_block.replace("{port}", &port.to_string());
+            std::fs::write(dir.path().join("site.conf"), site).unwrap();
+            let conf = format!(
+                "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log info;\nevents {{}}\n\
+                 http {{\n  access_log {d}/access.log;\n  client_body_temp_path {d}/temp/body;\n  \
+                 proxy_temp_path {d}/temp/proxy;\n  fastcgi_temp_path {d}/temp/fastcgi;\n  \
+                 uwsgi_temp_path {d}/temp/uwsgi;\n  scgi_temp_path {d}/temp/scgi;\n  include {d}/site.conf;\n}}\n"
+            );
+            std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+            let mut child = Command::new(bin)
+                .arg("-p")
+                .arg(dir.path())
+                .arg("-c")
+                .arg(dir.path().join("nginx.conf"))
+                .args(["-g", "daemon off;"])
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("nginx starts");
+            // Listening, or exited (a port taken, a bad config): a minute for either.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            let exited = loop {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break true;
+                }
+                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    break false;
+                }
+                assert!(std::time::Instant::now() < deadline, "nginx neither listened nor exited in 60 s");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            };
+            if !exited {
+                return Some(Nginx { child, port, dir });
+            }
+            let log = std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();
+            assert!(log.contains("Address already in use") && retry <= 4, "nginx did not start: {log}");
+        }
+        unreachable!()
+    }
+
+    /// Its error log, for failure messages.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -17,6 +17,9 @@ output's JSON bytes (Go's encoding of []byte), "SectorSize"}.
 
 Each result is {"ok": <response in the JSON mapping, field names as in the
 .proto>} or {"error": {"code": "INVALID_ARGUMENT", "message": "..."}}.
+
+A step {"parallel": [CALL, ...]} makes its calls at once, each on its own
+thread, as Curio's tasks do; its result is {"parallel": [RESULT, ...]}.
 """
 
 import base64
@@ -24,6 +27,7 @@ import json
 import os
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 from google.protobuf import json_format
@@ -94,20 +98,34 @@ def main():
     options = [("grpc.max_send_message_length", MAX_MESSAGE),
                ("grpc.max_receive_message_length", MAX_MESSAGE)]
     channels = {}
-    results = []
-    for step in plan:
-        target = step["target"]
+
+    def channel(target):
+        # One channel per target, made before any thread uses it.
         if target not in channels:
-            channels[target] = grpc.insecure_channel(target, options=options + ([("grpc.default_authority", "localhost")] if target.startswith("unix:") else []))
-        stub = pb_grpc.ProvingEngineStub(channels[target])
+            unix = [("grpc.default_authority", "localhost")] if target.startswith("unix:") else []
+            channels[target] = grpc.insecure_channel(target, options=options + unix)
+        return channels[target]
+
+    def run(step):
+        stub = pb_grpc.ProvingEngineStub(channel(step["target"]))
         message = json_format.ParseDict(prepared(step.get("request", {})), getattr(pb, REQUESTS[step["call"]])())
         metadata = [("authorization", f"Bearer {step['token']}")] if "token" in step else None
         try:
             response = getattr(stub, step["call"])(message, metadata=metadata, timeout=step.get("deadline_s", 1800))
-            results.append({"ok": json_format.MessageToDict(
-                response, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)})
+            return {"ok": json_format.MessageToDict(
+                response, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)}
         except grpc.RpcError as e:
-            results.append({"error": {"code": e.code().name, "message": e.details()}})
+            return {"error": {"code": e.code().name, "message": e.details()}}
+
+    results = []
+    for step in plan:
+        if "parallel" in step:
+            for call in step["parallel"]:
+                channel(call["target"])
+            with ThreadPoolExecutor(max_workers=len(step["parallel"]) or 1) as pool:
+                results.append({"parallel": list(pool.map(run, step["parallel"]))})
+        else:
+            results.append(run(step))
     json.dump(results, sys.stdout)
 
 

@@ -281,7 +281,10 @@ pub struct ServerConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
-    /// Partitions accepted but not yet admitted, beyond which new jobs get 429.
+    /// Partitions of each priority class accepted but not yet admitted,
+    /// beyond which new jobs of that class get 429 (each class has its own
+    /// bound, so that sealing never fills a WinningPoSt's queue); also the
+    /// partitions of one job at most.
     pub max_queued_partitions: usize,
     /// A file holding the bearer token clients must send; unset: no auth
     /// (the environment variable PROVD_AUTH_TOKEN also sets one).

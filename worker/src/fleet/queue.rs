@@ -61,8 +61,11 @@ pub enum QueueError {
     )]
     KeyReused { key: String, job: JobId },
     /// The fleet's queue holds its bound of waiting partitions: retry later.
-    #[error("{queued} partitions are already waiting in the fleet's queue (limit {limit}); retry later")]
-    Full { queued: usize, limit: usize },
+    #[error(
+        "{queued} {} partitions are already waiting in the fleet's queue (limit {limit} for each class); retry later",
+        priority.name()
+    )]
+    Full { priority: Priority, queued: usize, limit: usize },
     /// A witness larger than one PostgreSQL value holds: no retry helps.
     #[error(
         "partition {index}'s witness is {bytes} bytes; the fleet's PostgreSQL queue holds at most {MAX_WITNESS_BYTES} bytes in one value: prove it on a worker with its own journal (jobs.store = \"sqlite\")"
@@ -166,6 +169,8 @@ pub struct Expired {
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct QueueStats {
     pub queued_partitions: u64,
+    /// The queued partitions by class (lowest first).
+    pub queued_by_priority: [u64; 4],
     pub claimed_partitions: u64,
     /// Age of the oldest queued partition, seconds (0 when none waits).
     pub oldest_queued_seconds: f64,
@@ -245,7 +250,8 @@ impl Queue {
     /// idempotency key already used by the same request, returns that
     /// job's id instead (`Ok((id, false))`).
     ///
-    /// At most `max_queued` partitions wait in the queue, the fleet over:
+    /// At most `max_queued` partitions of each class wait in the queue, the
+    /// fleet over (sealing filling the queue never refuses a WinningPoSt):
     /// the count and the insert are one transaction under one advisory
     /// lock, so that submissions through several workers at once cannot
     /// pass the bound together.
@@ -287,18 +293,23 @@ impl Queue {
                 }
             }
         }
+        let priority = job.priority.rank() as i16;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&QUEUE_BOUND_LOCK])?;
-        let queued: i64 = tx.query_one("SELECT count(*) FROM partitions WHERE state = 'queued'", &[])?.get(0);
+        let queued: i64 = tx
+            .query_one(
+                "SELECT count(*) FROM partitions WHERE state = 'queued' AND priority = $1",
+                &[&priority],
+            )?
+            .get(0);
         let queued = queued as usize;
         if queued + job.witnesses.len() > max_queued {
-            return Err(QueueError::Full { queued, limit: max_queued });
+            return Err(QueueError::Full { priority: job.priority, queued, limit: max_queued });
         }
         let id = job.id.to_string();
         let (key, digest) = match &job.idempotency {
             Some((k, d)) => (Some(k.as_str()), Some(d.to_vec())),
             None => (None, None),
         };
-        let priority = job.priority.rank() as i16;
         tx.execute(
             &format!(
                 "INSERT INTO jobs (id, circuit, state, partitions, created_ms, idempotency_key, request_digest, submitted_by, priority, door)
@@ -603,13 +614,18 @@ impl Queue {
         let r = self.client.query_one(
             &format!(
                 "SELECT count(*) FILTER (WHERE state = 'queued'), count(*) FILTER (WHERE state = 'claimed'),
-                        coalesce(({NOW_MS} - min(queued_ms) FILTER (WHERE state = 'queued')) / 1000.0, 0)::float8
+                        coalesce(({NOW_MS} - min(queued_ms) FILTER (WHERE state = 'queued')) / 1000.0, 0)::float8,
+                        count(*) FILTER (WHERE state = 'queued' AND priority = 0),
+                        count(*) FILTER (WHERE state = 'queued' AND priority = 1),
+                        count(*) FILTER (WHERE state = 'queued' AND priority = 2),
+                        count(*) FILTER (WHERE state = 'queued' AND priority = 3)
                  FROM partitions WHERE state IN ('queued', 'claimed')"
             ),
             &[],
         )?;
         Ok(QueueStats {
             queued_partitions: r.get::<_, i64>(0) as u64,
+            queued_by_priority: [3, 4, 5, 6].map(|i| r.get::<_, i64>(i) as u64),
             claimed_partitions: r.get::<_, i64>(1) as u64,
             oldest_queued_seconds: r.get(2),
         })

@@ -53,8 +53,7 @@ impl Proving {
         // Whether any circuit here proves it, before its payload is read.
         let circuit = circuit_for(service, request::asked_for(&req)?)?;
         let wanted = request::read(&req)?;
-        let options =
-            SubmitOptions { priority: wanted.priority, idempotency_key: wanted.key, door: Door::Grpc };
+        let options = SubmitOptions { priority: wanted.priority, key: wanted.key, door: Door::Grpc };
         tracing::debug!(request_id = %req.request_id, circuit = %circuit, "cuzk.v1 submission");
         let s = service.clone();
         let (submitted, ahead) = blocking(move || {
@@ -96,6 +95,7 @@ fn refused(e: RequestError) -> Status {
         Refusal::BadInput | Refusal::UnsupportedBody => Status::invalid_argument(message),
         // Larger than this worker can ever take: not worth a retry here.
         Refusal::TooLarge => Status::failed_precondition(message),
+        // Not from this door: its request_id is a label (RequestKey::Label), never reused.
         Refusal::Conflict => Status::already_exists(message),
         Refusal::Busy => Status::resource_exhausted(message),
         Refusal::Unavailable => Status::unavailable(message),

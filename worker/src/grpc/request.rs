@@ -12,14 +12,16 @@ use tonic::Status;
 use super::pb;
 use crate::circuits::filecoin::Registered;
 use crate::pipeline::Priority;
+use crate::service::RequestKey;
 
 /// What a request asks of the intake beside its proof ([`asked_for`], read first).
 #[derive(Debug)]
 pub struct Wanted {
     /// `None`: the circuit's default (unspecified in the request).
     pub priority: Option<Priority>,
-    /// `request_id`, the idempotency key; `None` when empty.
-    pub key: Option<String>,
+    /// `request_id`, a label (Curio gives the partitions of one WindowPoSt
+    /// deadline the same one); `None` when empty.
+    pub key: Option<RequestKey>,
     /// The job's input, as the Filecoin kind's JSON `input`.
     pub input: Value,
 }
@@ -256,7 +258,7 @@ pub fn read(req: &pb::SubmitProofRequest) -> Result<Wanted, Status> {
             "partition_index": req.partition_index,
         }),
     };
-    let key = (!req.request_id.is_empty()).then(|| req.request_id.clone());
+    let key = (!req.request_id.is_empty()).then(|| RequestKey::Label(req.request_id.clone()));
     Ok(Wanted { priority: priority(priority_in), key, input })
 }
 
@@ -329,7 +331,10 @@ mod tests {
         r.priority = pb::Priority::High as i32;
         let w = read(&r).unwrap();
         assert_eq!(w.input, json!({"c1": "e30=", "miner_id": 1000, "sector_id": 7}));
-        assert_eq!((w.priority, w.key.as_deref()), (Some(Priority::High), Some("wdpost-1000-0-[1 2 3]")));
+        assert_eq!(
+            (w.priority, w.key.as_ref()),
+            (Some(Priority::High), Some(&RequestKey::Label("wdpost-1000-0-[1 2 3]".into())))
+        );
         let w = read(&request(K::WindowPostPartition, 10)).unwrap();
         assert_eq!(w.input["vanilla_proofs"], json!(["AQID"]));
         assert_eq!(w.input["randomness"], json!(hex::encode([7; 32])));

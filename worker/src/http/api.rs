@@ -20,7 +20,7 @@ use super::wire::{
 };
 use super::{ApiError, AppState};
 use crate::pipeline::{Door, JobId};
-use crate::service::{SubmitOptions, Waited, Witnesses};
+use crate::service::{RequestKey, SubmitOptions, Waited, Witnesses};
 
 /// Runs blocking service work off the async threads.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
@@ -29,15 +29,16 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("internal error: {e}")))
 }
 
-/// The `Idempotency-Key` header: 1 to 255 visible ASCII characters.
-fn idempotency_key(headers: &axum::http::HeaderMap) -> Result<Option<String>, ApiError> {
+/// The `Idempotency-Key` header: 1 to 255 visible ASCII characters, one
+/// request per key (a different request under it is refused).
+fn idempotency_key(headers: &axum::http::HeaderMap) -> Result<Option<RequestKey>, ApiError> {
     let Some(v) = headers.get("idempotency-key") else { return Ok(None) };
     let key = v
         .to_str()
         .ok()
         .map(str::trim)
         .filter(|k| (1..=255).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic()));
-    key.map(|k| Some(k.to_string()))
+    key.map(|k| Some(RequestKey::Idempotency(k.to_string())))
         .ok_or_else(|| ApiError::bad_request("Idempotency-Key must be 1 to 255 visible ASCII characters"))
 }
 
@@ -114,7 +115,7 @@ async fn submit(
             body.extend_from_slice(&chunk);
         }
         let witnesses = Witnesses::Binary { bytes: body, held };
-        let options = SubmitOptions { priority: q.priority, idempotency_key: key, door: Door::Http };
+        let options = SubmitOptions { priority: q.priority, key, door: Door::Http };
         blocking(move || service.submit_witnesses(&circuit, witnesses, options)).await??
     } else {
         if q.circuit.is_some() || q.priority.is_some() {
@@ -125,7 +126,7 @@ async fn submit(
         }
         let Json(req) = Json::<ProveRequest>::from_request(req, state).await?;
         let circuit = req.circuit.clone();
-        let options = SubmitOptions { priority: req.priority, idempotency_key: key, door: Door::Http };
+        let options = SubmitOptions { priority: req.priority, key, door: Door::Http };
         let job = req.job().map_err(ApiError::bad_request)?;
         blocking(move || service.submit_job(&circuit, job, options)).await??
     };
@@ -269,8 +270,10 @@ pub async fn healthz() -> axum::Json<Health> {
     axum::Json(Health { ok: true })
 }
 
-/// Ready when not draining and the queue has room: a load balancer stops
-/// routing to a full worker.
+/// Ready when not draining and the critical class's queue has room. Each
+/// class has its own queue bound, and a full queue of sealing work must not
+/// take the worker out of rotation while it still takes a WinningPoSt: such
+/// work is refused with 429 and `Retry-After` instead.
 /// The reason it is not ready in full (database errors, paths) only to a
 /// caller with the token, where one is set: the route is unauthenticated.
 pub async fn readyz(
@@ -289,10 +292,11 @@ pub async fn readyz(
         };
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why).retry_after(5));
     }
-    if queued >= limit {
+    let critical = state.service.queued_of(crate::pipeline::Priority::Critical);
+    if critical >= limit {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("queue full ({queued}/{limit} partitions)"),
+            format!("queue full ({critical}/{limit} critical partitions waiting)"),
         )
         .retry_after(5));
     }

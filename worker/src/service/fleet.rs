@@ -54,7 +54,9 @@ impl Jobs for FleetJobs {
             Ok((id, false)) => Ok(Submitted::Existing(id)),
             Err(QueueError::KeyReused { key, job }) => Err(RequestError::KeyReused { key, job }),
             Err(e @ QueueError::WitnessTooLarge { .. }) => Err(RequestError::TooLarge(e.to_string())),
-            Err(QueueError::Full { queued, limit }) => Err(RequestError::QueueFull { queued, limit }),
+            Err(QueueError::Full { priority, queued, limit }) => {
+                Err(RequestError::QueueFull { priority, queued, limit })
+            }
             Err(e) => Err(RequestError::Queue(e)),
         }
     }
@@ -85,8 +87,8 @@ impl Jobs for FleetJobs {
         left
     }
 
-    fn queued(&self) -> usize {
-        self.fleet.stats().queued_partitions as usize
+    fn queued(&self) -> [usize; 4] {
+        self.fleet.stats().queued_by_priority.map(|n| n as usize)
     }
 
     fn unready(&self) -> Option<String> {

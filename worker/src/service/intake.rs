@@ -23,8 +23,11 @@ pub enum RequestError {
     Invalid(String),
     #[error(transparent)]
     Witness(#[from] WitnessError),
-    #[error("{queued} partitions are already waiting (limit {limit}); retry later")]
-    QueueFull { queued: usize, limit: usize },
+    #[error(
+        "{queued} {} partitions are already waiting (limit {limit} for each class); retry later",
+        priority.name()
+    )]
+    QueueFull { priority: Priority, queued: usize, limit: usize },
     /// The engine refused the job.
     #[error(transparent)]
     Submit(#[from] SubmitError),
@@ -121,9 +124,29 @@ impl Witnesses {
     }
 }
 
-/// A client's idempotency key and the digest of its request.
+/// A client's name for its request, and what a repeat under that name means.
+/// The two doors differ because their clients do: an HTTP client picks a
+/// fresh key per request, Curio names requests after what they prove.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RequestKey {
+    /// HTTP's `Idempotency-Key`: one request per key. The same request again
+    /// is the same job; another request under the key is refused
+    /// ([`RequestError::KeyReused`]).
+    Idempotency(String),
+    /// cuzk.v1's `request_id`: a label that several requests may share
+    /// (Curio names every WindowPoSt partition of a deadline alike). The
+    /// same request under it is the same job; another request is another
+    /// job, never a refusal.
+    Label(String),
+}
+
+/// A request's key as the job stores keep it, and the digest of the request.
 #[derive(Clone, Debug)]
 pub struct Idempotency {
+    /// An `Idempotency-Key` as given; a label joined with the request's
+    /// digest (so one label names one job per distinct request). The space
+    /// in a label's form keeps it apart from every `Idempotency-Key`, which
+    /// has visible characters only.
     pub key: String,
     pub digest: [u8; 32],
 }
@@ -133,7 +156,7 @@ impl Idempotency {
     /// equal digests.
     /// A priority the request gave counts; the circuit's default does not
     /// (so a retry is the same request whatever the config says now).
-    pub fn of(key: String, circuit: &str, priority: Option<Priority>, witnesses: &Witnesses) -> Self {
+    pub fn of(key: RequestKey, circuit: &str, priority: Option<Priority>, witnesses: &Witnesses) -> Self {
         use sha2::Digest;
         let mut h = sha2::Sha256::new();
         h.update(circuit.as_bytes());
@@ -151,7 +174,12 @@ impl Idempotency {
                 h.update(bytes);
             }
         }
-        Self { key, digest: h.finalize().into() }
+        let digest: [u8; 32] = h.finalize().into();
+        let key = match key {
+            RequestKey::Idempotency(key) => key,
+            RequestKey::Label(label) => format!("label {} {label}", hex::encode(digest)),
+        };
+        Self { key, digest }
     }
 }
 

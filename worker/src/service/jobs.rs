@@ -51,9 +51,9 @@ pub trait Jobs: Send + Sync {
     /// (finished, cancelled).
     fn drain(&self, grace: Duration) -> (usize, usize);
 
-    /// Partitions waiting for a worker: this worker's queue, or the fleet's
-    /// (as its last heartbeat read it).
-    fn queued(&self) -> usize;
+    /// Partitions waiting for a worker, by class (lowest first): this
+    /// worker's queue, or the fleet's (as its last heartbeat read it).
+    fn queued(&self) -> [usize; 4];
 
     /// Why this store should not be sent work now, if it should not.
     fn unready(&self) -> Option<String>;

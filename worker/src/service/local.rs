@@ -24,24 +24,26 @@ pub struct LocalJobs {
     keys: Mutex<HashMap<String, (JobId, [u8; 32])>>,
     /// Serialises idempotent submissions.
     idempotent: Mutex<()>,
-    /// Partitions queued at most (`server.max_queued_partitions`).
+    /// Partitions of each class queued at most (`server.max_queued_partitions`).
     max_queued: usize,
     /// Partitions of submissions that passed the queue bound and are being
-    /// decoded and recorded: counted against the bound with those queued, so
-    /// that concurrent submissions cannot pass it together.
-    admitting: Mutex<usize>,
+    /// decoded and recorded, by class (lowest first): counted against the
+    /// bound with those queued, so that concurrent submissions cannot pass it
+    /// together.
+    admitting: Mutex<[usize; 4]>,
 }
 
-/// Places under the queue bound, held from the bound's check until the
-/// partitions are in the engine's queue (or refused).
+/// Places under a class's queue bound, held from the bound's check until
+/// the partitions are in the engine's queue (or refused).
 struct Places<'a> {
-    admitting: &'a Mutex<usize>,
+    admitting: &'a Mutex<[usize; 4]>,
+    priority: Priority,
     count: usize,
 }
 
 impl Drop for Places<'_> {
     fn drop(&mut self) {
-        *self.admitting.lock().unwrap_or_else(|e| e.into_inner()) -= self.count;
+        self.admitting.lock().unwrap_or_else(|e| e.into_inner())[self.priority.rank()] -= self.count;
     }
 }
 
@@ -59,7 +61,7 @@ impl LocalJobs {
             keys: Mutex::default(),
             idempotent: Mutex::new(()),
             max_queued,
-            admitting: Mutex::new(0),
+            admitting: Mutex::new([0; 4]),
         }
     }
 
@@ -82,15 +84,19 @@ impl LocalJobs {
         })
     }
 
-    /// Takes `count` places under the queue bound, or says it is full.
-    fn places(&self, count: usize) -> Result<Places<'_>, RequestError> {
+    /// Takes `count` places under `priority`'s queue bound, or says it is
+    /// full. Each class has its own bound, so that sealing filling the queue
+    /// never refuses a WinningPoSt.
+    fn places(&self, priority: Priority, count: usize) -> Result<Places<'_>, RequestError> {
         let mut admitting = self.admitting.lock().unwrap_or_else(|e| e.into_inner());
-        let (queued, limit) = (self.engine.queued_partitions() + *admitting, self.max_queued);
+        let class = priority.rank();
+        let queued = self.engine.queued_by_priority()[class] + admitting[class];
+        let limit = self.max_queued;
         if queued + count > limit {
-            return Err(RequestError::QueueFull { queued, limit });
+            return Err(RequestError::QueueFull { priority, queued, limit });
         }
-        *admitting += count;
-        Ok(Places { admitting: &self.admitting, count })
+        admitting[class] += count;
+        Ok(Places { admitting: &self.admitting, priority, count })
     }
 
     /// Checks, records (journal first) and starts a job under `id`; its
@@ -272,7 +278,7 @@ impl Jobs for LocalJobs {
             }
         }
         self.intake.admit(circuit, &witnesses)?;
-        let _places = self.places(witnesses.count())?;
+        let _places = self.places(priority, witnesses.count())?;
         let id = JobId::new();
         self.start(id, circuit, witnesses, (priority, door), idempotency.as_ref(), Vec::new())?;
         Ok(Submitted::New(id))
@@ -306,8 +312,8 @@ impl Jobs for LocalJobs {
         ended
     }
 
-    fn queued(&self) -> usize {
-        self.engine.queued_partitions()
+    fn queued(&self) -> [usize; 4] {
+        self.engine.queued_by_priority()
     }
 
     /// Unready while the journal holds back ends it could not write: work

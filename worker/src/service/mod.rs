@@ -39,7 +39,7 @@ use crate::pipeline::{Door, Engine, JobId, JobObserver, JobStatus};
 use crate::telemetry::Metrics;
 pub use circuits::{Served, UnknownCircuit, VkError};
 use intake::Intake;
-pub use intake::{Idempotency, JobInput, Refusal, RequestError, Submitted, Witnesses};
+pub use intake::{Idempotency, JobInput, Refusal, RequestError, RequestKey, Submitted, Witnesses};
 pub use jobs::{Jobs, Unavailable};
 pub use snapshot::{FleetSnapshot, GpuMemory, Snapshot, UnfinishedJobs};
 pub use starting::{StartProgress, StartStep};
@@ -167,10 +167,11 @@ pub enum Waited {
 pub struct SubmitOptions {
     /// How urgent the job is; `None`: the circuit's default.
     pub priority: Option<crate::pipeline::Priority>,
-    /// The client's idempotency key: a retry of the same request under it
-    /// returns the job the first one created (unless that job failed or was
-    /// cancelled: then the retry runs again).
-    pub idempotency_key: Option<String>,
+    /// The client's name for the request: a retry of the same request under
+    /// it returns the job the first one created (unless that job failed or
+    /// was cancelled: then the retry runs again). What another request under
+    /// the same name gets is the key's kind's ([`RequestKey`]).
+    pub key: Option<RequestKey>,
     /// The front door the request came through.
     pub door: Door,
 }
@@ -178,7 +179,7 @@ pub struct SubmitOptions {
 impl SubmitOptions {
     /// Under an idempotency key, at the circuit's priority.
     pub fn keyed(key: &str) -> Self {
-        Self { idempotency_key: Some(key.to_string()), ..Self::default() }
+        Self { key: Some(RequestKey::Idempotency(key.to_string())), ..Self::default() }
     }
 }
 
@@ -481,8 +482,7 @@ impl Service {
             Some(p) => p,
             None => self.intake.circuits.get(circuit)?.priority,
         };
-        let idempotency =
-            options.idempotency_key.map(|key| Idempotency::of(key, circuit, options.priority, &witnesses));
+        let idempotency = options.key.map(|key| Idempotency::of(key, circuit, options.priority, &witnesses));
         self.jobs.submit(circuit, witnesses, priority, options.door, idempotency)
     }
 
@@ -562,9 +562,15 @@ impl Service {
 
     /// Partitions waiting for a worker: accepted here and not yet admitted,
     /// or, in fleet mode, waiting in the fleet's queue (as its last
-    /// heartbeat read it). `/readyz` compares it with the bound.
+    /// heartbeat read it).
     pub fn queued_partitions(&self) -> usize {
-        self.jobs.queued()
+        self.jobs.queued().iter().sum()
+    }
+
+    /// As [`Service::queued_partitions`], of one class: each class has its
+    /// own bound (`server.max_queued_partitions`).
+    pub fn queued_of(&self, priority: crate::pipeline::Priority) -> usize {
+        self.jobs.queued()[priority.rank()]
     }
 
     /// Stops taking jobs and waits up to `grace` for accepted ones; returns

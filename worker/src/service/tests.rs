@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{Refusal, RequestError, Service, SubmitOptions, Submitted, Witnesses};
+use super::{Refusal, RequestError, RequestKey, Service, SubmitOptions, Submitted, Witnesses};
 use crate::backend::CpuBackend;
 use crate::circuits::{CircuitKind, KeySource, WitnessError};
 use crate::config::{Config, JobStoreKind, OnRestart};
@@ -105,6 +105,67 @@ fn retries_under_one_key_make_one_job_and_another_request_under_it_is_refused() 
     // Without a key, the same request is a new job.
     let again = s.submit_witnesses("square", witnesses(&[3, 4]), SubmitOptions::default()).unwrap();
     assert!(matches!(again, Submitted::New(j) if j != id));
+}
+
+/// cuzk.v1's `request_id` is a label: Curio gives every WindowPoSt
+/// partition of a deadline the same one. The same request under it is the
+/// same job (a retry re-attaches); another request is another job.
+#[test]
+fn a_label_names_one_job_per_distinct_request_and_refuses_none() {
+    let s = service(None, OnRestart::Rerun);
+    let label = SubmitOptions {
+        door: Door::Grpc,
+        key: Some(RequestKey::Label("wdpost-1000-0-[9 9 9 9 9 9 9 9]".into())),
+        ..SubmitOptions::default()
+    };
+    let submit = |xs: &[u64]| s.submit_witnesses("square", witnesses(xs), label.clone()).unwrap();
+    let partitions: Vec<Submitted> = [[3], [4], [5]].iter().map(|xs| submit(xs)).collect();
+    assert!(partitions.iter().all(|p| matches!(p, Submitted::New(_))), "{partitions:?}");
+    let ids: std::collections::HashSet<JobId> = partitions.iter().map(|p| p.id()).collect();
+    assert_eq!(ids.len(), 3, "three partitions under one label, three jobs");
+    for p in &partitions {
+        succeeded(&s, p.id());
+    }
+    assert_eq!(submit(&[4]), Submitted::Existing(partitions[1].id()), "a retry re-attaches to its job");
+    // The same name as an HTTP Idempotency-Key is another namespace, with its own contract.
+    let keyed = SubmitOptions::keyed("wdpost-1000-0-[9 9 9 9 9 9 9 9]");
+    let http = s.submit_witnesses("square", witnesses(&[4]), keyed.clone()).unwrap();
+    assert!(matches!(http, Submitted::New(id) if !ids.contains(&id)), "{http:?}");
+    let refused = s.submit_witnesses("square", witnesses(&[6]), keyed).unwrap_err();
+    assert_eq!(refused.refusal(), Refusal::Conflict, "{refused}");
+}
+
+/// Each class has its own queue bound: normal work holding its queue full
+/// refuses more normal work, never a critical (or high) job.
+#[test]
+fn a_queue_full_of_normal_work_still_takes_critical_and_high_work() {
+    let gate = Arc::new(Gate::default());
+    let mut config = Config::default();
+    config.server.max_queued_partitions = 3;
+    config.pipeline.partition_permits = 1;
+    let s = serve(config, GatedKind { square: square(), gate: gate.clone() });
+    let at = |priority| SubmitOptions { priority: Some(priority), ..SubmitOptions::default() };
+    // One partition takes the only permit and waits at the gate; three wait behind it.
+    let head = s.submit_witnesses("square", witnesses(&[2, 3, 4]), at(Priority::Normal)).unwrap().id();
+    let deadline = std::time::Instant::now() + Duration::from_secs(600);
+    while s.queued_partitions() > 2 {
+        assert!(std::time::Instant::now() < deadline, "the dispatcher never took the head's partition");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let third = s.submit_witnesses("square", witnesses(&[5]), at(Priority::Normal)).unwrap().id();
+    let full = s.submit_witnesses("square", witnesses(&[6]), at(Priority::Normal)).unwrap_err();
+    assert!(
+        matches!(full, RequestError::QueueFull { priority: Priority::Normal, queued: 3, limit: 3 }),
+        "{full}"
+    );
+    assert_eq!(full.refusal(), Refusal::Busy);
+    let critical = s.submit_witnesses("square", witnesses(&[7]), at(Priority::Critical)).unwrap().id();
+    let high = s.submit_witnesses("square", witnesses(&[8, 9]), at(Priority::High)).unwrap().id();
+    assert_eq!(s.queued_of(Priority::Normal), 3, "normal work still holds its queue");
+    gate.open();
+    for id in [critical, high, head, third] {
+        succeeded(&s, id);
+    }
 }
 
 /// A retry is for getting a proof: once the key's job was cancelled (or
