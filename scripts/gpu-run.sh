@@ -44,6 +44,7 @@
 # vanilla: `provd bench vanilla --backend cuda` for each of VANILLA_KINDS (default filecoin-winning-post
 # filecoin-window-post filecoin-snap) at VANILLA_SEAL's sector size (default StackedDrg2KiBV1_1), against
 # filecoin-proofs' CPU prover, VANILLA_RUNS jobs each (default 5).
+# BALLAST (e.g. 16GiB) caps GPU 0's free memory for every step (see below).
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 bundle=.device-bundle
@@ -56,6 +57,15 @@ echo "commit $(cat $bundle/COMMIT)" | tee "$OUT/machine.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee -a "$OUT/machine.txt"
 nproc | sed 's/^/cpus: /' | tee -a "$OUT/machine.txt"
 status=0
+# BALLAST=16GiB: every step runs beside `provd bench ballast`, which takes all of GPU 0's memory but
+# that much (a smaller card's, physically: nothing can quietly use more); it ends with this script.
+if [ -n "${BALLAST:-}" ]; then
+  (sleep 1d | "$bundle/provd" bench ballast --device-memory "$BALLAST" > "$OUT/ballast.log" 2>&1) &
+  for _ in $(seq 1200); do grep -q "ballast: holding" "$OUT/ballast.log" 2>/dev/null && break; sleep 0.1; done
+  grep -q "ballast: holding" "$OUT/ballast.log" || { cat "$OUT/ballast.log"; echo "the ballast did not start"; exit 1; }
+  tee -a "$OUT/machine.txt" < "$OUT/ballast.log"
+  trap 'pkill -f "^sleep 1d$"' EXIT
+fi
 # The mean of the nvidia-smi utilization.gpu samples in $1 (timestamp, value[, ...]; 0.5 s apart), from
 # the first to the last non-zero one: the run, not the start-up.
 smi_mean() {

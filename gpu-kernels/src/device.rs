@@ -116,15 +116,21 @@ impl Gpu {
         self.ctx.new_stream().during("creating a stream")
     }
 
-    /// Page-locked host memory for `len` elements, so copies to the device
-    /// are asynchronous DMA. Uninitialised: crate-private, for callers that
-    /// fill all of it before reading it.
-    pub(crate) fn pinned<T: cudarc::driver::DeviceRepr>(
+    /// Page-locks `bytes` of host memory at `ptr` in place and maps it for
+    /// every device of the process (portable), for DMA, until the
+    /// registration drops. The caller keeps the memory alive meanwhile.
+    pub(crate) fn register_host(
         &self,
-        len: usize,
-    ) -> Result<cudarc::driver::PinnedHostSlice<T>, GpuError> {
-        // SAFETY: the memory is uninitialised; callers fill all of it before use.
-        unsafe { self.ctx.alloc_pinned::<T>(len) }.during("allocating pinned host memory")
+        ptr: *const std::ffi::c_void,
+        bytes: usize,
+    ) -> Result<Registration, GpuError> {
+        self.ctx.bind_to_thread().during("binding the context")?;
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE;
+        // SAFETY: registers memory the caller owns and keeps alive; the
+        // driver only reads it (copies to the device).
+        let r = unsafe { sys::cuMemHostRegister_v2(ptr.cast_mut(), bytes, flags) };
+        r.result().during("page-locking host memory (cuMemHostRegister)")?;
+        Ok(Registration { ctx: self.ctx.clone(), ptr })
     }
 
     /// A kernel by name, for this crate's tests.
@@ -267,5 +273,29 @@ impl Timer {
         self.end.record(&self.stream).during("recording an event")?;
         self.end.synchronize().during("waiting for an event")?;
         self.start.elapsed_ms(&self.end).during("reading an event")
+    }
+}
+
+/// Host memory page-locked by [`Gpu::register_host`], unlocked when dropped
+/// (from any thread: the context is bound first).
+pub(crate) struct Registration {
+    ctx: Arc<CudaContext>,
+    ptr: *const std::ffi::c_void,
+}
+
+// SAFETY: the pointer is only handed back to the driver, which registered it
+// for the whole process.
+unsafe impl Send for Registration {}
+unsafe impl Sync for Registration {}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let r = self.ctx.bind_to_thread().and_then(|()| {
+            // SAFETY: `ptr` was registered by `Gpu::register_host` and not since unregistered.
+            unsafe { sys::cuMemHostUnregister(self.ptr.cast_mut()) }.result()
+        });
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "unregistering page-locked host memory");
+        }
     }
 }

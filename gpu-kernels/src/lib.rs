@@ -7,6 +7,7 @@
 //! NVRTC are loaded dynamically, so this crate builds without a CUDA toolkit
 //! and a binary using it runs (on the CPU) where there is no GPU.
 
+mod ballast;
 pub mod blst_repr;
 mod compile;
 mod device;
@@ -19,13 +20,14 @@ pub mod select;
 pub mod sparse;
 mod staging;
 
+pub use ballast::Ballast;
 pub use compile::{compile_cubin, kernel_source, CompileCache};
 /// The device buffer type this crate's functions take and return.
 pub use cudarc::driver::CudaSlice;
 pub use device::{CopyLane, DeviceInfo, Gpu, Timer};
 pub use error::GpuError;
 pub use field::{FpRaw, FrRaw};
-pub use msm::{Bases, G1Bases, G2Bases, Msm, MsmCurve, PinnedBases, G1, G2};
+pub use msm::{Bases, G1Bases, G2Bases, HostBases, HostView, Msm, MsmCurve, G1, G2};
 pub use ntt::{FrBuffer, HChain, Ntt, Order};
 pub use select::select_by_density;
 pub use sparse::{DeviceMatrix, Unsatisfied, AUX_COLUMN, SHORT_ROW_TERMS};

@@ -144,22 +144,34 @@ fn msm_with_mostly_bit_scalars() {
 
 #[test]
 #[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
-fn msm_with_bases_streamed_from_pinned_memory() {
+fn msm_with_bases_streamed_from_the_hosts_memory() {
     let Some(gpu) = gpu_for_tests() else { return };
     let msm = Msm::new(gpu.clone());
     // not a multiple of the chunk, and fewer terms than bases
     let n = (1 << 18) + 12345;
-    let points = random_points::<G1Projective>(n + 100, 21);
+    let projective = random_points::<G1Projective>(n + 100, 21);
+    let points = affine(&projective);
     let scalars = random_scalars(n, 22);
-    let pinned = provd_kernels::PinnedBases::new(&gpu, &affine(&points), 1 << 16).unwrap();
+    // SAFETY: `points` outlives `host` and is not written meanwhile.
+    let host = unsafe { provd_kernels::HostBases::register(&gpu, &points) }.unwrap();
+    assert_eq!(host.bytes(), (n + 100) * 96);
     let d_scalars = gpu.upload(&scalars).unwrap();
-    let got = msm.run_streamed(&pinned, &d_scalars, n).unwrap();
-    assert_eq!(got, G1Projective::multi_exp(&points[..n], &scalars));
+    let want = G1Projective::multi_exp(&projective[..n], &scalars);
+    for chunk in [1 << 16, 100_000, n, 1 << 20] {
+        assert_eq!(msm.run_streamed(host.view(..), chunk, &d_scalars, n).unwrap(), want, "chunks of {chunk}");
+    }
+    // a range that starts past the first bases (as a query's aux part does)
+    let tail = msm.run_streamed(host.view(100..), 1 << 16, &d_scalars, n).unwrap();
+    assert_eq!(tail, G1Projective::multi_exp(&projective[100..100 + n], &scalars));
     // one chunk only, and an empty MSM
-    let small = msm.run_streamed(&pinned, &d_scalars, 1000).unwrap();
-    assert_eq!(small, G1Projective::multi_exp(&points[..1000], &scalars[..1000]));
-    assert_eq!(msm.run_streamed(&pinned, &d_scalars, 0).unwrap(), G1Projective::identity());
-    assert!(msm.run_streamed(&pinned, &d_scalars, n + 1).is_err());
+    let small = msm.run_streamed(host.view(..), 1 << 16, &d_scalars, 1000).unwrap();
+    assert_eq!(small, G1Projective::multi_exp(&projective[..1000], &scalars[..1000]));
+    assert_eq!(msm.run_streamed(host.view(..), 1 << 16, &d_scalars, 0).unwrap(), G1Projective::identity());
+    assert!(msm.run_streamed(host.view(..), 1 << 16, &d_scalars, n + 1).is_err());
+    // Registered again once released: the registration went with `host`.
+    drop(host);
+    let again = unsafe { provd_kernels::HostBases::register(&gpu, &points) }.unwrap();
+    assert_eq!(msm.run_streamed(again.view(..), 1 << 17, &d_scalars, n).unwrap(), want);
 }
 
 /// Bases written a chunk at a time, in another order than the host's (as

@@ -399,6 +399,11 @@ enum BenchCommand {
         /// admits fewer).
         #[arg(long, default_value_t = 4)]
         in_flight: usize,
+        /// Caps GPU 0 to this much free memory (16GiB, 24GiB, 32GiB) for the
+        /// whole run with a ballast beside it (`provd bench ballast`): a
+        /// smaller card's, physically.
+        #[arg(long, value_parser = byte_size)]
+        device_memory: Option<u64>,
         #[command(flatten)]
         common: Common,
         #[arg(long, default_value = "bench-results/porep-shape.json")]
@@ -422,6 +427,16 @@ enum BenchCommand {
         /// Time the G2 MSM (the B query) instead of G1: resident bases against blst.
         #[arg(long)]
         g2: bool,
+        #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = default_data_dir())]
+        data_dir: PathBuf,
+    },
+    /// Takes all of GPU 0's memory but --device-memory and holds it until
+    /// its standard input closes: a provd started beside it meets a card of
+    /// that size (16GiB, 24GiB, 32GiB), physically.
+    Ballast {
+        /// What to leave free, e.g. 16GiB.
+        #[arg(long, value_parser = byte_size)]
+        device_memory: u64,
         #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = default_data_dir())]
         data_dir: PathBuf,
     },
@@ -905,10 +920,18 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             keep_store,
             prove_runs,
             in_flight,
+            device_memory,
             json,
             common,
         } => {
             anyhow::ensure!(runs > 0 && in_flight > 0, "--runs and --in-flight must be at least 1");
+            // Before the backend opens: nothing of this run may use more.
+            let ballast =
+                device_memory.map(|m| bench::ballast::Beside::start(m, &common.data_dir)).transpose()?;
+            let device_cap = ballast.as_ref().map(|b| b.held.clone());
+            if let Some(held) = &device_cap {
+                println!("{held}");
+            }
             let backends =
                 provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?.backends;
             let proof = seal_proof(&proof)?;
@@ -919,6 +942,7 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
                 keep_store,
                 prove_runs,
                 in_flight,
+                device_cap,
                 json,
             }
             .run(&*backends[0])
@@ -927,10 +951,21 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");
             bench::msm::MsmBench { sizes, cpu_sizes, runs, warmup, json, g2 }.run(gpu(&data_dir, "MSM")?)
         }
+        BenchCommand::Ballast { device_memory, data_dir } => {
+            bench::ballast::hold(&*gpu(&data_dir, "ballast")?, device_memory)
+        }
         BenchCommand::Ntt { sizes, runs, warmup, json, data_dir } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");
             bench::ntt::NttBench { sizes, runs, warmup, json }.run(gpu(&data_dir, "NTT")?)
         }
+    }
+}
+
+/// A size in bytes: a number, or with a unit ("16GiB").
+fn byte_size(s: &str) -> Result<u64, String> {
+    match s.parse::<provd::pipeline::MemoryBudget>()? {
+        provd::pipeline::MemoryBudget::Bytes(b) => Ok(b),
+        _ => Err(format!("'{s}' is not a size (try \"16GiB\")")),
     }
 }
 

@@ -1,16 +1,16 @@
 //! Bases of an MSM on the device (plain, or with precomputed shifted copies)
-//! or in pinned host memory.
+//! or in the host's memory, page-locked in place.
 
 use std::marker::PhantomData;
 
 use blstrs::G1Affine;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, CudaViewMut, PinnedHostSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, CudaViewMut, PushKernelArg};
 
 use super::curve::{G1AffineRaw, MsmCurve, G1, G2};
 use super::heavy;
-use crate::device::Gpu;
+use crate::device::{Gpu, Registration};
 use crate::error::{During, GpuError};
 
 /// Bases resident on the device, reusable across MSMs (a proving key's
@@ -170,25 +170,37 @@ pub fn shifted_window_bits(len: usize) -> u32 {
     log.saturating_sub(3).clamp(8, 24)
 }
 
-/// Bases kept in pinned host memory, in chunks, for MSMs whose bases do not
-/// stay on the device: each chunk is copied while the previous one is
-/// being summed.
-pub struct PinnedBases {
-    pub(super) chunks: Vec<PinnedHostSlice<G1AffineRaw>>,
-    pub(super) chunk: usize,
+/// G1 bases the device reads from the host's memory, for keys too large to
+/// stay on the device: the caller's own points, page-locked in place
+/// (registered with the driver for every device of the process) so that
+/// copies of them are DMA that overlaps the kernels, with no second copy
+/// of them on the host. [`super::Msm::run_streamed`] sums them chunk by
+/// chunk. Unregistered when dropped.
+pub struct HostBases {
+    ptr: *const G1AffineRaw,
     len: usize,
+    /// `None` for no points.
+    _registration: Option<Registration>,
 }
 
-impl PinnedBases {
-    pub fn new(gpu: &Gpu, points: &[G1Affine], chunk: usize) -> Result<Self, GpuError> {
-        let chunk = chunk.max(1);
-        let mut chunks = Vec::new();
-        for c in points.chunks(chunk) {
-            let mut p = gpu.pinned::<G1AffineRaw>(c.len())?;
-            p.as_mut_slice().during("mapping pinned memory")?.copy_from_slice(G1::as_raw(c));
-            chunks.push(p);
-        }
-        Ok(Self { chunks, chunk, len: points.len() })
+// SAFETY: a read-only view of memory the creator keeps alive and unwritten
+// (see `HostBases::register`); the driver's registration is process-wide.
+unsafe impl Send for HostBases {}
+unsafe impl Sync for HostBases {}
+
+impl HostBases {
+    /// Page-locks `points` in place for `gpu` and every other device.
+    ///
+    /// # Safety
+    /// `points` must stay allocated, in place and unwritten for as long as
+    /// the result lives: the device reads them by DMA, outside Rust's view.
+    pub unsafe fn register(gpu: &Gpu, points: &[G1Affine]) -> Result<Self, GpuError> {
+        let raw = G1::as_raw(points);
+        let registration = match raw.is_empty() {
+            true => None,
+            false => Some(gpu.register_host(raw.as_ptr().cast(), std::mem::size_of_val(raw))?),
+        };
+        Ok(Self { ptr: raw.as_ptr(), len: raw.len(), _registration: registration })
     }
 
     pub fn len(&self) -> usize {
@@ -197,5 +209,48 @@ impl PinnedBases {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Host bytes page-locked.
+    pub fn bytes(&self) -> usize {
+        self.len * std::mem::size_of::<G1AffineRaw>()
+    }
+
+    /// Bases `range` of them, as an MSM reads them.
+    pub fn view(&self, range: impl std::ops::RangeBounds<usize>) -> HostView<'_> {
+        // SAFETY: `register`'s contract keeps them alive and unwritten.
+        let all = unsafe { std::slice::from_raw_parts(self.ptr, self.len) };
+        let start = match range.start_bound() {
+            std::ops::Bound::Included(&i) => i,
+            std::ops::Bound::Excluded(&i) => i + 1,
+            std::ops::Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            std::ops::Bound::Included(&i) => i + 1,
+            std::ops::Bound::Excluded(&i) => i,
+            std::ops::Bound::Unbounded => self.len,
+        };
+        HostView { points: &all[start..end] }
+    }
+
+    /// Whether these are `points` page-locked (the same memory, not moved since).
+    pub fn registers(&self, points: &[G1Affine]) -> bool {
+        std::ptr::eq(self.ptr, G1::as_raw(points).as_ptr()) && self.len == points.len()
+    }
+}
+
+/// A range of [`HostBases`], as [`super::Msm::run_streamed`] reads it.
+#[derive(Clone, Copy)]
+pub struct HostView<'a> {
+    pub(super) points: &'a [G1AffineRaw],
+}
+
+impl HostView<'_> {
+    pub fn len(&self) -> usize {
+        self.points.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.points.is_empty()
     }
 }

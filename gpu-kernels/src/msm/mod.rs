@@ -5,7 +5,7 @@
 mod bases;
 mod curve;
 
-pub use bases::{shifted_copies, shifted_window_bits, Bases, G1Bases, G2Bases, PinnedBases};
+pub use bases::{shifted_copies, shifted_window_bits, Bases, G1Bases, G2Bases, HostBases, HostView};
 pub use curve::{
     AffineRaw, Fp2Raw, G1AffineRaw, G1XyzzRaw, G2AffineRaw, G2XyzzRaw, MsmCurve, XyzzRaw, G1, G2,
 };
@@ -211,45 +211,50 @@ impl Msm {
         }
     }
 
-    /// Σ `scalars[i]·bases[i]` with the bases streamed from pinned host memory:
-    /// chunk k+1 is copied on a second stream while chunk k is summed.
+    /// Σ `scalars[i]·bases[i]` over the first `n` bases, read from the host's
+    /// memory `chunk` bases at a time: chunk k+1 is copied (DMA, on a second
+    /// stream) while chunk k is summed, so the device holds two chunks of
+    /// the bases and one chunk's MSM working memory, however many bases.
     pub fn run_streamed(
         &self,
-        bases: &PinnedBases,
+        bases: HostView<'_>,
+        chunk: usize,
         scalars: &CudaSlice<FrRaw>,
         n: usize,
     ) -> Result<G1Projective, GpuError> {
         let gpu = &*self.gpu;
         check_terms(n, bases.len(), scalars.len())?;
-        let needed = n.div_ceil(bases.chunk);
+        let chunk = chunk.clamp(1, n.max(1));
+        let needed = n.div_ceil(chunk);
         if needed == 0 {
             return Ok(G1Projective::identity());
         }
+        let points = bases.points;
         let copy = gpu.new_stream()?;
-        let alloc = || unsafe { copy.alloc::<G1AffineRaw>(bases.chunk) }.during("allocating a bases chunk");
+        let alloc = || unsafe { copy.alloc::<G1AffineRaw>(chunk) }.during("allocating a bases chunk");
         let mut bufs = [alloc()?, alloc()?];
-        let first = &bases.chunks[0];
-        copy.memcpy_htod(first, &mut bufs[0].slice_mut(..first.len())).during("copying bases")?;
+        let part = |k: usize| &points[k * chunk..((k + 1) * chunk).min(n)];
+        // The copies read registered (page-locked) memory: asynchronous DMA.
+        copy.memcpy_htod(part(0), &mut bufs[0].slice_mut(..part(0).len())).during("copying bases")?;
         let mut ready = copy.record_event(None).during("recording an event")?;
         let mut acc = G1Projective::identity();
         for k in 0..needed {
-            let start = k * bases.chunk;
-            let len = bases.chunk.min(n - start);
+            let (start, len) = (k * chunk, part(k).len());
             gpu.stream().wait(&ready).during("waiting for a copy")?;
             let (a, b) = bufs.split_at_mut(1);
             let (cur, next) = if k % 2 == 0 { (&a[0], &mut b[0]) } else { (&b[0], &mut a[0]) };
             if k + 1 < needed {
-                let src = &bases.chunks[k + 1];
+                // `next` held chunk k−1, whose MSM has returned (its sums were read back).
+                let src = part(k + 1);
                 copy.memcpy_htod(src, &mut next.slice_mut(..src.len())).during("copying bases")?;
                 ready = copy.record_event(None).during("recording an event")?;
             }
-            let chunk = self.run_views::<G1>(
+            acc += self.run_views::<G1>(
                 &cur.slice(..len),
                 &scalars.slice(start..start + len),
                 len,
                 Layout::Plain,
             )?;
-            acc += chunk;
         }
         Ok(acc)
     }

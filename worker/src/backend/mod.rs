@@ -273,8 +273,16 @@ pub enum BasesLayout {
     /// plain otherwise. Never evicts a key to make room for the copies.
     #[default]
     Shifted,
-    /// The bases alone: the least device memory, the most keys resident.
+    /// The bases alone: the least device memory of the resident layouts.
     Plain,
+    /// In the host's memory, page-locked in place (counted once, in the
+    /// key's host bytes, for every device), copied to the device a chunk at
+    /// a time during each MSM while the chunk before is summed; B's G2 MSM
+    /// runs on the host. The device holds the inputs' bases and two chunks.
+    /// What a key gets by itself where its plain bases do not fit the device
+    /// (or `gpu.key_memory_limit`) beside a partition's working buffers:
+    /// cards smaller than the key prove it, rather than refuse it.
+    Streamed,
 }
 
 /// The backends as chosen (one per device), with what the caller should

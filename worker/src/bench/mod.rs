@@ -1,6 +1,7 @@
 //! Benchmarks behind `provd bench ...`: each prints a table and writes JSON
 //! with the machine and commit it ran on.
 
+pub mod ballast;
 pub mod circom;
 #[cfg(feature = "grpc")]
 pub mod doors;

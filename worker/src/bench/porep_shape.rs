@@ -57,6 +57,8 @@ pub struct PorepShapeBench {
     pub prove_runs: usize,
     /// Partitions in synthesis at once in the projected stream.
     pub in_flight: usize,
+    /// The ballast's line where the device was capped (`--device-memory`).
+    pub device_cap: Option<String>,
     pub json: PathBuf,
 }
 
@@ -286,6 +288,7 @@ impl PorepShapeBench {
             "bench": "porep-shape",
             "proof": format!("{:?}", self.proof),
             "env": environment(),
+            "device_cap": self.device_cap,
             "cores": cores,
             "constraints": constraints,
             "inputs": inputs,
@@ -337,6 +340,7 @@ fn timing_key(m: &Matrices) -> anyhow::Result<ProvingKey> {
     let [a_aux, b_input, b_aux] = m.densities();
     let b = b_input.ones() + b_aux.ones();
     Ok(ProvingKey {
+        pinned: Default::default(),
         vk: VerifyingKey {
             alpha_g1: g1[0],
             beta_g1: g1[1],

@@ -41,9 +41,6 @@ pub enum BackendFault {
     /// [`GpuError::is_out_of_memory`](provd_kernels::GpuError::is_out_of_memory)).
     #[error(transparent)]
     Gpu(#[from] provd_kernels::GpuError),
-    /// A key larger than the device memory the configuration lets keys take.
-    #[error("this key's bases need {need} device bytes, more than gpu.key_memory_limit ({limit})")]
-    KeyOverLimit { need: u64, limit: u64 },
     /// Anything else a backend reports (a stand-in's fault in tests, say).
     #[error("{0}")]
     Other(String),

@@ -39,6 +39,9 @@ pub struct VerifyingKey {
 /// The Groth16 proving key (bellperson's `Parameters`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProvingKey {
+    /// The G1 queries page-locked for devices that stream them (empty until
+    /// one does). First, so dropped first: released before the points.
+    pub pinned: super::pinned::HostPinned,
     pub vk: VerifyingKey,
     /// The H bases: τ^i·Z(τ)/δ for i in 0..n−1 (n the domain size) for
     /// [`Reduction::Bellperson`]; n bases for [`Reduction::Snarkjs`].
@@ -211,6 +214,7 @@ impl From<bellperson::groth16::Parameters<Bls12>> for ProvingKey {
         }
         let bellperson::groth16::Parameters { vk, h, l, a, b_g1, b_g2 } = p;
         Self {
+            pinned: Default::default(),
             vk: vk.into(),
             h: take(h),
             l: take(l),
@@ -342,6 +346,7 @@ impl<R: Read> KeyReader<R> {
 
     fn key(&mut self) -> Result<ProvingKey, ParamsError> {
         Ok(ProvingKey {
+            pinned: Default::default(),
             vk: self.verifying_key()?,
             h: self.vector("h")?,
             l: self.vector("l")?,

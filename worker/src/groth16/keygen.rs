@@ -71,6 +71,7 @@ pub fn generate_test_key_for<R: RngCore>(
     let t2 = FixedBase::<G2Projective>::new(g2, b_s.len());
     let vk = waste.verifying_key(t1.mul_all(&ic_s));
     Ok(ProvingKey {
+        pinned: Default::default(),
         vk,
         h: t1.mul_all(&h_s),
         l: t1.mul_all(&l_s),

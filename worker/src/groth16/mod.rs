@@ -12,6 +12,7 @@ pub mod keygen;
 pub mod matrices;
 pub mod matrix_store;
 pub mod msm;
+pub mod pinned;
 mod proof;
 pub mod prover;
 pub mod qap;

@@ -175,6 +175,9 @@ pub struct CircuitView {
     pub srs_bytes: usize,
     /// Bytes of its bases on the GPU now (0 when not resident or on the CPU).
     pub srs_device_bytes: u64,
+    /// The GPUs that stream its bases from the host's memory (page-locked)
+    /// rather than hold them: where the key is larger than the card.
+    pub srs_streamed_on: Vec<String>,
     pub partition_estimate_bytes: u64,
     pub verifying_key_encodings: Vec<&'static str>,
     pub verifying_key_url: String,
@@ -196,6 +199,7 @@ impl CircuitsView {
                 key: c.key_source().clone(),
                 srs_bytes: c.key().resident_bytes(),
                 srs_device_bytes: service.key_device_bytes(name),
+                srs_streamed_on: service.key_streamed_on(name),
                 partition_estimate_bytes: service.partition_estimate_bytes(name),
                 verifying_key_encodings: c.verifying_key_encodings().iter().map(|e| e.name()).collect(),
                 verifying_key_url: format!("/v1/circuits/{name}/verifying-key"),

@@ -411,6 +411,23 @@ impl Service {
             .sum()
     }
 
+    /// The devices that stream a circuit's key from the host's memory now
+    /// (its plain bases did not fit them, or `gpu.bases = "streamed"`).
+    pub fn key_streamed_on(&self, circuit: &str) -> Vec<String> {
+        let Ok(s) = self.intake.circuits.get(circuit) else { return Vec::new() };
+        let fp = s.kind.key().fingerprint();
+        self.backends
+            .iter()
+            .filter(|b| {
+                b.resident_keys()
+                    .keys
+                    .iter()
+                    .any(|k| k.fingerprint == fp && k.layout == Some(crate::backend::BasesLayout::Streamed))
+            })
+            .map(|b| b.name().to_string())
+            .collect()
+    }
+
     /// Uploads a circuit's key to every device now, as its first partition
     /// there would: whether every device held it already, and how long the
     /// uploads took.

@@ -1,5 +1,6 @@
 //! What a key puts on a device: its G1 bases (H's in the order the NTT chain
-//! leaves H's scalars), B's G2 bases when the G2 MSM runs there, and its
+//! leaves H's scalars; or only the inputs' where the rest is streamed from
+//! the host), B's G2 bases when the G2 MSM runs there, and its
 //! circuit's matrices for a, b and c. [`Gpu`] is the [`DeviceMemory`] the
 //! residency rules run on.
 
@@ -19,17 +20,31 @@ pub(super) fn h_order(reduction: Reduction) -> Order {
     }
 }
 
-/// A proving key's bases on the device. H's bases are stored in the order
-/// of [`h_order`].
+/// A proving key's bases on the device: the inputs' always; H, L and the
+/// aux parts of A and B on the device, or streamed from the host.
 pub(super) struct DeviceKey {
-    pub h: G1Bases,
-    pub l: G1Bases,
+    pub large: Large,
     pub a_inputs: G1Bases,
-    pub a_aux: G1Bases,
     pub b_inputs: G1Bases,
-    pub b_aux: G1Bases,
     /// B's G2 bases (inputs, aux), when the G2 MSM runs on the device.
     pub b_g2: Option<(G2Bases, G2Bases)>,
+}
+
+/// Where a key's large G1 queries are. H's bases on the device are stored in
+/// the order of [`h_order`]; on the host they are the key's (natural order).
+pub(super) enum Large {
+    OnDevice(Box<LargeOnDevice>),
+    /// In the key's page-locked memory ([`ProvingKey::pinned`]), read by
+    /// each MSM a chunk at a time.
+    Streamed,
+}
+
+/// H, L and the aux parts of A and B on the device.
+pub(super) struct LargeOnDevice {
+    pub h: G1Bases,
+    pub l: G1Bases,
+    pub a_aux: G1Bases,
+    pub b_aux: G1Bases,
 }
 
 impl DeviceKey {
@@ -40,9 +55,17 @@ impl DeviceKey {
         g2: G2Placement,
         layout: BasesLayout,
     ) -> Result<Self, GpuError> {
+        let inputs = key.vk.ic.len();
+        let (a_inputs, b_inputs_bases) =
+            (G1Bases::upload(gpu, &key.a[..inputs])?, G1Bases::upload(gpu, &key.b_g1[..b_inputs])?);
+        if layout == BasesLayout::Streamed {
+            // Page-locked now (once for every device), not at the first MSM.
+            key.pinned.get_or_register(key, gpu)?;
+            return Ok(Self { large: Large::Streamed, a_inputs, b_inputs: b_inputs_bases, b_g2: None });
+        }
         let large = |points: &[G1Affine]| match layout {
             BasesLayout::Shifted => G1Bases::upload_shifted(gpu, points),
-            BasesLayout::Plain => G1Bases::upload(gpu, points),
+            BasesLayout::Plain | BasesLayout::Streamed => G1Bases::upload(gpu, points),
         };
         let n = key.domain_size();
         let log_n = n.trailing_zeros();
@@ -61,16 +84,17 @@ impl DeviceKey {
         };
         let h = match layout {
             BasesLayout::Shifted => G1Bases::upload_shifted_from(gpu, n, h_bases)?,
-            BasesLayout::Plain => G1Bases::upload_from(gpu, n, h_bases)?,
+            BasesLayout::Plain | BasesLayout::Streamed => G1Bases::upload_from(gpu, n, h_bases)?,
         };
-        let inputs = key.vk.ic.len();
         Ok(Self {
-            h,
-            l: large(&key.l)?,
-            a_inputs: G1Bases::upload(gpu, &key.a[..inputs])?,
-            a_aux: large(&key.a[inputs..])?,
-            b_inputs: G1Bases::upload(gpu, &key.b_g1[..b_inputs])?,
-            b_aux: large(&key.b_g1[b_inputs..])?,
+            large: Large::OnDevice(Box::new(LargeOnDevice {
+                h,
+                l: large(&key.l)?,
+                a_aux: large(&key.a[inputs..])?,
+                b_aux: large(&key.b_g1[b_inputs..])?,
+            })),
+            a_inputs,
+            b_inputs: b_inputs_bases,
             b_g2: match g2 {
                 G2Placement::Gpu => Some((
                     G2Bases::upload(gpu, &key.b_g2[..b_inputs])?,
@@ -84,11 +108,13 @@ impl DeviceKey {
 
 impl OnDevice for DeviceKey {
     fn bytes(&self) -> u64 {
-        let g1: u64 = [&self.h, &self.l, &self.a_inputs, &self.a_aux, &self.b_inputs, &self.b_aux]
-            .iter()
-            .map(|b| b.bytes() as u64)
-            .sum();
-        g1 + self.b_g2.as_ref().map_or(0, |(i, a)| (i.bytes() + a.bytes()) as u64)
+        let large: u64 = match &self.large {
+            Large::OnDevice(q) => [&q.h, &q.l, &q.a_aux, &q.b_aux].iter().map(|b| b.bytes() as u64).sum(),
+            Large::Streamed => 0,
+        };
+        large
+            + (self.a_inputs.bytes() + self.b_inputs.bytes()) as u64
+            + self.b_g2.as_ref().map_or(0, |(i, a)| (i.bytes() + a.bytes()) as u64)
     }
 }
 

@@ -41,6 +41,10 @@ pub struct CudaBackend {
     msm: Msm,
     options: CudaOptions,
     state: Mutex<State>,
+    /// Device bytes free when it was opened, before any key: what keys and
+    /// partitions may have (less than the card where another process, or a
+    /// ballast, holds some).
+    capacity: u64,
     /// Keys (fingerprints) whose circuit matrices did not fit on the device
     /// the last time they were tried ([`Residency::no_room`]); apart from
     /// `state`, so that synthesis can ask without waiting for the device.
@@ -72,6 +76,9 @@ pub struct ResidentKey {
     pub fingerprint: [u8; 32],
     pub device_bytes: u64,
     pub uploads: u64,
+    /// How it is held on the device now (`Streamed`: read from the host's
+    /// memory by each MSM); `None` once evicted.
+    pub layout: Option<BasesLayout>,
 }
 
 fn backend_error(e: GpuError) -> ProveError {
@@ -83,14 +90,10 @@ impl CudaBackend {
     pub fn open(ordinal: usize, data_dir: &Path, options: CudaOptions) -> Result<Self, GpuError> {
         let gpu = Arc::new(Gpu::open(ordinal, &data_dir.join("kernels"))?);
         let name = format!("cuda:{ordinal}");
-        let rules = Rules {
-            key_memory_limit: options.key_memory_limit,
-            bases: options.bases,
-            g2: options.b_g2_msm,
-            partitions_in_flight: options.partitions_in_flight.count() as u64,
-        };
-        let residency = Residency::new(name.clone(), rules);
+        let residency = Residency::new(name.clone(), Self::rules_of(&options));
+        let (free, _) = gpu.memory()?;
         Ok(Self {
+            capacity: free as u64,
             no_room: residency.no_room(),
             state: Mutex::new(State { ntts: HashMap::new(), residency, timer: gpu.timer()? }),
             msm: Msm::new(gpu.clone()),
@@ -102,6 +105,19 @@ impl CudaBackend {
 
     pub fn gpu(&self) -> Arc<Gpu> {
         self.gpu.clone()
+    }
+
+    fn rules_of(options: &CudaOptions) -> Rules {
+        Rules {
+            key_memory_limit: options.key_memory_limit,
+            bases: options.bases,
+            g2: options.b_g2_msm,
+            partitions_in_flight: options.partitions_in_flight.count() as u64,
+        }
+    }
+
+    fn rules(&self) -> Rules {
+        Self::rules_of(&self.options)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -143,11 +159,13 @@ impl Backend for CudaBackend {
 
     /// None beyond the witness while every MSM runs on the device (H, the
     /// filtered scalars and the staging are device or per-device memory);
-    /// the CPU prover's where B's G2 MSM runs on the host.
+    /// the CPU prover's where B's G2 MSM runs on the host (by the config, or
+    /// for a key streamed from the host).
     fn host_working_bytes(&self, key: &ProvingKey) -> u64 {
+        let streamed = residency::streams(&self.rules(), key, self.capacity);
         match self.options.b_g2_msm {
-            G2Placement::Gpu => 0,
-            G2Placement::Cpu => super::cpu_working_bytes(key),
+            G2Placement::Gpu if !streamed => 0,
+            _ => super::cpu_working_bytes(key),
         }
     }
 

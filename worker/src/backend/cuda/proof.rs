@@ -9,13 +9,16 @@ use std::time::Instant;
 
 use blstrs::{G1Projective, G2Projective, Scalar};
 use group::Group;
-use provd_kernels::{select_by_density, CopyLane, CudaSlice, FrRaw, Gpu, GpuError, Timer, Unsatisfied};
+use provd_kernels::{
+    select_by_density, CopyLane, CudaSlice, FrRaw, G1Bases, Gpu, GpuError, Order, Timer, Unsatisfied,
+};
 
 use super::copy_plan::{copy_ahead, upload_abc, Prepared, Vectors};
-use super::device_key::DeviceKey;
+use super::device_key::{h_order, DeviceKey, Large};
 use super::h_chain::quotient_on_device;
 use super::{backend_error, CudaBackend, State};
 use crate::groth16::msm::filter;
+use crate::groth16::pinned::PinnedQueries;
 use crate::groth16::prover::{split, Assignment, G1Parts, PendingProof, StepTime};
 use crate::groth16::synthesis::{Density, Evaluations, Products};
 use crate::groth16::{ProveError, ProvingKey, Synthesized};
@@ -74,16 +77,36 @@ impl CudaBackend {
             }
             Prepared::Evaluated(v) => (v, None),
         };
-        let (h_scalars, aux) = clock
+        let (mut h_scalars, aux) = clock
             .time("copies + quotient", || {
                 quotient_on_device(&self.gpu, &lane, ntts, key.reduction, log_n, vectors, &asg.aux)
             })
             .map_err(backend_error)?;
+        let large = match &resident.bases.large {
+            Large::OnDevice(q) => Queries::OnDevice { h: &q.h, l: &q.l, a_aux: &q.a_aux, b_aux: &q.b_aux },
+            Large::Streamed => {
+                let pinned = key.pinned.get_or_register(key, &self.gpu).map_err(backend_error)?;
+                Queries::Streamed { pinned, inputs: key.vk.ic.len(), b_inputs: resident.bases.b_inputs.len() }
+            }
+        };
         let h = clock
-            .time("msm h", || self.msm.run_device(&resident.bases.h, h_scalars.raw(), h_scalars.len()))
+            .time("msm h", || match &large {
+                Queries::OnDevice { h, .. } => self.msm.run_device(h, h_scalars.raw(), h_scalars.len()),
+                Queries::Streamed { pinned, .. } => {
+                    // The host's H bases are in the key's natural order.
+                    if h_order(key.reduction) == Order::BitReversed {
+                        ntts.get(&key.reduction.root())
+                            .expect("the H chain's engine")
+                            .bit_reverse(&mut h_scalars)?;
+                    }
+                    let n = pinned.h.len().min(h_scalars.len());
+                    self.msm.run_streamed(pinned.h.view(..), STREAM_CHUNK, h_scalars.raw(), n)
+                }
+            })
             .map_err(backend_error)?;
         drop(h_scalars);
-        let msms = Msms { backend: self, bases: &resident.bases, asg: &asg, b_in: &b_in, aux: aux.as_ref() };
+        let msms =
+            Msms { backend: self, bases: &resident.bases, large, asg: &asg, b_in: &b_in, aux: aux.as_ref() };
         let (g1, b_g2) = msms.run(&mut clock, h, &a_aux_density).map_err(backend_error)?;
         let unsatisfied = match check {
             Some(c) => c
@@ -141,11 +164,42 @@ impl CudaBackend {
     }
 }
 
+/// Bases a proof's MSMs over a key's large G1 queries read in chunks from
+/// the host ([`Msm::run_streamed`]): 2^22 points (384 MiB), twice on the
+/// device, with one chunk's MSM working memory.
+const STREAM_CHUNK: usize = 1 << 22;
+
+/// A key's large G1 queries as this proof reads them.
+enum Queries<'a> {
+    OnDevice {
+        h: &'a G1Bases,
+        l: &'a G1Bases,
+        a_aux: &'a G1Bases,
+        b_aux: &'a G1Bases,
+    },
+    /// The key's page-locked points; its A and B queries' aux parts start
+    /// after their inputs.
+    Streamed {
+        pinned: &'a PinnedQueries,
+        inputs: usize,
+        b_inputs: usize,
+    },
+}
+
+/// Which of the large queries an MSM sums over.
+#[derive(Clone, Copy)]
+enum Query {
+    L,
+    AAux,
+    BAux,
+}
+
 /// The MSMs after H, over one key's bases and one assignment (its aux part
 /// on the device).
 struct Msms<'a> {
     backend: &'a CudaBackend,
     bases: &'a DeviceKey,
+    large: Queries<'a>,
     asg: &'a Assignment,
     /// The inputs' subset in B.
     b_in: &'a [Scalar],
@@ -153,15 +207,32 @@ struct Msms<'a> {
 }
 
 impl Msms<'_> {
-    /// Σ over the aux subset `picked` (the scalars and their count), if any.
+    /// Σ over `query` of the aux subset `picked` (the scalars and their
+    /// count), if any: from the device's bases, or streamed from the host's.
     fn over(
         &self,
-        bases: &provd_kernels::G1Bases,
+        query: Query,
         picked: Option<(&CudaSlice<FrRaw>, usize)>,
     ) -> Result<G1Projective, GpuError> {
-        match picked {
-            Some((scalars, n)) => self.backend.msm.run_device(bases, scalars, n),
-            None => Ok(G1Projective::identity()),
+        let Some((scalars, n)) = picked else { return Ok(G1Projective::identity()) };
+        let msm = &self.backend.msm;
+        match &self.large {
+            Queries::OnDevice { l, a_aux, b_aux, .. } => {
+                let bases = match query {
+                    Query::L => l,
+                    Query::AAux => a_aux,
+                    Query::BAux => b_aux,
+                };
+                msm.run_device(bases, scalars, n)
+            }
+            Queries::Streamed { pinned, inputs, b_inputs } => {
+                let bases = match query {
+                    Query::L => pinned.l.view(..),
+                    Query::AAux => pinned.a.view(*inputs..),
+                    Query::BAux => pinned.b_g1.view(*b_inputs..),
+                };
+                msm.run_streamed(bases, STREAM_CHUNK, scalars, n)
+            }
         }
     }
 
@@ -174,17 +245,17 @@ impl Msms<'_> {
     ) -> Result<(G1Parts, Option<G2Projective>), GpuError> {
         let (msm, gpu, dk, asg) = (&self.backend.msm, &*self.backend.gpu, self.bases, self.asg);
         let (naux, b_in) = (asg.aux.len(), self.b_in);
-        let l = clock.time("msm l", || self.over(&dk.l, self.aux.map(|s| (s, naux))))?;
+        let l = clock.time("msm l", || self.over(Query::L, self.aux.map(|s| (s, naux))))?;
         let a = clock.time("msm a", || {
             let picked = pick(gpu, self.aux, naux, a_aux_density)?;
             Ok(msm.run(&dk.a_inputs, &asg.input)?
-                + self.over(&dk.a_aux, picked.as_ref().map(|(s, n)| (s, *n)))?)
+                + self.over(Query::AAux, picked.as_ref().map(|(s, n)| (s, *n)))?)
         })?;
         // B's aux subset serves both groups: picked once.
         let (b_g1, b_aux) = clock.time("msm b_g1", || {
             let picked = pick(gpu, self.aux, naux, &asg.b_aux_density)?;
-            let sum =
-                msm.run(&dk.b_inputs, b_in)? + self.over(&dk.b_aux, picked.as_ref().map(|(s, n)| (s, *n)))?;
+            let sum = msm.run(&dk.b_inputs, b_in)?
+                + self.over(Query::BAux, picked.as_ref().map(|(s, n)| (s, *n)))?;
             Ok((sum, picked))
         })?;
         let b_g2 = match &dk.b_g2 {

@@ -13,7 +13,11 @@
 //!   limit or the device's free memory (less the working buffers of the
 //!   partitions in flight) leaves no room, and again after an out-of-memory
 //!   upload (another process took memory meanwhile) while any key is left;
-//! - a key larger than the key memory limit is refused, evicting nothing;
+//! - a key whose plain bases exceed the key memory limit, or do not fit
+//!   the device beside its working buffers once every other key is evicted
+//!   (or whose upload runs out of memory with no key left to evict), is
+//!   streamed from the host's memory instead ([`BasesLayout::Streamed`]),
+//!   evicting nothing more; `gpu.bases = "streamed"` streams every key;
 //! - matrices go beside their key only where they fit; otherwise the key is
 //!   listed as having no room until it is uploaded again, and its a, b, c
 //!   are computed on the host.
@@ -25,7 +29,7 @@ use provd_kernels::msm::shifted_copies;
 use provd_kernels::{DeviceMatrix, GpuError};
 
 use super::{backend_error, BasesLayout, G2Placement, KeyResidency, ResidentKey};
-use crate::groth16::{BackendFault, Matrices, ProveError, ProvingKey};
+use crate::groth16::{Matrices, ProveError, ProvingKey};
 
 /// Device bytes kept free beside the resident keys for one proof's working
 /// buffers, per domain element: a/b/c and the aux assignment during the H
@@ -93,16 +97,20 @@ pub(super) fn key_bytes(
     layout: BasesLayout,
 ) -> Option<u64> {
     let inputs = key.vk.ic.len();
+    let mut g1 = (inputs + b_inputs) as u64 * G1_BASE_BYTES;
+    if layout == BasesLayout::Streamed {
+        // The inputs' bases alone: the rest stays on the host, G2's too.
+        return Some(g1);
+    }
     let large = [
         key.domain_size(),
         key.l.len(),
         key.a.len().saturating_sub(inputs),
         key.b_g1.len().saturating_sub(b_inputs),
     ];
-    let mut g1 = (inputs + b_inputs) as u64 * G1_BASE_BYTES;
     for len in large {
         let copies = match layout {
-            BasesLayout::Plain => 1,
+            BasesLayout::Plain | BasesLayout::Streamed => 1,
             BasesLayout::Shifted if len == 0 => 1,
             BasesLayout::Shifted => shifted_copies(len)?,
         };
@@ -110,6 +118,21 @@ pub(super) fn key_bytes(
     }
     let g2 = if g2 == G2Placement::Gpu { key.b_g2.len() as u64 * G2_BASE_BYTES } else { 0 };
     Some(g1 + g2)
+}
+
+/// Whether `key` will be streamed from the host on a device of
+/// `device_bytes` under `rules`, as far as that is known before it is made
+/// resident: streamed by the config, or its plain bases (without B's inputs,
+/// a handful) over the key memory limit or over the device beside one
+/// partition's working buffers. Admission counts B's G2 MSM on the host for
+/// such a key. (At run time a key may also be streamed for memory that other
+/// keys or processes hold: then only `make_resident` knows.)
+pub(super) fn streams(rules: &Rules, key: &ProvingKey, device_bytes: u64) -> bool {
+    if rules.bases == BasesLayout::Streamed {
+        return true;
+    }
+    let need = key_bytes(key, 0, rules.g2, BasesLayout::Plain).expect("plain bases always have a layout");
+    rules.key_memory_limit.is_some_and(|limit| need > limit) || need + rules.working_bytes(key) > device_bytes
 }
 
 /// Device bytes of `matrices` uploaded, before uploading them.
@@ -122,6 +145,8 @@ pub(super) fn matrices_bytes(matrices: &Matrices) -> u64 {
 pub(super) struct Resident<D: DeviceMemory> {
     pub fingerprint: [u8; 32],
     pub bases: D::Key,
+    /// How its large G1 queries are held (`Streamed`: on the host).
+    pub layout: BasesLayout,
     /// The matrices uploaded (the witness's own must be used) and their copy.
     pub matrices: Option<(Arc<Matrices>, D::Matrices)>,
 }
@@ -213,6 +238,9 @@ impl<D: DeviceMemory> Residency<D> {
             return Ok(self.keys.len() - 1);
         }
         let g2 = self.rules.g2;
+        if self.rules.bases == BasesLayout::Streamed {
+            return self.streamed(dev, key, b_inputs, "gpu.bases = \"streamed\"");
+        }
         if let Some(shifted) = self.shifted_if_room(dev, key, b_inputs)? {
             return Ok(self.now_resident(fingerprint, BasesLayout::Shifted, shifted));
         }
@@ -220,15 +248,22 @@ impl<D: DeviceMemory> Residency<D> {
             key_bytes(key, b_inputs, g2, BasesLayout::Plain).expect("plain bases always have a layout");
         if let Some(limit) = self.rules.key_memory_limit {
             if need > limit {
-                let source = BackendFault::KeyOverLimit { need, limit };
-                return Err(ProveError::Backend { backend: "cuda", source });
+                return self.streamed(dev, key, b_inputs, "larger than gpu.key_memory_limit");
             }
             while !self.keys.is_empty() && self.resident_bytes() + need > limit {
                 self.evict_oldest("gpu.key_memory_limit");
             }
         }
         let working = self.rules.working_bytes(key);
-        while !self.keys.is_empty() && dev.free_bytes().map_err(backend_error)? < need + working {
+        while dev.free_bytes().map_err(backend_error)? < need + working {
+            if self.keys.is_empty() {
+                return self.streamed(
+                    dev,
+                    key,
+                    b_inputs,
+                    "larger than the device holds beside its working buffers",
+                );
+            }
             self.evict_oldest("device memory short");
         }
         let bases = loop {
@@ -237,10 +272,29 @@ impl<D: DeviceMemory> Residency<D> {
                 Err(e) if e.is_out_of_memory() && !self.keys.is_empty() => {
                     self.evict_oldest("out of device memory while uploading");
                 }
+                Err(e) if e.is_out_of_memory() => {
+                    return self.streamed(dev, key, b_inputs, "out of device memory while uploading");
+                }
                 Err(e) => return Err(backend_error(e)),
             }
         };
         Ok(self.now_resident(fingerprint, BasesLayout::Plain, bases))
+    }
+
+    /// Makes `key` resident streamed from the host's memory: only its
+    /// inputs' bases on the device (`why`: the reason, logged).
+    fn streamed(
+        &mut self,
+        dev: &D,
+        key: &ProvingKey,
+        b_inputs: usize,
+        why: &str,
+    ) -> Result<usize, ProveError> {
+        tracing::info!(device = %self.device, why, host_mib = key.resident_bytes() >> 20,
+            "proving key streamed from the host's memory to the device");
+        let bases =
+            dev.upload_key(key, b_inputs, G2Placement::Cpu, BasesLayout::Streamed).map_err(backend_error)?;
+        Ok(self.now_resident(key.fingerprint(), BasesLayout::Streamed, bases))
     }
 
     /// Whether `need` more device bytes fit beside the resident keys: within
@@ -281,7 +335,7 @@ impl<D: DeviceMemory> Residency<D> {
         self.no_room.lock().unwrap_or_else(|e| e.into_inner()).remove(&fingerprint);
         tracing::info!(device = %self.device, mib = bases.bytes() >> 20, ?layout,
             resident = self.keys.len() + 1, "proving key bases resident on the device");
-        self.keys.push(Resident { fingerprint, bases, matrices: None });
+        self.keys.push(Resident { fingerprint, bases, layout, matrices: None });
         self.keys.len() - 1
     }
 
@@ -327,10 +381,14 @@ impl<D: DeviceMemory> Residency<D> {
         let keys = self
             .uploads
             .iter()
-            .map(|(fp, uploads)| ResidentKey {
-                fingerprint: *fp,
-                device_bytes: self.keys.iter().find(|k| &k.fingerprint == fp).map_or(0, Resident::bytes),
-                uploads: *uploads,
+            .map(|(fp, uploads)| {
+                let now = self.keys.iter().find(|k| &k.fingerprint == fp);
+                ResidentKey {
+                    fingerprint: *fp,
+                    device_bytes: now.map_or(0, Resident::bytes),
+                    uploads: *uploads,
+                    layout: now.map(|k| k.layout),
+                }
             })
             .collect();
         KeyResidency { keys, evictions: self.evictions }

@@ -290,6 +290,42 @@ fn gpu_shifted_bases_prove_what_plain_bases_prove() {
     assert_eq!(bytes(&limited), bytes(&plain), "under a limit the bases stay plain");
 }
 
+/// A key streamed from the host's memory (page-locked in place; B's G2 MSM
+/// on the host) proves what a resident key proves, and the proofs verify: streamed by the config, and by itself where the key is
+/// larger than the key memory limit (a card smaller than the key). (The
+/// stream's chunks, several and partial, are tested in gpu-kernels' MSM tests.)
+#[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
+fn gpu_streamed_keys_prove_what_resident_keys_prove() {
+    let Some(resident) = backend(CudaOptions { bases: BasesLayout::Plain, ..CudaOptions::default() }) else {
+        return;
+    };
+    let streamed = backend(CudaOptions { bases: BasesLayout::Streamed, ..CudaOptions::default() }).unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(6);
+    for (log, shape) in [(12, Shape::Dense), (20, Shape::Bits)] {
+        let builtin = Builtin { shape, log_size: log };
+        let key = keygen::generate_test_key(builtin.circuit(None), &mut rng).unwrap();
+        let w = synthesize(builtin.circuit(Some(3))).unwrap();
+        let public = w.public_inputs().to_vec();
+        let want = resident.prove_start(&key, w.clone()).unwrap();
+        let limited =
+            CudaOptions { key_memory_limit: Some(key.resident_bytes() as u64 / 4), ..CudaOptions::default() };
+        let limited = backend(limited).unwrap();
+        for (name, gpu) in [("streamed", &streamed), ("over the limit", &limited)] {
+            let ours = gpu.prove_start(&key, w.clone()).unwrap();
+            assert_eq!(ours.g1, want.g1, "{name}, 2^{log}: G1 parts");
+            assert!(ours.b_g2.is_none(), "{name}: B in G2 left to the host");
+            let report = gpu.resident_keys();
+            assert_eq!(report.keys[0].layout, Some(BasesLayout::Streamed), "{name}");
+            assert!(report.keys[0].device_bytes < key.resident_bytes() as u64 / 100, "{name}: inputs only");
+            let blind = Blinding::random(&mut rng);
+            let finished = gpu.prove_finish(&key, ours, blind).unwrap();
+            assert!(finished.proof.verify(&key.vk, &public), "{name}, 2^{log}: the proof verifies");
+        }
+        assert!(key.pinned.is_registered());
+    }
+}
+
 /// Two keys alternating: both stay resident while they fit (one upload
 /// each); under a limit that holds one, each switch evicts the other and
 /// re-uploads it, and proofs stay right in both cases.

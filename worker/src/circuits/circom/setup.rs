@@ -77,6 +77,7 @@ pub fn test_only_zkey(r1cs: &R1cs, rng: &mut impl RngCore) -> Result<Zkey, Setup
     let t1 = FixedBase::<G1Projective>::new(g1, h_s.len());
     let t2 = FixedBase::<G2Projective>::new(g2, v.len());
     let key = ProvingKey {
+        pinned: Default::default(),
         vk: waste.verifying_key(t1.mul_all(&ic_s)),
         h: t1.mul_all(&h_s),
         l: t1.mul_all(&c_s),

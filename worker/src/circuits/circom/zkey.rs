@@ -87,6 +87,7 @@ impl Zkey {
         let h = points(9, "H", n, &mut r)?;
         let (a, b) = coefficients(&file.read(&mut r, 4)?, &header)?;
         let key = ProvingKey {
+            pinned: Default::default(),
             vk: VerifyingKey {
                 alpha_g1: header.alpha_g1,
                 beta_g1: header.beta_g1,

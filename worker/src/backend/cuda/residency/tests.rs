@@ -9,6 +9,7 @@ use rand::SeedableRng;
 use super::*;
 use crate::circuits::BenchCircuit;
 use crate::groth16::keygen;
+use crate::groth16::BackendFault;
 
 /// A device of `capacity` bytes; `taken_by_others` bytes of it are used by
 /// another process, which `free_bytes` sees only once `visible` is set.
@@ -162,19 +163,52 @@ fn under_the_key_limit_the_least_recently_used_are_evicted_first() {
     assert_eq!(dev.used(), plain(b) + plain(c), "evicted keys gave their memory back");
 }
 
+/// The layouts resident, as [`resident`] lists them.
+fn layouts(r: &Residency<Fake>) -> Vec<BasesLayout> {
+    r.keys.iter().map(|k| k.layout).collect()
+}
+
 #[test]
-fn a_key_larger_than_the_limit_is_refused_and_evicts_nothing() {
+fn a_key_larger_than_the_limit_is_streamed_and_evicts_nothing() {
     let [a, _, c] = keys();
     let dev = Fake::new(working(c) * 4);
-    let mut r = Residency::new("fake".into(), rules(Some(plain(c) - 1), BasesLayout::Plain));
+    let rules = rules(Some(plain(c) - 1), BasesLayout::Plain);
+    assert!(streams(&rules, c, working(c) * 4) && !streams(&rules, a, working(c) * 4));
+    let mut r = Residency::new("fake".into(), rules);
     r.make_resident(&dev, a, 0).unwrap();
-    let e = r.make_resident(&dev, c, 0).unwrap_err();
-    assert!(
-        matches!(e, ProveError::Backend { source: BackendFault::KeyOverLimit { need, .. }, .. } if need == plain(c)),
-        "{e}"
-    );
-    assert!(!e.is_bad_input(), "a device's limit, not the request's fault");
-    assert_eq!(resident(&r), ["k8"]);
+    r.make_resident(&dev, c, 0).unwrap();
+    assert_eq!(resident(&r), ["k8", "k10"]);
+    assert_eq!(layouts(&r), [BasesLayout::Plain, BasesLayout::Streamed]);
+    assert_eq!(dev.uploads(), ["k8 Plain", "k10 Streamed"]);
+    assert_eq!(dev.used(), plain(a) + key_bytes(c, 0, G2Placement::Cpu, BasesLayout::Streamed).unwrap());
+    let report = r.report();
+    let streamed = report.keys.iter().find(|k| k.fingerprint == c.fingerprint()).unwrap();
+    assert_eq!(streamed.layout, Some(BasesLayout::Streamed));
+    // Used again, it stays as it is: not uploaded again.
+    r.make_resident(&dev, c, 0).unwrap();
+    assert_eq!(dev.uploads().len(), 2);
+}
+
+#[test]
+fn streamed_bases_take_the_inputs_alone_and_every_key_streams_where_the_config_says_so() {
+    let [a, b, c] = keys();
+    for key in [a, b, c] {
+        let inputs = key.vk.ic.len() as u64 * G1_BASE_BYTES;
+        assert_eq!(
+            key_bytes(key, 0, G2Placement::Gpu, BasesLayout::Streamed),
+            Some(inputs),
+            "G2's too stay home"
+        );
+    }
+    let dev = Fake::new(working(c) * 4 + plain(a) + plain(b) + plain(c));
+    let rules = rules(None, BasesLayout::Streamed);
+    assert!([a, b, c].iter().all(|k| streams(&rules, k, u64::MAX)));
+    let mut r = Residency::new("fake".into(), rules);
+    for key in [a, b, c] {
+        r.make_resident(&dev, key, 0).unwrap();
+    }
+    assert_eq!(layouts(&r), [BasesLayout::Streamed; 3]);
+    assert_eq!(r.report().evictions, 0);
 }
 
 #[test]
@@ -188,11 +222,19 @@ fn short_device_memory_evicts_until_the_key_and_its_working_buffers_fit() {
     r.make_resident(&dev, c, 0).unwrap();
     assert_eq!(resident(&r), ["k10"], "a and b evicted, oldest first");
     assert_eq!(r.report().evictions, 2);
-    // Alone, a key is uploaded whatever is free: the upload itself decides.
+    // Alone and still without room for its working buffers, a key is
+    // streamed from the host rather than uploaded to fail in a kernel.
     let tiny = Fake::new(plain(c));
+    assert!(streams(&rules(None, BasesLayout::Plain), c, plain(c)));
     let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Plain));
+    r.make_resident(&tiny, a, 0).unwrap();
     r.make_resident(&tiny, c, 0).unwrap();
-    assert_eq!(resident(&r), ["k10"]);
+    assert_eq!(
+        resident(&r),
+        ["k10"],
+        "a evicted first: c does not fit beside the working buffers alone either"
+    );
+    assert_eq!(layouts(&r), [BasesLayout::Streamed]);
 }
 
 #[test]
@@ -207,7 +249,14 @@ fn an_out_of_memory_upload_evicts_the_oldest_and_tries_again_while_keys_are_left
     r.make_resident(&dev, b, 0).unwrap();
     r.make_resident(&dev, c, 0).unwrap();
     assert_eq!(resident(&r), ["k9", "k10"], "a evicted after the out-of-memory upload of c");
-    // With no key left to evict, the device's error is the partition's.
+    // With no key left to evict, the key is streamed; where even its inputs'
+    // bases find no room, the device's error is the partition's.
+    let mut dev = Fake::new(working(a) * 2 + plain(a));
+    dev.taken_by_others = working(a) * 2 + 1;
+    dev.visible = false;
+    let mut alone = Residency::<Fake>::new("fake".into(), rules(None, BasesLayout::Plain));
+    alone.make_resident(&dev, a, 0).unwrap();
+    assert_eq!(layouts(&alone), [BasesLayout::Streamed], "out of memory while uploading, nothing to evict");
     let mut empty = Residency::<Fake>::new("fake".into(), rules(None, BasesLayout::Plain));
     let full = Fake { taken_by_others: u64::MAX / 2, visible: false, ..Fake::new(u64::MAX / 2) };
     let e = empty.make_resident(&full, a, 0).unwrap_err();
