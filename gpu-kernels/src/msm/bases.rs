@@ -220,17 +220,7 @@ impl HostBases {
     pub fn view(&self, range: impl std::ops::RangeBounds<usize>) -> HostView<'_> {
         // SAFETY: `register`'s contract keeps them alive and unwritten.
         let all = unsafe { std::slice::from_raw_parts(self.ptr, self.len) };
-        let start = match range.start_bound() {
-            std::ops::Bound::Included(&i) => i,
-            std::ops::Bound::Excluded(&i) => i + 1,
-            std::ops::Bound::Unbounded => 0,
-        };
-        let end = match range.end_bound() {
-            std::ops::Bound::Included(&i) => i + 1,
-            std::ops::Bound::Excluded(&i) => i,
-            std::ops::Bound::Unbounded => self.len,
-        };
-        HostView { points: &all[start..end] }
+        HostView { points: &all[(range.start_bound().cloned(), range.end_bound().cloned())] }
     }
 
     /// Whether these are `points` page-locked (the same memory, not moved since).
