@@ -290,14 +290,14 @@ fn curios_requests_over_tcp_and_a_unix_socket_are_proved_and_verified() {
     );
 }
 
-/// Jobs waiting behind a long one: `GetStatus` counts them as `/v1/status`
-/// does; `AwaitProof` with a timeout answers TIMEOUT; a cancel ends the
-/// long one (CANCELLED) and the rest are proved.
+/// Jobs behind a long one: `GetStatus` counts them as `/v1/status` does;
+/// `AwaitProof` with a timeout answers TIMEOUT; a cancel ends the long one
+/// (CANCELLED) and the rest are proved.
 #[test]
 fn waits_time_out_cancels_end_jobs_and_the_status_counts_match_http() {
     let f = fixture();
     let socket = f.dir.path().join("cuzk-b.sock");
-    // One partition at a time: the sector holds the pipeline while it is proved.
+    // One partition at a time: the PoSt jobs wait for the sector's to leave synthesis.
     let server = Server::start(&f.config(&socket, "[pipeline]\npartition_permits = 1\n"), &[]);
     let tcp = server.grpc[0].clone();
     let Some(first) = cuzk_client(&json!([call("SubmitProof", &tcp, porep(f, "porep-1000-1"))])) else {
@@ -315,26 +315,52 @@ fn waits_time_out_cancels_end_jobs_and_the_status_counts_match_http() {
     let queued = cuzk_client(&json!([
         call("SubmitProof", &tcp, window(&vanilla, w, "wdpost-a")),
         call("SubmitProof", &tcp, window(&vanilla, w, "wdpost-b")),
-        call("GetStatus", &tcp, json!({})),
         call("AwaitProof", &tcp, json!({"job_id": sector_job, "timeout_ms": 200})),
     ]))
     .unwrap();
-    let (_, http) = server.call("GET", "/v1/status", None);
-    let by_circuit = &http["snapshot"]["unfinished_jobs"];
-    let status = ok(&queued[2]);
-    let queue = |kind: &str| {
-        let q =
-            status["queues"].as_array().unwrap().iter().find(|q| q["proof_kind"] == kind).unwrap().clone();
+    let waited = ok(&queued[2]);
+    assert_eq!(
+        (waited["status"].as_str(), waited["job_id"].as_str()),
+        (Some("TIMEOUT"), Some(sector_job.as_str()))
+    );
+
+    // GetStatus counts what /v1/status counts. The PoSt jobs start as soon as
+    // the sector's partition has left synthesis, which may fall between two
+    // calls; so the counts are compared at a moment when /v1/status read the
+    // same before and after GetStatus.
+    const KINDS: [(&str, &str); 4] = [
+        ("porep-c2", "porep-2k"),
+        ("window-post", "window-2k"),
+        ("winning-post", "winning-2k"),
+        ("snap-update", "snap-2k"),
+    ];
+    let http_counts = || {
+        let (_, http) = server.call("GET", "/v1/status", None);
+        let jobs = &http["snapshot"]["unfinished_jobs"];
+        let counts = KINDS.map(|(_, name)| {
+            (jobs[name]["queued"].as_u64().unwrap(), jobs[name]["running"].as_u64().unwrap())
+        });
+        (counts, http)
+    };
+    let (status, counts, http) = loop {
+        let (before, _) = http_counts();
+        let status = ok(&cuzk_client(&json!([call("GetStatus", &tcp, json!({}))])).unwrap()[0]).clone();
+        let (after, http) = http_counts();
+        if before == after {
+            break (status, after, http);
+        }
+        assert!(std::time::Instant::now() < deadline, "/v1/status never held still across a GetStatus");
+    };
+    let grpc_counts = KINDS.map(|(kind, _)| {
+        let queues = status["queues"].as_array().unwrap();
+        let q = queues.iter().find(|q| q["proof_kind"] == kind).unwrap();
         (q["pending"].as_u64().unwrap(), q["in_progress"].as_u64().unwrap())
-    };
-    let circuit = |name: &str| {
-        let c = &by_circuit[name];
-        (c["queued"].as_u64().unwrap(), c["running"].as_u64().unwrap())
-    };
-    assert_eq!(queue("porep-c2"), (0, 1), "{status}");
-    assert_eq!(queue("window-post"), (2, 0), "{status}");
-    assert_eq!((circuit("porep-2k"), circuit("window-2k")), ((0, 1), (2, 0)), "/v1/status: {http}");
-    assert_eq!((queue("winning-post"), queue("snap-update")), ((0, 0), (0, 0)), "{status}");
+    });
+    assert_eq!(grpc_counts, counts, "GetStatus: {status}\n/v1/status: {http}");
+    // The sector is still being proved, and neither PoSt has ended behind it.
+    let [porep, (pending, in_progress), ..] = counts;
+    assert_eq!((porep, pending + in_progress), ((0, 1), 2), "/v1/status: {http}");
+    assert_eq!(&counts[2..], &[(0, 0), (0, 0)], "/v1/status: {http}");
     let srs = status["loaded_srs"].as_array().unwrap();
     let porep_srs = srs.iter().find(|s| s["circuit_id"] == "porep-2k").unwrap();
     assert_eq!(
@@ -344,11 +370,6 @@ fn waits_time_out_cancels_end_jobs_and_the_status_counts_match_http() {
     );
     let budget = http["snapshot"]["budget_bytes"].as_u64().unwrap();
     assert_eq!(status["pinned_memory_limit_bytes"].as_str().unwrap().parse::<u64>().unwrap(), budget);
-    let waited = ok(&queued[3]);
-    assert_eq!(
-        (waited["status"].as_str(), waited["job_id"].as_str()),
-        (Some("TIMEOUT"), Some(sector_job.as_str()))
-    );
 
     let posts: Vec<String> =
         queued[..2].iter().map(|r| ok(r)["job_id"].as_str().unwrap().to_string()).collect();
