@@ -154,9 +154,16 @@
         ? `queued · ${fleet.worker} is unready: ${fleet.unready}`
         : `queued · ${fleet.claimed} claimed (${fleet.claimed_here} here, ${fleet.worker}) · oldest ${fleet.oldest_queued_seconds.toFixed(0)} s`;
     }
-    $("gpus").innerHTML = (last.gpus || [])
-      .map((g) => `<p>${g.device}: ${C.formatBytes(g.used_bytes)} of ${C.formatBytes(g.total_bytes)} in use</p>`)
-      .join("");
+    $("gpus").replaceChildren(
+      ...(last.gpus || []).map((g) => {
+        const p = document.createElement("p");
+        const streamed = (g.streamed_keys || []).length
+          ? ` · keys streamed from the host: ${g.streamed_keys.join(", ")}`
+          : "";
+        p.textContent = `${g.device}: ${C.formatBytes(g.used_bytes)} of ${C.formatBytes(g.total_bytes)} in use${streamed}`;
+        return p;
+      }),
+    );
   }
 
   function cell(v, cls) {

@@ -1,7 +1,8 @@
 //! The service on a GPU: one worker serving two circuits, jobs alternating.
 //! While both keys fit, each is uploaded once (provd_key_uploads_total);
 //! under a gpu.key_memory_limit that holds one (plain bases, a, b, c on the
-//! host), each switch evicts the other.
+//! host), each switch evicts the other; under a limit below the larger key,
+//! that key is streamed from the host.
 //! Proofs verify in both cases. Skipped (saying why) where there is no GPU.
 
 use provd_e2e::{partition_proof, request, Server};
@@ -68,13 +69,14 @@ fn two_circuits_stay_resident_until_device_memory_is_short() {
     let server = Server::try_start(&plain, &[], "cuda").unwrap();
     alternate(&server);
     let (_, circuits) = server.call("GET", "/v1/circuits", None);
-    let mut sizes: Vec<u64> = circuits["circuits"]
+    let mut named: Vec<(u64, String)> = circuits["circuits"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| c["srs_device_bytes"].as_u64().unwrap())
+        .map(|c| (c["srs_device_bytes"].as_u64().unwrap(), c["name"].as_str().unwrap().to_string()))
         .collect();
-    sizes.sort();
+    named.sort();
+    let sizes: Vec<u64> = named.iter().map(|(bytes, _)| *bytes).collect();
     drop(server);
     let (smallest, largest) = (sizes[0], sizes[1]);
     assert!(smallest > 0, "both keys were resident: {sizes:?}");
@@ -87,7 +89,33 @@ fn two_circuits_stay_resident_until_device_memory_is_short() {
         .sum();
     assert_eq!(uploads, 6.0, "{text}");
     assert_eq!(metric(&text, "provd_key_evictions_total{device=\"cuda:0\"}"), 5.0);
+    drop(server);
+
+    // A limit under the larger key: it is streamed from the host (and says
+    // so in the metrics, /v1/circuits and the live view's snapshot), the
+    // smaller stays resident, and every proof still verifies.
+    let small_limit = format!("{plain}key_memory_limit = {}\n", largest - 1);
+    let server = Server::try_start(&small_limit, &[], "cuda").unwrap();
+    let text = alternate(&server);
+    let (big, small) = (&named[1].1, &named[0].1);
+    let layout = |c: &str, l: &str| {
+        metric(&text, &format!("provd_key_layout{{circuit=\"{c}\",device=\"cuda:0\",layout=\"{l}\"}}"))
+    };
+    assert_eq!((layout(big, "streamed"), layout(big, "plain")), (1.0, 0.0), "{text}");
+    assert_eq!((layout(small, "streamed"), layout(small, "plain")), (0.0, 1.0), "{text}");
+    let (_, circuits) = server.call("GET", "/v1/circuits", None);
+    let streamed_on = |c: &str| {
+        let all = circuits["circuits"].as_array().unwrap();
+        all.iter().find(|x| x["name"] == c).unwrap()["srs_streamed_on"].clone()
+    };
+    assert_eq!(
+        (streamed_on(big), streamed_on(small)),
+        (serde_json::json!(["cuda:0"]), serde_json::json!([]))
+    );
+    let (_, status) = server.call("GET", "/v1/status", None);
+    assert_eq!(status["snapshot"]["gpus"][0]["streamed_keys"], serde_json::json!([big]), "{status}");
     println!(
-        "resident: 1 upload per circuit over 6 alternating jobs; limited to one key: 6 uploads, 5 evictions"
+        "resident: 1 upload per circuit over 6 alternating jobs; limited to one key: 6 uploads, 5 evictions; \
+         under the larger key: it streamed, proofs verified"
     );
 }

@@ -29,8 +29,9 @@ pub fn provd_bin() -> PathBuf {
 
 /// Metric families that only a GPU worker exports (their `device` label has
 /// no value on the CPU backend).
-pub const GPU_ONLY_METRICS: [&str; 5] = [
+pub const GPU_ONLY_METRICS: [&str; 6] = [
     "provd_gpu_busy_seconds_total",
+    "provd_key_layout",
     "provd_gpu_memory_used_bytes",
     "provd_gpu_memory_total_bytes",
     "provd_key_uploads_total",

@@ -213,6 +213,20 @@ extern "C" __global__ void quotient_pointwise(fr_t* __restrict__ a, const fr_t* 
     a[i] = (a[i] * b[i] - c[i]) * z_inv;
 }
 
+// a = a·b, then a = (a − c)·k: the quotient's evaluations in two passes, so
+// that b is freed before c is on the device (two vectors at a time).
+extern "C" __global__ void fr_mul_assign(fr_t* __restrict__ a, const fr_t* __restrict__ b, u32 n) {
+    u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    a[i] = a[i] * b[i];
+}
+
+extern "C" __global__ void fr_sub_scale(fr_t* __restrict__ a, const fr_t* __restrict__ c, fr_t k, u32 n) {
+    u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    a[i] = (a[i] - c[i]) * k;
+}
+
 // Fills data[i] = lo[i & mask]·hi[i >> lo_bits]: twiddle tables from two small ones.
 extern "C" __global__ void fill_powers(fr_t* __restrict__ data, u32 n, const fr_t* __restrict__ lo,
                                        const fr_t* __restrict__ hi, u32 lo_bits) {

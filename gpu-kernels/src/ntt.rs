@@ -499,24 +499,65 @@ impl Ntt {
         b: FrBuffer,
         c: FrBuffer,
     ) -> Result<Order, GpuError> {
-        if b.log_n != a.log_n || c.log_n != a.log_n {
-            return Err(GpuError::Invalid("a, b and c must have the same length".into()));
-        }
+        same_length(a, &b)?;
+        same_length(a, &c)?;
+        self.pointwise(a, &b, &c, quotient_scale(chain, a.log_n))?;
+        drop((b, c));
+        self.h_from_evaluations(chain, a)
+    }
+
+    /// [`Ntt::h_from_coset`] holding two of A, B, C on the device at a time
+    /// rather than three: a·b first and b freed, then C made by `c` (on the
+    /// chain's coset: [`Ntt::to_coset`]) and subtracted. One more pass over
+    /// a; for a device that holds two vectors of the domain beside the rest
+    /// of a proof, not three.
+    pub fn h_from_coset_two_at_a_time(
+        &mut self,
+        chain: HChain,
+        a: &mut FrBuffer,
+        b: FrBuffer,
+        c: impl FnOnce(&mut Self) -> Result<FrBuffer, GpuError>,
+    ) -> Result<Order, GpuError> {
+        same_length(a, &b)?;
+        self.elementwise("fr_mul_assign", a, &b, None)?;
+        drop(b);
+        let c = c(self)?;
+        same_length(a, &c)?;
+        self.elementwise("fr_sub_scale", a, &c, Some(quotient_scale(chain, a.log_n)))?;
+        drop(c);
+        self.h_from_evaluations(chain, a)
+    }
+
+    /// From a = (A·B − C)·k on the chain's coset to H's scalars.
+    fn h_from_evaluations(&mut self, chain: HChain, a: &mut FrBuffer) -> Result<Order, GpuError> {
         match chain {
             HChain::Quotient => {
-                let g = Scalar::MULTIPLICATIVE_GENERATOR;
-                let z_inv = (g.pow_vartime([1u64 << a.log_n]) - Scalar::ONE).invert().unwrap();
-                self.pointwise(a, &b, &c, z_inv)?;
-                drop((b, c));
                 self.transform(a, Order::Natural, true)?;
                 self.scale(a, Scaling::InverseCosetOverN, Order::BitReversed)?;
                 Ok(Order::BitReversed)
             }
-            HChain::OddCoset => {
-                self.pointwise(a, &b, &c, Scalar::ONE)?;
-                Ok(Order::Natural)
-            }
+            HChain::OddCoset => Ok(Order::Natural),
         }
+    }
+
+    /// a ← a·b (`k` none) or a ← (a − b)·k, elementwise, by the kernel `name`.
+    fn elementwise(
+        &self,
+        name: &str,
+        a: &mut FrBuffer,
+        b: &FrBuffer,
+        k: Option<Scalar>,
+    ) -> Result<(), GpuError> {
+        let n32 = 1u32 << a.log_n;
+        let k = k.map(|k| k.to_raw());
+        let f = self.gpu.function(name)?;
+        let mut lb = self.gpu.stream().launch_builder(&f);
+        lb.arg(&mut a.data).arg(&b.data);
+        if let Some(k) = &k {
+            lb.arg(k);
+        }
+        lb.arg(&n32);
+        unsafe { lb.launch(LaunchConfig::for_num_elems(n32)) }.map(drop).during(format!("launching {name}"))
     }
 
     /// a ← (a·b − c)·k, elementwise.
@@ -540,6 +581,27 @@ pub enum HChain {
     Quotient,
     /// snarkjs's: A·B − C at the odd 2n-th roots ([`Ntt::odd_coset_evaluations`]).
     OddCoset,
+}
+
+/// What the pointwise step of `chain` multiplies A·B − C by on a coset of
+/// 2^log_n: 1/Z(g) for bellperson's quotient (Z is constant on the coset),
+/// 1 for snarkjs's evaluations.
+fn quotient_scale(chain: HChain, log_n: u32) -> Scalar {
+    match chain {
+        HChain::Quotient => {
+            let g = Scalar::MULTIPLICATIVE_GENERATOR;
+            (g.pow_vartime([1u64 << log_n]) - Scalar::ONE).invert().unwrap()
+        }
+        HChain::OddCoset => Scalar::ONE,
+    }
+}
+
+fn same_length(a: &FrBuffer, b: &FrBuffer) -> Result<(), GpuError> {
+    if a.log_n == b.log_n {
+        Ok(())
+    } else {
+        Err(GpuError::Invalid("a, b and c must have the same length".into()))
+    }
 }
 
 /// Which primitive 2^32-th root of unity of Fr the domains are built on. Fr

@@ -289,6 +289,40 @@ fn interleaved_uploads_match_the_one_call_quotient() {
     assert!(da.download(&gpu).unwrap() == whole.download(&gpu).unwrap());
 }
 
+/// Two vectors at a time (c copied only once b is freed) gives what three at
+/// a time gives, for both chains.
+#[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
+fn the_two_at_a_time_chain_matches_the_three_at_a_time_one() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    let mut ntt = Ntt::new(gpu.clone());
+    let lane = gpu.copy_lane().unwrap();
+    let log_n = 14;
+    let [a, b, c] = [1u64, 2, 3].map(|s| random_scalars((1 << log_n) - 7, 400 + s));
+    for chain in [HChain::Quotient, HChain::OddCoset] {
+        let on_coset = |ntt: &mut Ntt, v: &[Scalar]| -> Result<FrBuffer, provd_kernels::GpuError> {
+            let mut d = FrBuffer::upload_padded_async(&lane, v, log_n)?;
+            ntt.to_coset(chain, &mut d)?;
+            Ok(d)
+        };
+        let mut three = on_coset(&mut ntt, &a).unwrap();
+        let (b3, c3) = (on_coset(&mut ntt, &b).unwrap(), on_coset(&mut ntt, &c).unwrap());
+        let order = ntt.h_from_coset(chain, &mut three, b3, c3).unwrap();
+        let mut two = on_coset(&mut ntt, &a).unwrap();
+        let b2 = on_coset(&mut ntt, &b).unwrap();
+        let made_c = std::cell::Cell::new(false);
+        let order2 = ntt
+            .h_from_coset_two_at_a_time(chain, &mut two, b2, |ntt| {
+                made_c.set(true);
+                on_coset(ntt, &c)
+            })
+            .unwrap();
+        assert!(made_c.get());
+        assert_eq!(order, order2, "{chain:?}");
+        assert!(two.download(&gpu).unwrap() == three.download(&gpu).unwrap(), "{chain:?}");
+    }
+}
+
 /// select_by_density picks what a host filter picks, in order, at densities
 /// from empty to full and lengths that end mid-word.
 #[test]

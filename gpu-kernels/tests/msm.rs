@@ -153,7 +153,7 @@ fn msm_with_bases_streamed_from_the_hosts_memory() {
     let points = affine(&projective);
     let scalars = random_scalars(n, 22);
     // SAFETY: `points` outlives `host` and is not written meanwhile.
-    let host = unsafe { provd_kernels::HostBases::register(&gpu, &points) }.unwrap();
+    let host = unsafe { provd_kernels::HostBases::<provd_kernels::G1>::register(&gpu, &points) }.unwrap();
     assert_eq!(host.bytes(), (n + 100) * 96);
     let d_scalars = gpu.upload(&scalars).unwrap();
     let want = G1Projective::multi_exp(&projective[..n], &scalars);
@@ -170,8 +170,18 @@ fn msm_with_bases_streamed_from_the_hosts_memory() {
     assert!(msm.run_streamed(host.view(..), 1 << 16, &d_scalars, n + 1).is_err());
     // Registered again once released: the registration went with `host`.
     drop(host);
-    let again = unsafe { provd_kernels::HostBases::register(&gpu, &points) }.unwrap();
+    let again = unsafe { provd_kernels::HostBases::<provd_kernels::G1>::register(&gpu, &points) }.unwrap();
     assert_eq!(msm.run_streamed(again.view(..), 1 << 17, &d_scalars, n).unwrap(), want);
+
+    // G2 the same way (B's G2 query of a streamed key), over a partial chunk.
+    let n2 = 20_000;
+    let g2 = random_points::<G2Projective>(n2 + 10, 23);
+    let mut g2_affine = vec![G2Affine::default(); g2.len()];
+    G2Projective::batch_normalize(&g2, &mut g2_affine);
+    let host2 = unsafe { provd_kernels::HostBases::<provd_kernels::G2>::register(&gpu, &g2_affine) }.unwrap();
+    assert_eq!(host2.bytes(), (n2 + 10) * 192);
+    let got = msm.run_streamed(host2.view(10..), 7_000, &d_scalars, n2).unwrap();
+    assert_eq!(got, G2Projective::multi_exp(&g2[10..], &scalars[..n2]), "G2 streamed");
 }
 
 /// Bases written a chunk at a time, in another order than the host's (as

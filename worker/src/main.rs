@@ -389,6 +389,11 @@ enum BenchCommand {
         /// Read the store an earlier run left rather than record afresh.
         #[arg(long)]
         keep_store: bool,
+        /// Skip the whole circuit's witness on one thread (and the check
+        /// that the witness in parts is the same), for runs that measure the
+        /// device.
+        #[arg(long)]
+        skip_whole_witness: bool,
         /// Then prove the last partition this many times (after a warm-up)
         /// on the backend with a timing key of the circuit's shape (repeated
         /// points: no proof of anything), each step timed; 0: none.
@@ -918,6 +923,7 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             runs,
             work_dir,
             keep_store,
+            skip_whole_witness,
             prove_runs,
             in_flight,
             device_memory,
@@ -940,6 +946,7 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
                 runs,
                 work_dir,
                 keep_store,
+                whole_witness: !skip_whole_witness,
                 prove_runs,
                 in_flight,
                 device_cap,

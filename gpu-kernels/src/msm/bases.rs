@@ -170,14 +170,14 @@ pub fn shifted_window_bits(len: usize) -> u32 {
     log.saturating_sub(3).clamp(8, 24)
 }
 
-/// G1 bases the device reads from the host's memory, for keys too large to
+/// Bases the device reads from the host's memory, for keys too large to
 /// stay on the device: the caller's own points, page-locked in place
 /// (registered with the driver for every device of the process) so that
 /// copies of them are DMA that overlaps the kernels, with no second copy
 /// of them on the host. [`super::Msm::run_streamed`] sums them chunk by
 /// chunk. Unregistered when dropped.
-pub struct HostBases {
-    ptr: *const G1AffineRaw,
+pub struct HostBases<C: MsmCurve = G1> {
+    ptr: *const C::AffineRaw,
     len: usize,
     /// `None` for no points.
     _registration: Option<Registration>,
@@ -185,17 +185,17 @@ pub struct HostBases {
 
 // SAFETY: a read-only view of memory the creator keeps alive and unwritten
 // (see `HostBases::register`); the driver's registration is process-wide.
-unsafe impl Send for HostBases {}
-unsafe impl Sync for HostBases {}
+unsafe impl<C: MsmCurve> Send for HostBases<C> {}
+unsafe impl<C: MsmCurve> Sync for HostBases<C> {}
 
-impl HostBases {
+impl<C: MsmCurve> HostBases<C> {
     /// Page-locks `points` in place for `gpu` and every other device.
     ///
     /// # Safety
     /// `points` must stay allocated, in place and unwritten for as long as
     /// the result lives: the device reads them by DMA, outside Rust's view.
-    pub unsafe fn register(gpu: &Gpu, points: &[G1Affine]) -> Result<Self, GpuError> {
-        let raw = G1::as_raw(points);
+    pub unsafe fn register(gpu: &Gpu, points: &[C::Affine]) -> Result<Self, GpuError> {
+        let raw = C::as_raw(points);
         let registration = match raw.is_empty() {
             true => None,
             false => Some(gpu.register_host(raw.as_ptr().cast(), std::mem::size_of_val(raw))?),
@@ -213,29 +213,36 @@ impl HostBases {
 
     /// Host bytes page-locked.
     pub fn bytes(&self) -> usize {
-        self.len * std::mem::size_of::<G1AffineRaw>()
+        self.len * std::mem::size_of::<C::AffineRaw>()
     }
 
     /// Bases `range` of them, as an MSM reads them.
-    pub fn view(&self, range: impl std::ops::RangeBounds<usize>) -> HostView<'_> {
+    pub fn view(&self, range: impl std::ops::RangeBounds<usize>) -> HostView<'_, C> {
         // SAFETY: `register`'s contract keeps them alive and unwritten.
         let all = unsafe { std::slice::from_raw_parts(self.ptr, self.len) };
         HostView { points: &all[(range.start_bound().cloned(), range.end_bound().cloned())] }
     }
 
     /// Whether these are `points` page-locked (the same memory, not moved since).
-    pub fn registers(&self, points: &[G1Affine]) -> bool {
-        std::ptr::eq(self.ptr, G1::as_raw(points).as_ptr()) && self.len == points.len()
+    pub fn registers(&self, points: &[C::Affine]) -> bool {
+        std::ptr::eq(self.ptr, C::as_raw(points).as_ptr()) && self.len == points.len()
     }
 }
 
 /// A range of [`HostBases`], as [`super::Msm::run_streamed`] reads it.
-#[derive(Clone, Copy)]
-pub struct HostView<'a> {
-    pub(super) points: &'a [G1AffineRaw],
+pub struct HostView<'a, C: MsmCurve = G1> {
+    pub(super) points: &'a [C::AffineRaw],
 }
 
-impl HostView<'_> {
+impl<C: MsmCurve> Clone for HostView<'_, C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<C: MsmCurve> Copy for HostView<'_, C> {}
+
+impl<C: MsmCurve> HostView<'_, C> {
     pub fn len(&self) -> usize {
         self.points.len()
     }

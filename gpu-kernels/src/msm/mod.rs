@@ -12,7 +12,7 @@ pub use curve::{
 
 use std::sync::Arc;
 
-use blstrs::{G1Projective, Scalar};
+use blstrs::Scalar;
 use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 use group::Group;
 
@@ -215,29 +215,29 @@ impl Msm {
     /// memory `chunk` bases at a time: chunk k+1 is copied (DMA, on a second
     /// stream) while chunk k is summed, so the device holds two chunks of
     /// the bases and one chunk's MSM working memory, however many bases.
-    pub fn run_streamed(
+    pub fn run_streamed<C: MsmCurve>(
         &self,
-        bases: HostView<'_>,
+        bases: HostView<'_, C>,
         chunk: usize,
         scalars: &CudaSlice<FrRaw>,
         n: usize,
-    ) -> Result<G1Projective, GpuError> {
+    ) -> Result<C::Projective, GpuError> {
         let gpu = &*self.gpu;
         check_terms(n, bases.len(), scalars.len())?;
         let chunk = chunk.clamp(1, n.max(1));
         let needed = n.div_ceil(chunk);
         if needed == 0 {
-            return Ok(G1Projective::identity());
+            return Ok(C::Projective::identity());
         }
         let points = bases.points;
         let copy = gpu.new_stream()?;
-        let alloc = || unsafe { copy.alloc::<G1AffineRaw>(chunk) }.during("allocating a bases chunk");
+        let alloc = || unsafe { copy.alloc::<C::AffineRaw>(chunk) }.during("allocating a bases chunk");
         let mut bufs = [alloc()?, alloc()?];
         let part = |k: usize| &points[k * chunk..((k + 1) * chunk).min(n)];
         // The copies read registered (page-locked) memory: asynchronous DMA.
         copy.memcpy_htod(part(0), &mut bufs[0].slice_mut(..part(0).len())).during("copying bases")?;
         let mut ready = copy.record_event(None).during("recording an event")?;
-        let mut acc = G1Projective::identity();
+        let mut acc = C::Projective::identity();
         for k in 0..needed {
             let (start, len) = (k * chunk, part(k).len());
             gpu.stream().wait(&ready).during("waiting for a copy")?;
@@ -249,7 +249,7 @@ impl Msm {
                 copy.memcpy_htod(src, &mut next.slice_mut(..src.len())).during("copying bases")?;
                 ready = copy.record_event(None).during("recording an event")?;
             }
-            acc += self.run_views::<G1>(
+            acc += self.run_views::<C>(
                 &cur.slice(..len),
                 &scalars.slice(start..start + len),
                 len,

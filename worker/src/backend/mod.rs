@@ -277,12 +277,27 @@ pub enum BasesLayout {
     Plain,
     /// In the host's memory, page-locked in place (counted once, in the
     /// key's host bytes, for every device), copied to the device a chunk at
-    /// a time during each MSM while the chunk before is summed; B's G2 MSM
-    /// runs on the host. The device holds the inputs' bases and two chunks.
-    /// What a key gets by itself where its plain bases do not fit the device
-    /// (or `gpu.key_memory_limit`) beside a partition's working buffers:
-    /// cards smaller than the key prove it, rather than refuse it.
+    /// a time during each MSM while the chunk before is summed (B's G2
+    /// query too, where `gpu.b_g2_msm` keeps that MSM on the device). The
+    /// device holds the inputs' bases, two chunks, and a proof that keeps
+    /// two vectors of the domain there at a time. What a key gets by itself
+    /// where its plain bases do not fit the device (or
+    /// `gpu.key_memory_limit`) beside a partition's working buffers: cards
+    /// smaller than the key prove it, rather than refuse it.
     Streamed,
+}
+
+impl BasesLayout {
+    pub const ALL: [BasesLayout; 3] = [BasesLayout::Shifted, BasesLayout::Plain, BasesLayout::Streamed];
+
+    /// As the config and the metrics' `layout` label spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            BasesLayout::Shifted => "shifted",
+            BasesLayout::Plain => "plain",
+            BasesLayout::Streamed => "streamed",
+        }
+    }
 }
 
 /// The backends as chosen (one per device), with what the caller should

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use blstrs::{G1Projective, G2Projective};
 use group::Group;
-use provd_kernels::{G1Bases, G2Bases, Gpu, HostBases, Msm, Timer};
+use provd_kernels::{G1Bases, G2Bases, Gpu, HostBases, Msm, Timer, G1};
 use serde_json::json;
 
 use super::{
@@ -139,7 +139,7 @@ impl MsmBench {
             };
             // The same MSM with the bases streamed from the host's memory, page-locked in place.
             // SAFETY: `all_bases` outlives `host` and is not written meanwhile.
-            let host = unsafe { HostBases::register(&gpu, &all_bases[..n]) }?;
+            let host = unsafe { HostBases::<G1>::register(&gpu, &all_bases[..n]) }?;
             let (streamed_ms, r) =
                 self.time(&timer, || Ok(msm.run_streamed(host.view(..), STREAM_CHUNK, &d_scalars, n)?))?;
             anyhow::ensure!(r == last, "streamed and resident MSMs differ at 2^{log_n}");

@@ -52,6 +52,9 @@ pub struct PorepShapeBench {
     pub work_dir: PathBuf,
     /// Reads the store a previous run left instead of recording afresh.
     pub keep_store: bool,
+    /// Also computes the whole circuit's witness on one thread, and checks
+    /// that the witness in parts is the same.
+    pub whole_witness: bool,
     /// Proofs of the last partition with a timing key (after one
     /// warm-up); 0 to prove none.
     pub prove_runs: usize,
@@ -151,14 +154,22 @@ impl PorepShapeBench {
             last = Some((k, w));
         }
         let (k, parted) = last.expect("--runs is at least 1");
-        let (whole, whole_piece) =
-            measure(&format!("partition {k}: the whole circuit's witness on one thread"), || {
-                witness(k, WitnessPass::Whole)
-            })?;
-        let same = parted.input_assignment == whole.input_assignment
-            && parted.aux_assignment == whole.aux_assignment;
-        anyhow::ensure!(same, "partition {k}: the assignment in parts differs from the whole circuit's");
-        drop(whole);
+        let whole = match self.whole_witness {
+            true => {
+                let (whole, piece) =
+                    measure(&format!("partition {k}: the whole circuit's witness on one thread"), || {
+                        witness(k, WitnessPass::Whole)
+                    })?;
+                let same = parted.input_assignment == whole.input_assignment
+                    && parted.aux_assignment == whole.aux_assignment;
+                anyhow::ensure!(
+                    same,
+                    "partition {k}: the assignment in parts differs from the whole circuit's"
+                );
+                Some(piece)
+            }
+            false => None,
+        };
         let (abc, products) = measure("a, b and c by sparse products on the host", || {
             Ok(matrices.products(&parted.input_assignment, &parted.aux_assignment))
         })?;
@@ -225,11 +236,13 @@ impl PorepShapeBench {
             &parts,
             format!("median of {}; the assignment {} GiB", self.runs, gib(assignment_bytes)),
         ));
-        rows.push(row(
-            "witness, whole circuit",
-            &whole_piece,
-            format!("{:.1}x the time in parts; the same assignment", whole_piece.wall_s / parts.wall_s),
-        ));
+        if let Some(whole) = &whole {
+            rows.push(row(
+                "witness, whole circuit",
+                whole,
+                format!("{:.1}x the time in parts; the same assignment", whole.wall_s / parts.wall_s),
+            ));
+        }
         rows.push(row("a, b, c on the host", &products, "3 sparse products".into()));
         println!("{:?} at its real shape, on {cores} cores (measured in this run):", self.proof);
         print_table(&["piece", "wall s", "cores busy", "peak RSS above GiB", "note"], &rows);
@@ -304,8 +317,8 @@ impl PorepShapeBench {
             },
             "synthetic_c1": drawn,
             "witness_in_parts": { "median": parts, "runs": in_parts },
-            "witness_whole": whole_piece,
-            "same_assignment": same,
+            "witness_whole": whole,
+            "same_assignment": whole.is_some().then_some(true),
             "assignment_bytes": assignment_bytes,
             "host_products": products,
             "abc_computed_on": abc_on.map(|p| format!("{p:?}").to_lowercase()),

@@ -41,6 +41,14 @@ pub enum BackendFault {
     /// [`GpuError::is_out_of_memory`](provd_kernels::GpuError::is_out_of_memory)).
     #[error(transparent)]
     Gpu(#[from] provd_kernels::GpuError),
+    /// The device cannot hold a partition's working buffers even with every
+    /// other key evicted and this one streamed from the host: another device,
+    /// or the CPU, must prove it.
+    #[error(
+        "{device} has {free} bytes free with no other key on it; a partition of this circuit needs {need} \
+         for its working buffers even with its key streamed from the host"
+    )]
+    DeviceTooSmall { device: String, need: u64, free: u64 },
     /// Anything else a backend reports (a stand-in's fault in tests, say).
     #[error("{0}")]
     Other(String),

@@ -1,4 +1,4 @@
-//! A key's large G1 queries page-locked in place, for devices that stream
+//! A key's large queries page-locked in place, for devices that stream
 //! them from the host's memory rather than hold them (a key larger than the
 //! card, or `gpu.bases = "streamed"`). The first device to stream the key
 //! registers them, for every device of the process; they stay registered
@@ -7,7 +7,7 @@
 
 use std::sync::{Mutex, OnceLock};
 
-use provd_kernels::{Gpu, GpuError, HostBases};
+use provd_kernels::{Gpu, GpuError, HostBases, G2};
 
 use super::key::ProvingKey;
 
@@ -22,12 +22,13 @@ pub struct HostPinned {
 }
 
 /// The page-locked queries: H in the key's own (natural) order, L, and the
-/// whole A and B queries (inputs first, as the key holds them).
+/// whole A and B queries (inputs first, as the key holds them), B's in G2 too.
 pub struct PinnedQueries {
     pub h: HostBases,
     pub l: HostBases,
     pub a: HostBases,
     pub b_g1: HostBases,
+    pub b_g2: HostBases<G2>,
 }
 
 impl HostPinned {
@@ -51,12 +52,13 @@ impl HostPinned {
                 l: HostBases::register(gpu, &key.l)?,
                 a: HostBases::register(gpu, &key.a)?,
                 b_g1: HostBases::register(gpu, &key.b_g1)?,
+                b_g2: HostBases::register(gpu, &key.b_g2)?,
             }
         };
         tracing::info!(
             mib = queries.bytes() >> 20,
             seconds = started.elapsed().as_secs_f64(),
-            "proving key's G1 queries page-locked in place for streaming to the devices"
+            "proving key's queries page-locked in place for streaming to the devices"
         );
         Ok(self.queries.get_or_init(|| queries))
     }
@@ -70,7 +72,8 @@ impl HostPinned {
         let same = q.h.registers(&key.h)
             && q.l.registers(&key.l)
             && q.a.registers(&key.a)
-            && q.b_g1.registers(&key.b_g1);
+            && q.b_g1.registers(&key.b_g1)
+            && q.b_g2.registers(&key.b_g2);
         match same {
             true => Ok(q),
             false => Err(GpuError::Invalid("the key's points moved after they were page-locked".into())),
@@ -81,7 +84,7 @@ impl HostPinned {
 impl PinnedQueries {
     /// Host bytes page-locked.
     pub fn bytes(&self) -> usize {
-        self.h.bytes() + self.l.bytes() + self.a.bytes() + self.b_g1.bytes()
+        self.h.bytes() + self.l.bytes() + self.a.bytes() + self.b_g1.bytes() + self.b_g2.bytes()
     }
 }
 

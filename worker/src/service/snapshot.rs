@@ -96,6 +96,9 @@ pub struct GpuMemory {
     /// Seconds the device has been busy with proofs since start (CUDA
     /// events); its rate is the GPU's utilisation.
     pub busy_seconds: f64,
+    /// The circuits whose keys this device streams from the host's memory
+    /// (too large to stay on it beside a partition).
+    pub streamed_keys: Vec<String>,
 }
 
 /// Snapshots kept for clients that connect later: ten minutes at one a second.
@@ -138,6 +141,10 @@ impl Service {
                     *device_bytes.get_mut(name.as_str()).expect("every circuit") += k.device_bytes;
                     let c = m.key_uploads.with_label_values(&[name, device]);
                     c.inc_by(k.uploads.saturating_sub(c.get()));
+                    for layout in crate::backend::BasesLayout::ALL {
+                        let now = k.layout == Some(layout);
+                        m.key_layout.with_label_values(&[name, device, layout.name()]).set(now as i64);
+                    }
                 }
             }
             if !self.gpus.is_empty() {
@@ -148,6 +155,23 @@ impl Service {
         for (name, bytes) in device_bytes {
             m.srs_bytes.with_label_values(&[name, "device"]).set(bytes as i64);
         }
+    }
+
+    /// The circuits whose keys the backend of `device` streams from the host.
+    fn streamed_keys(&self, device: &str) -> Vec<String> {
+        let Some(backend) = self.backends.iter().find(|b| b.name() == device) else { return Vec::new() };
+        let res = backend.resident_keys();
+        self.intake
+            .circuits
+            .iter()
+            .filter(|(_, served)| {
+                let fp = served.kind.key().fingerprint();
+                res.keys
+                    .iter()
+                    .any(|k| k.fingerprint == fp && k.layout == Some(crate::backend::BasesLayout::Streamed))
+            })
+            .map(|(name, _)| name.to_string())
+            .collect()
     }
 
     /// Device memory per GPU now; also sets the GPU memory gauges, which
@@ -163,7 +187,9 @@ impl Service {
                 let device = format!("cuda:{}", g.info().ordinal);
                 m.gpu_memory_used_bytes.with_label_values(&[&device]).set(used as i64);
                 m.gpu_memory_total_bytes.with_label_values(&[&device]).set(total as i64);
+                let streamed_keys = self.streamed_keys(&device);
                 Some(GpuMemory {
+                    streamed_keys,
                     device: format!("{} ({device})", g.info().name),
                     ordinal: g.info().ordinal as u32,
                     name: g.info().name.clone(),

@@ -45,6 +45,7 @@ pub struct Metrics {
     pub proofs_invalid: IntCounterVec,
     pub verify_duration: Histogram,
     pub key_uploads: IntCounterVec,
+    pub key_layout: IntGaugeVec,
     pub key_evictions: IntCounterVec,
     pub build_info: IntGaugeVec,
     pub partition_permits: IntGauge,
@@ -408,6 +409,19 @@ impl Metrics {
                         "Times a circuit's proving-key bases were copied to a GPU (once while they stay resident).",
                     ),
                     &["circuit", "device"],
+                )
+                .unwrap(),
+            ),
+            key_layout: reg(
+                r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "provd_key_layout",
+                        "1 for how a circuit's proving key is held on a GPU now (layout: shifted or plain, \
+                         resident on the device; streamed, read from the host's memory by each MSM), 0 for \
+                         the others; all 0 once evicted.",
+                    ),
+                    &["circuit", "device", "layout"],
                 )
                 .unwrap(),
             ),

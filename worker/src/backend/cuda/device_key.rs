@@ -1,7 +1,7 @@
 //! What a key puts on a device: its G1 bases (H's in the order the NTT chain
 //! leaves H's scalars; or only the inputs' where the rest is streamed from
-//! the host), B's G2 bases when the G2 MSM runs there, and its
-//! circuit's matrices for a, b and c. [`Gpu`] is the [`DeviceMemory`] the
+//! the host), B's G2 bases when the G2 MSM runs there (its inputs' only,
+//! where the rest is streamed), and its circuit's matrices for a, b and c. [`Gpu`] is the [`DeviceMemory`] the
 //! residency rules run on.
 
 use blstrs::G1Affine;
@@ -26,8 +26,8 @@ pub(super) struct DeviceKey {
     pub large: Large,
     pub a_inputs: G1Bases,
     pub b_inputs: G1Bases,
-    /// B's G2 bases (inputs, aux), when the G2 MSM runs on the device.
-    pub b_g2: Option<(G2Bases, G2Bases)>,
+    /// B's G2 bases of the inputs, when the G2 MSM runs on the device.
+    pub b_g2_inputs: Option<G2Bases>,
 }
 
 /// Where a key's large G1 queries are. H's bases on the device are stored in
@@ -39,12 +39,14 @@ pub(super) enum Large {
     Streamed,
 }
 
-/// H, L and the aux parts of A and B on the device.
+/// H, L and the aux parts of A and B on the device (B's in G2 too, when
+/// the G2 MSM runs there).
 pub(super) struct LargeOnDevice {
     pub h: G1Bases,
     pub l: G1Bases,
     pub a_aux: G1Bases,
     pub b_aux: G1Bases,
+    pub b_g2_aux: Option<G2Bases>,
 }
 
 impl DeviceKey {
@@ -58,10 +60,14 @@ impl DeviceKey {
         let inputs = key.vk.ic.len();
         let (a_inputs, b_inputs_bases) =
             (G1Bases::upload(gpu, &key.a[..inputs])?, G1Bases::upload(gpu, &key.b_g1[..b_inputs])?);
+        let b_g2_inputs = match g2 {
+            G2Placement::Gpu => Some(G2Bases::upload(gpu, &key.b_g2[..b_inputs])?),
+            G2Placement::Cpu => None,
+        };
         if layout == BasesLayout::Streamed {
             // Page-locked now (once for every device), not at the first MSM.
             key.pinned.get_or_register(key, gpu)?;
-            return Ok(Self { large: Large::Streamed, a_inputs, b_inputs: b_inputs_bases, b_g2: None });
+            return Ok(Self { large: Large::Streamed, a_inputs, b_inputs: b_inputs_bases, b_g2_inputs });
         }
         let large = |points: &[G1Affine]| match layout {
             BasesLayout::Shifted => G1Bases::upload_shifted(gpu, points),
@@ -92,16 +98,14 @@ impl DeviceKey {
                 l: large(&key.l)?,
                 a_aux: large(&key.a[inputs..])?,
                 b_aux: large(&key.b_g1[b_inputs..])?,
+                b_g2_aux: match g2 {
+                    G2Placement::Gpu => Some(G2Bases::upload(gpu, &key.b_g2[b_inputs..])?),
+                    G2Placement::Cpu => None,
+                },
             })),
             a_inputs,
             b_inputs: b_inputs_bases,
-            b_g2: match g2 {
-                G2Placement::Gpu => Some((
-                    G2Bases::upload(gpu, &key.b_g2[..b_inputs])?,
-                    G2Bases::upload(gpu, &key.b_g2[b_inputs..])?,
-                )),
-                G2Placement::Cpu => None,
-            },
+            b_g2_inputs,
         })
     }
 }
@@ -109,12 +113,15 @@ impl DeviceKey {
 impl OnDevice for DeviceKey {
     fn bytes(&self) -> u64 {
         let large: u64 = match &self.large {
-            Large::OnDevice(q) => [&q.h, &q.l, &q.a_aux, &q.b_aux].iter().map(|b| b.bytes() as u64).sum(),
+            Large::OnDevice(q) => {
+                [&q.h, &q.l, &q.a_aux, &q.b_aux].iter().map(|b| b.bytes() as u64).sum::<u64>()
+                    + q.b_g2_aux.as_ref().map_or(0, |b| b.bytes() as u64)
+            }
             Large::Streamed => 0,
         };
         large
             + (self.a_inputs.bytes() + self.b_inputs.bytes()) as u64
-            + self.b_g2.as_ref().map_or(0, |(i, a)| (i.bytes() + a.bytes()) as u64)
+            + self.b_g2_inputs.as_ref().map_or(0, |b| b.bytes() as u64)
     }
 }
 

@@ -13,11 +13,24 @@ use super::copy_plan::{upload_aux, Vector, Vectors};
 use super::device_key::h_order;
 use crate::groth16::Reduction;
 
+/// How many of a, b and c the chain holds on the device at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Held {
+    /// All three, with the aux assignment copied during the chain: the
+    /// fastest, for a device that holds the key too.
+    Three,
+    /// Two: c is copied only once a·b has freed b, and the aux assignment
+    /// after the chain (while H's MSM runs). For a key streamed from the
+    /// host, on a device with room for little beside the proof.
+    Two,
+}
+
 /// H's scalars left on the device, in the order of the key's H bases on
 /// it, and the aux assignment on the device. Vectors still on the host are
 /// copied (on `lane`) while the one before them transforms, and each host
-/// vector is freed once copied; the aux assignment is copied while the
-/// chain runs. `ntts` keeps an engine per root of unity.
+/// vector is freed once copied. `ntts` keeps an engine per root of unity.
+/// Vectors already on the device are all three there, whatever `held` says.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn quotient_on_device(
     gpu: &Arc<Gpu>,
     lane: &CopyLane,
@@ -26,6 +39,7 @@ pub(super) fn quotient_on_device(
     log_n: u32,
     vectors: Vectors,
     aux: &[Scalar],
+    held: Held,
 ) -> Result<(FrBuffer, Option<CudaSlice<FrRaw>>), GpuError> {
     let root = reduction.root();
     let ntt = ntts.entry(root).or_insert_with(|| Ntt::with_root(gpu.clone(), root));
@@ -37,18 +51,28 @@ pub(super) fn quotient_on_device(
         Vectors::OnHost(abc) => (abc.map(Vector::Host), None),
         Vectors::OnDevice { abc, aux } => (abc.map(Vector::Device), Some(aux)),
     };
-    let mut on_coset = Vec::with_capacity(3);
-    for v in abc {
+    let on_coset = |ntt: &mut Ntt, v: Vector| {
         let mut d = v.on_device(lane, log_n)?;
         ntt.to_coset(chain, &mut d)?;
-        on_coset.push(d);
-    }
-    let aux = match copied_aux {
-        Some(copied) => copied,
-        None => upload_aux(lane, aux)?,
+        Ok::<_, GpuError>(d)
     };
-    let [mut a, b, c]: [FrBuffer; 3] = on_coset.try_into().ok().expect("three vectors");
-    let order = ntt.h_from_coset(chain, &mut a, b, c)?;
+    let [a, b, c] = abc;
+    let mut a = on_coset(ntt, a)?;
+    let b = on_coset(ntt, b)?;
+    let (order, aux) = match (held, copied_aux) {
+        (Held::Two, None) => {
+            let order = ntt.h_from_coset_two_at_a_time(chain, &mut a, b, |ntt| on_coset(ntt, c))?;
+            (order, upload_aux(lane, aux)?)
+        }
+        (_, copied) => {
+            let c = on_coset(ntt, c)?;
+            let aux = match copied {
+                Some(copied) => copied,
+                None => upload_aux(lane, aux)?,
+            };
+            (ntt.h_from_coset(chain, &mut a, b, c)?, aux)
+        }
+    };
     debug_assert_eq!(order, h_order(reduction));
     Ok((a, aux))
 }

@@ -49,6 +49,9 @@ pub struct CudaBackend {
     /// the last time they were tried ([`Residency::no_room`]); apart from
     /// `state`, so that synthesis can ask without waiting for the device.
     no_room: Arc<Mutex<HashSet<[u8; 32]>>>,
+    /// [`Residency::published`]: the keys on the device, read without
+    /// waiting for the proof that holds `state`.
+    resident: Arc<Mutex<KeyResidency>>,
 }
 
 /// What one proof at a time uses on the device.
@@ -95,6 +98,7 @@ impl CudaBackend {
         Ok(Self {
             capacity: free as u64,
             no_room: residency.no_room(),
+            resident: residency.published(),
             state: Mutex::new(State { ntts: HashMap::new(), residency, timer: gpu.timer()? }),
             msm: Msm::new(gpu.clone()),
             name,
@@ -158,14 +162,13 @@ impl Backend for CudaBackend {
     }
 
     /// None beyond the witness while every MSM runs on the device (H, the
-    /// filtered scalars and the staging are device or per-device memory);
-    /// the CPU prover's where B's G2 MSM runs on the host (by the config, or
-    /// for a key streamed from the host).
+    /// filtered scalars and the staging are device or per-device memory;
+    /// a streamed key's bases are its own, page-locked in place); the CPU
+    /// prover's where the config leaves B's G2 MSM to the host.
     fn host_working_bytes(&self, key: &ProvingKey) -> u64 {
-        let streamed = residency::streams(&self.rules(), key, self.capacity);
         match self.options.b_g2_msm {
-            G2Placement::Gpu if !streamed => 0,
-            _ => super::cpu_working_bytes(key),
+            G2Placement::Gpu => 0,
+            G2Placement::Cpu => super::cpu_working_bytes(key),
         }
     }
 
@@ -180,7 +183,7 @@ impl Backend for CudaBackend {
     }
 
     fn resident_keys(&self) -> KeyResidency {
-        self.lock().residency.report()
+        self.resident.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn preload(&self, key: &ProvingKey, b_inputs: usize) -> Result<bool, ProveError> {

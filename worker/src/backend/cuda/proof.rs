@@ -2,7 +2,9 @@
 //! the key (and its matrices) made resident, a, b and c computed on the
 //! device where they were left to it, the H chain, and the MSMs (H, L, A,
 //! B in G1, and B in G2 unless it runs on the host), each step timed with
-//! CUDA events.
+//! CUDA events. A key streamed from the host holds two vectors of the
+//! domain on the device at a time ([`Held::Two`]), and its MSMs read its
+//! bases a chunk at a time.
 
 use std::sync::MutexGuard;
 use std::time::Instant;
@@ -10,13 +12,13 @@ use std::time::Instant;
 use blstrs::{G1Projective, G2Projective, Scalar};
 use group::Group;
 use provd_kernels::{
-    select_by_density, CopyLane, CudaSlice, FrRaw, G1Bases, Gpu, GpuError, Order, Timer, Unsatisfied,
+    select_by_density, CopyLane, CudaSlice, FrRaw, G1Bases, G2Bases, Gpu, GpuError, Order, Timer, Unsatisfied,
 };
 
 use super::copy_plan::{copy_ahead, upload_abc, Prepared, Vectors};
 use super::device_key::{h_order, DeviceKey, Large};
-use super::h_chain::quotient_on_device;
-use super::{backend_error, CudaBackend, State};
+use super::h_chain::{quotient_on_device, Held};
+use super::{backend_error, residency, BasesLayout, CudaBackend, InFlight, State};
 use crate::groth16::msm::filter;
 use crate::groth16::pinned::PinnedQueries;
 use crate::groth16::prover::{split, Assignment, G1Parts, PendingProof, StepTime};
@@ -45,8 +47,14 @@ impl CudaBackend {
         // Declared first, so dropped last: every device buffer of this proof
         // is allocated on the lane and freed on it, never on another proof's.
         let lane = self.gpu.copy_lane().map_err(backend_error)?;
-        let prepared = copy_ahead(self.options.partitions_in_flight, &lane, log_n, abc, &asg.input, &asg.aux)
-            .map_err(backend_error)?;
+        // A key that will be streamed leaves the device little room: a, b
+        // and c wait on the host until the chain takes them.
+        let in_flight = match residency::streams(&self.rules(), key, self.capacity) {
+            true => InFlight::One,
+            false => self.options.partitions_in_flight,
+        };
+        let prepared =
+            copy_ahead(in_flight, &lane, log_n, abc, &asg.input, &asg.aux).map_err(backend_error)?;
         let copied = (!matches!(prepared, Prepared::Evaluated(Vectors::OnHost(_))))
             .then(|| StepTime::on_host_since("copies (before the device lock)", wall));
         let (mut state, slot, prepared, waited) = self.hold_device(key, &lane, log_n, &asg, prepared)?;
@@ -55,6 +63,10 @@ impl CudaBackend {
         clock.steps.extend(copied);
         clock.steps.extend(waited);
         let resident = residency.get(slot);
+        let held = match resident.layout {
+            BasesLayout::Streamed => Held::Two,
+            BasesLayout::Plain | BasesLayout::Shifted => Held::Three,
+        };
         let (vectors, check) = match prepared {
             Prepared::Products { products, input, aux } => {
                 let Some((_, matrices)) = &resident.matrices else {
@@ -79,11 +91,17 @@ impl CudaBackend {
         };
         let (mut h_scalars, aux) = clock
             .time("copies + quotient", || {
-                quotient_on_device(&self.gpu, &lane, ntts, key.reduction, log_n, vectors, &asg.aux)
+                quotient_on_device(&self.gpu, &lane, ntts, key.reduction, log_n, vectors, &asg.aux, held)
             })
             .map_err(backend_error)?;
         let large = match &resident.bases.large {
-            Large::OnDevice(q) => Queries::OnDevice { h: &q.h, l: &q.l, a_aux: &q.a_aux, b_aux: &q.b_aux },
+            Large::OnDevice(q) => Queries::OnDevice {
+                h: &q.h,
+                l: &q.l,
+                a_aux: &q.a_aux,
+                b_aux: &q.b_aux,
+                b_g2_aux: q.b_g2_aux.as_ref(),
+            },
             Large::Streamed => {
                 let pinned = key.pinned.get_or_register(key, &self.gpu).map_err(backend_error)?;
                 Queries::Streamed { pinned, inputs: key.vk.ic.len(), b_inputs: resident.bases.b_inputs.len() }
@@ -153,21 +171,28 @@ impl CudaBackend {
         if state.residency.make_matrices_resident(&*self.gpu, slot, key, &products.matrices)? {
             return Ok((state, slot, Prepared::Products { products, input, aux }, steps));
         }
+        let streamed = state.residency.get(slot).layout == BasesLayout::Streamed;
         drop(state);
         let wall = Instant::now();
         let abc = Evaluations::Products(products).on_host(&asg.input, &asg.aux)?;
-        let abc = upload_abc(lane, abc, log_n).map_err(backend_error)?;
+        let vectors = match streamed {
+            // The aux assignment is copied again after the chain.
+            true => Vectors::OnHost(abc),
+            false => Vectors::OnDevice { abc: upload_abc(lane, abc, log_n).map_err(backend_error)?, aux },
+        };
         steps.push(StepTime::on_host_since("products on the host (no room on the device)", wall));
         let mut state = self.lock();
         let slot = state.residency.make_resident(&*self.gpu, key, b_inputs)?;
-        Ok((state, slot, Prepared::Evaluated(Vectors::OnDevice { abc, aux }), steps))
+        Ok((state, slot, Prepared::Evaluated(vectors), steps))
     }
 }
 
 /// Bases a proof's MSMs over a key's large G1 queries read in chunks from
 /// the host ([`Msm::run_streamed`]): 2^22 points (384 MiB), twice on the
 /// device, with one chunk's MSM working memory.
-const STREAM_CHUNK: usize = 1 << 22;
+pub(super) const STREAM_CHUNK: usize = 1 << 22;
+/// The same for B's G2 query: 2^21 points (384 MiB).
+pub(super) const STREAM_CHUNK_G2: usize = 1 << 21;
 
 /// A key's large G1 queries as this proof reads them.
 enum Queries<'a> {
@@ -176,14 +201,11 @@ enum Queries<'a> {
         l: &'a G1Bases,
         a_aux: &'a G1Bases,
         b_aux: &'a G1Bases,
+        b_g2_aux: Option<&'a G2Bases>,
     },
     /// The key's page-locked points; its A and B queries' aux parts start
     /// after their inputs.
-    Streamed {
-        pinned: &'a PinnedQueries,
-        inputs: usize,
-        b_inputs: usize,
-    },
+    Streamed { pinned: &'a PinnedQueries, inputs: usize, b_inputs: usize },
 }
 
 /// Which of the large queries an MSM sums over.
@@ -258,11 +280,21 @@ impl Msms<'_> {
                 + self.over(Query::BAux, picked.as_ref().map(|(s, n)| (s, *n)))?;
             Ok((sum, picked))
         })?;
-        let b_g2 = match &dk.b_g2 {
-            Some((g2_inputs, g2_aux)) => Some(clock.time("msm b_g2", || {
+        let b_g2 = match &dk.b_g2_inputs {
+            Some(g2_inputs) => Some(clock.time("msm b_g2", || {
                 let mut sum = msm.run(g2_inputs, b_in)?;
                 if let Some((scalars, n)) = &b_aux {
-                    sum += msm.run_device(g2_aux, scalars, *n)?;
+                    sum += match &self.large {
+                        Queries::OnDevice { b_g2_aux: Some(bases), .. } => {
+                            msm.run_device(bases, scalars, *n)?
+                        }
+                        Queries::OnDevice { b_g2_aux: None, .. } => {
+                            return Err(GpuError::Invalid("B's G2 bases are not on the device".into()))
+                        }
+                        Queries::Streamed { pinned, b_inputs, .. } => {
+                            msm.run_streamed(pinned.b_g2.view(*b_inputs..), STREAM_CHUNK_G2, scalars, *n)?
+                        }
+                    };
                 }
                 Ok(sum)
             })?),

@@ -18,6 +18,11 @@
 //!   (or whose upload runs out of memory with no key left to evict), is
 //!   streamed from the host's memory instead ([`BasesLayout::Streamed`]),
 //!   evicting nothing more; `gpu.bases = "streamed"` streams every key;
+//! - a streamed key's proof holds less of the device (two vectors of the
+//!   domain at a time), but that much is kept free for it: the least
+//!   recently used keys are evicted for it, and a device too small for it
+//!   with every other key evicted refuses the partition
+//!   ([`BackendFault::DeviceTooSmall`]) rather than fail in a kernel;
 //! - matrices go beside their key only where they fit; otherwise the key is
 //!   listed as having no room until it is uploaded again, and its a, b, c
 //!   are computed on the host.
@@ -29,7 +34,7 @@ use provd_kernels::msm::shifted_copies;
 use provd_kernels::{DeviceMatrix, GpuError};
 
 use super::{backend_error, BasesLayout, G2Placement, KeyResidency, ResidentKey};
-use crate::groth16::{Matrices, ProveError, ProvingKey};
+use crate::groth16::{BackendFault, Matrices, ProveError, ProvingKey};
 
 /// Device bytes kept free beside the resident keys for one proof's working
 /// buffers, per domain element: a/b/c and the aux assignment during the H
@@ -40,6 +45,17 @@ const WORKING_BYTES_PER_ELEMENT: u64 = 8 * 32;
 /// `MAX_BUCKET_BYTES`, plain or shifted) and 512 MiB for its counts,
 /// offsets and partial sums.
 const WORKING_BYTES_FIXED: u64 = provd_kernels::msm::MAX_BUCKET_BYTES + (512 << 20);
+/// The same for a key streamed from the host, whose proof holds two vectors
+/// of the domain at a time (the H chain two at a time, the aux assignment
+/// copied after it: then H's scalars or a query's subset beside the aux
+/// assignment), and the NTT's twiddles (16 B an element).
+const STREAMED_WORKING_BYTES_PER_ELEMENT: u64 = 2 * 32 + 16;
+/// And per base of a chunk (at most `STREAM_CHUNK_G2` of them): two chunks
+/// of streamed bases (G2's the larger) and one chunk's MSM digits and sorted
+/// lists (128 B).
+const STREAMED_WORKING_BYTES_PER_CHUNK_BASE: u64 = 2 * G2_BASE_BYTES + 128;
+/// And a fixed part for a chunk's bucket tables, counts and partial sums.
+const STREAMED_WORKING_BYTES_FIXED: u64 = 512 << 20;
 /// Bytes of one G1 and one G2 base on the device.
 const G1_BASE_BYTES: u64 = std::mem::size_of::<provd_kernels::msm::G1AffineRaw>() as u64;
 const G2_BASE_BYTES: u64 = std::mem::size_of::<provd_kernels::msm::G2AffineRaw>() as u64;
@@ -81,10 +97,22 @@ pub(super) struct Rules {
 }
 
 impl Rules {
-    /// Device bytes the partitions in flight need for their working buffers.
-    pub fn working_bytes(&self, key: &ProvingKey) -> u64 {
-        (key.domain_size() as u64 * WORKING_BYTES_PER_ELEMENT + WORKING_BYTES_FIXED)
-            * self.partitions_in_flight
+    /// Device bytes the partitions in flight need for their working buffers
+    /// with `key`'s bases laid out as `layout` (a streamed key's proof is
+    /// one at a time, with two vectors of the domain on the device at once).
+    pub fn working_bytes(&self, key: &ProvingKey, layout: BasesLayout) -> u64 {
+        let n = key.domain_size() as u64;
+        match layout {
+            BasesLayout::Plain | BasesLayout::Shifted => {
+                (n * WORKING_BYTES_PER_ELEMENT + WORKING_BYTES_FIXED) * self.partitions_in_flight
+            }
+            BasesLayout::Streamed => {
+                let chunk = n.min(super::proof::STREAM_CHUNK_G2 as u64);
+                n * STREAMED_WORKING_BYTES_PER_ELEMENT
+                    + chunk * STREAMED_WORKING_BYTES_PER_CHUNK_BASE
+                    + STREAMED_WORKING_BYTES_FIXED
+            }
+        }
     }
 }
 
@@ -99,8 +127,9 @@ pub(super) fn key_bytes(
     let inputs = key.vk.ic.len();
     let mut g1 = (inputs + b_inputs) as u64 * G1_BASE_BYTES;
     if layout == BasesLayout::Streamed {
-        // The inputs' bases alone: the rest stays on the host, G2's too.
-        return Some(g1);
+        // The inputs' bases alone: the rest stays on the host.
+        let g2 = if g2 == G2Placement::Gpu { b_inputs as u64 * G2_BASE_BYTES } else { 0 };
+        return Some(g1 + g2);
     }
     let large = [
         key.domain_size(),
@@ -132,7 +161,8 @@ pub(super) fn streams(rules: &Rules, key: &ProvingKey, device_bytes: u64) -> boo
         return true;
     }
     let need = key_bytes(key, 0, rules.g2, BasesLayout::Plain).expect("plain bases always have a layout");
-    rules.key_memory_limit.is_some_and(|limit| need > limit) || need + rules.working_bytes(key) > device_bytes
+    rules.key_memory_limit.is_some_and(|limit| need > limit)
+        || need + rules.working_bytes(key, BasesLayout::Plain) > device_bytes
 }
 
 /// Device bytes of `matrices` uploaded, before uploading them.
@@ -169,6 +199,9 @@ pub(super) struct Residency<D: DeviceMemory> {
     /// Keys whose matrices did not fit the last time they were tried; its
     /// own lock, so that synthesis can ask without waiting for the device.
     no_room: Arc<Mutex<HashSet<[u8; 32]>>>,
+    /// [`Residency::report`] as of the last change, under its own lock, so
+    /// that metrics and the live view read it without waiting for a proof.
+    published: Arc<Mutex<KeyResidency>>,
 }
 
 /// An optional upload's result: `None` where the device ran out of memory
@@ -190,7 +223,18 @@ impl<D: DeviceMemory> Residency<D> {
             uploads: HashMap::new(),
             evictions: 0,
             no_room: Arc::default(),
+            published: Arc::default(),
         }
+    }
+
+    /// The report as of the last change (shared with whoever must read it
+    /// without the device's lock).
+    pub fn published(&self) -> Arc<Mutex<KeyResidency>> {
+        self.published.clone()
+    }
+
+    fn publish(&self) {
+        *self.published.lock().unwrap_or_else(|e| e.into_inner()) = self.report();
     }
 
     /// The keys listed as having no room for their matrices (shared with
@@ -224,6 +268,7 @@ impl<D: DeviceMemory> Residency<D> {
         let Some(i) = self.keys.iter().position(|k| &k.fingerprint == fingerprint) else { return 0 };
         let old = self.keys.remove(i);
         tracing::info!(device = %self.device, mib = old.bytes() >> 20, "proving key bases evicted from the device on request");
+        self.publish();
         old.bytes()
     }
 
@@ -231,9 +276,19 @@ impl<D: DeviceMemory> Residency<D> {
     /// least recently used keys while the limit or the device's free memory
     /// leaves no room; returns its slot.
     pub fn make_resident(&mut self, dev: &D, key: &ProvingKey, b_inputs: usize) -> Result<usize, ProveError> {
+        let slot = self.resident_slot(dev, key, b_inputs);
+        self.publish();
+        slot
+    }
+
+    fn resident_slot(&mut self, dev: &D, key: &ProvingKey, b_inputs: usize) -> Result<usize, ProveError> {
         let fingerprint = key.fingerprint();
         if let Some(i) = self.keys.iter().position(|k| k.fingerprint == fingerprint) {
             let k = self.keys.remove(i);
+            if k.layout == BasesLayout::Streamed {
+                // Keys made resident since may have taken its working room.
+                self.room_to_stream(dev, key, 0)?;
+            }
             self.keys.push(k);
             return Ok(self.keys.len() - 1);
         }
@@ -254,7 +309,7 @@ impl<D: DeviceMemory> Residency<D> {
                 self.evict_oldest("gpu.key_memory_limit");
             }
         }
-        let working = self.rules.working_bytes(key);
+        let working = self.rules.working_bytes(key, BasesLayout::Plain);
         while dev.free_bytes().map_err(backend_error)? < need + working {
             if self.keys.is_empty() {
                 return self.streamed(
@@ -292,9 +347,30 @@ impl<D: DeviceMemory> Residency<D> {
     ) -> Result<usize, ProveError> {
         tracing::info!(device = %self.device, why, host_mib = key.resident_bytes() >> 20,
             "proving key streamed from the host's memory to the device");
-        let bases =
-            dev.upload_key(key, b_inputs, G2Placement::Cpu, BasesLayout::Streamed).map_err(backend_error)?;
+        let g2 = self.rules.g2;
+        let need = key_bytes(key, b_inputs, g2, BasesLayout::Streamed).expect("streamed bases have a layout");
+        self.room_to_stream(dev, key, need)?;
+        let bases = dev.upload_key(key, b_inputs, g2, BasesLayout::Streamed).map_err(backend_error)?;
         Ok(self.now_resident(key.fingerprint(), BasesLayout::Streamed, bases))
+    }
+
+    /// Evicts the least recently used keys until `need` device bytes and a
+    /// streamed proof's working buffers are free; a device that has too
+    /// little with every key evicted cannot prove `key` at all.
+    fn room_to_stream(&mut self, dev: &D, key: &ProvingKey, need: u64) -> Result<(), ProveError> {
+        let working = self.rules.working_bytes(key, BasesLayout::Streamed);
+        loop {
+            let free = dev.free_bytes().map_err(backend_error)?;
+            if free >= need + working {
+                return Ok(());
+            }
+            if self.keys.is_empty() {
+                let fault =
+                    BackendFault::DeviceTooSmall { device: self.device.clone(), need: need + working, free };
+                return Err(ProveError::Backend { backend: "cuda", source: fault });
+            }
+            self.evict_oldest("device memory short for a streamed proof");
+        }
     }
 
     /// Whether `need` more device bytes fit beside the resident keys: within
@@ -304,7 +380,8 @@ impl<D: DeviceMemory> Residency<D> {
         if self.rules.key_memory_limit.is_some_and(|limit| self.resident_bytes() + need > limit) {
             return Ok(false);
         }
-        Ok(dev.free_bytes().map_err(backend_error)? >= need + self.rules.working_bytes(key))
+        Ok(dev.free_bytes().map_err(backend_error)?
+            >= need + self.rules.working_bytes(key, BasesLayout::Plain))
     }
 
     /// The key with shifted G1 bases, if they are asked for and fit beside
@@ -344,6 +421,18 @@ impl<D: DeviceMemory> Residency<D> {
     /// spare; no key is evicted for them. Whether they are resident. If not,
     /// the key is listed in `no_room` until it is uploaded again.
     pub fn make_matrices_resident(
+        &mut self,
+        dev: &D,
+        slot: usize,
+        key: &ProvingKey,
+        matrices: &Arc<Matrices>,
+    ) -> Result<bool, ProveError> {
+        let resident = self.matrices_beside(dev, slot, key, matrices);
+        self.publish();
+        resident
+    }
+
+    fn matrices_beside(
         &mut self,
         dev: &D,
         slot: usize,

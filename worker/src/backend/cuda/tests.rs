@@ -6,7 +6,7 @@ use provd_kernels::Order;
 
 use super::copy_plan::Vectors;
 use super::device_key::h_order;
-use super::h_chain::quotient_on_device;
+use super::h_chain::{quotient_on_device, Held};
 use super::residency::{key_bytes, matrices_bytes};
 use super::*;
 use crate::backend::{prove, CpuBackend};
@@ -22,14 +22,13 @@ fn quotient(
     gpu: &CudaBackend,
     r: Reduction,
     log_n: u32,
-    a: &[Scalar],
-    b: &[Scalar],
-    c: &[Scalar],
+    [a, b, c]: [&[Scalar]; 3],
+    held: Held,
 ) -> Vec<Scalar> {
     let mut state = gpu.state.lock().unwrap();
     let abc = Vectors::OnHost([a, b, c].map(<[Scalar]>::to_vec));
     let lane = gpu.gpu.copy_lane().unwrap();
-    let (mut h, _) = quotient_on_device(&gpu.gpu, &lane, &mut state.ntts, r, log_n, abc, &[]).unwrap();
+    let (mut h, _) = quotient_on_device(&gpu.gpu, &lane, &mut state.ntts, r, log_n, abc, &[], held).unwrap();
     if h_order(r) == Order::BitReversed {
         state.ntts[&r.root()].bit_reverse(&mut h).unwrap();
     }
@@ -64,8 +63,10 @@ fn gpu_quotient_matches_cpu() {
         for r in [Reduction::Bellperson, Reduction::Snarkjs] {
             let domain = Domain::on(log_n, r.root());
             let want = r.quotient(&domain, a.clone(), b.clone(), c.clone());
-            let got = quotient(&gpu, r, log_n, &a, &b, &c);
-            assert_eq!(got, want, "{r:?}, n=2^{log_n}");
+            for held in [Held::Three, Held::Two] {
+                let got = quotient(&gpu, r, log_n, [&a, &b, &c], held);
+                assert_eq!(got, want, "{r:?}, {held:?}, n=2^{log_n}");
+            }
         }
     }
 }
@@ -290,10 +291,12 @@ fn gpu_shifted_bases_prove_what_plain_bases_prove() {
     assert_eq!(bytes(&limited), bytes(&plain), "under a limit the bases stay plain");
 }
 
-/// A key streamed from the host's memory (page-locked in place; B's G2 MSM
-/// on the host) proves what a resident key proves, and the proofs verify: streamed by the config, and by itself where the key is
-/// larger than the key memory limit (a card smaller than the key). (The
-/// stream's chunks, several and partial, are tested in gpu-kernels' MSM tests.)
+/// A key streamed from the host's memory (page-locked in place, B's G2
+/// query too) proves what a resident key proves, and the proofs verify:
+/// streamed by the config, and by itself where the key is larger than the
+/// key memory limit (a card smaller than the key), with H by the chain that
+/// holds two vectors at a time. (The stream's chunks, several and partial,
+/// are tested in gpu-kernels' MSM tests.)
 #[test]
 #[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn gpu_streamed_keys_prove_what_resident_keys_prove() {
@@ -314,7 +317,8 @@ fn gpu_streamed_keys_prove_what_resident_keys_prove() {
         for (name, gpu) in [("streamed", &streamed), ("over the limit", &limited)] {
             let ours = gpu.prove_start(&key, w.clone()).unwrap();
             assert_eq!(ours.g1, want.g1, "{name}, 2^{log}: G1 parts");
-            assert!(ours.b_g2.is_none(), "{name}: B in G2 left to the host");
+            assert_eq!(ours.b_g2, want.b_g2, "{name}, 2^{log}: B in G2, streamed too");
+            assert!(ours.b_g2.is_some());
             let report = gpu.resident_keys();
             assert_eq!(report.keys[0].layout, Some(BasesLayout::Streamed), "{name}");
             assert!(report.keys[0].device_bytes < key.resident_bytes() as u64 / 100, "{name}: inputs only");

@@ -117,7 +117,12 @@ fn rules(limit: Option<u64>, bases: BasesLayout) -> Rules {
 
 /// Working bytes a key's partition keeps free (one in flight).
 fn working(key: &ProvingKey) -> u64 {
-    rules(None, BasesLayout::Plain).working_bytes(key)
+    rules(None, BasesLayout::Plain).working_bytes(key, BasesLayout::Plain)
+}
+
+/// The same for a streamed key's partition.
+fn streamed_working(key: &ProvingKey) -> u64 {
+    rules(None, BasesLayout::Plain).working_bytes(key, BasesLayout::Streamed)
 }
 
 /// The fingerprints resident, least recently used first.
@@ -161,6 +166,7 @@ fn under_the_key_limit_the_least_recently_used_are_evicted_first() {
     assert_eq!(report.keys.iter().find(|k| k.fingerprint == b.fingerprint()).unwrap().uploads, 2);
     assert_eq!(report.keys.iter().find(|k| k.fingerprint == a.fingerprint()).unwrap().device_bytes, 0);
     assert_eq!(dev.used(), plain(b) + plain(c), "evicted keys gave their memory back");
+    assert_eq!(*r.published().lock().unwrap(), r.report(), "published as of the last change");
 }
 
 /// The layouts resident, as [`resident`] lists them.
@@ -197,7 +203,7 @@ fn streamed_bases_take_the_inputs_alone_and_every_key_streams_where_the_config_s
         assert_eq!(
             key_bytes(key, 0, G2Placement::Gpu, BasesLayout::Streamed),
             Some(inputs),
-            "G2's too stay home"
+            "G2's stay home too, but for the inputs' (none here)"
         );
     }
     let dev = Fake::new(working(c) * 4 + plain(a) + plain(b) + plain(c));
@@ -224,8 +230,9 @@ fn short_device_memory_evicts_until_the_key_and_its_working_buffers_fit() {
     assert_eq!(r.report().evictions, 2);
     // Alone and still without room for its working buffers, a key is
     // streamed from the host rather than uploaded to fail in a kernel.
-    let tiny = Fake::new(plain(c));
-    assert!(streams(&rules(None, BasesLayout::Plain), c, plain(c)));
+    let tiny = Fake::new(plain(c) + streamed_working(c));
+    assert!(streamed_working(c) < working(c));
+    assert!(streams(&rules(None, BasesLayout::Plain), c, plain(c) + streamed_working(c)));
     let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Plain));
     r.make_resident(&tiny, a, 0).unwrap();
     r.make_resident(&tiny, c, 0).unwrap();
@@ -371,4 +378,34 @@ fn an_evicted_key_frees_its_bytes_and_is_uploaded_again_when_used() {
     assert_eq!(r.report().evictions, 0, "not counted as an eviction for room");
     r.make_resident(&dev, a, 0).unwrap();
     assert_eq!(dev.uploads().iter().filter(|u| u.starts_with(&name(a))).count(), 2);
+}
+
+#[test]
+fn a_streamed_keys_working_buffers_are_kept_free_and_a_device_too_small_refuses_it() {
+    let [a, _, c] = keys();
+    let inputs = key_bytes(c, 0, G2Placement::Gpu, BasesLayout::Streamed).unwrap();
+    // c is streamed (over the limit), beside a.
+    let limit = plain(c) - 1;
+    let mut dev = Fake::new(working(c) * 4);
+    let mut r = Residency::new("fake".into(), rules(Some(limit), BasesLayout::Plain));
+    r.make_resident(&dev, a, 0).unwrap();
+    r.make_resident(&dev, c, 0).unwrap();
+    assert_eq!(layouts(&r), [BasesLayout::Plain, BasesLayout::Streamed]);
+    // Another process takes memory meanwhile: used again, c evicts a to
+    // keep its working buffers free.
+    dev.taken_by_others = working(c) * 4 - plain(a) - inputs - streamed_working(c) + 1;
+    r.make_resident(&dev, c, 0).unwrap();
+    assert_eq!(resident(&r), ["k10"], "a evicted for c's working buffers");
+    assert_eq!(dev.uploads().len(), 2, "c not uploaded again");
+    // A device without room for c's working buffers with nothing else on it.
+    let small = Fake::new(streamed_working(c) - 1);
+    let mut r = Residency::new("fake:1".into(), rules(Some(limit), BasesLayout::Plain));
+    let e = r.make_resident(&small, c, 0).unwrap_err();
+    assert!(
+        matches!(&e, ProveError::Backend { source: BackendFault::DeviceTooSmall { device, .. }, .. }
+            if device == "fake:1"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("even with its key streamed"), "{e}");
+    assert!(resident(&r).is_empty() && small.uploads().is_empty(), "nothing uploaded");
 }
