@@ -2,20 +2,45 @@
 //! c on the host (one partition in flight: each copied while the one before
 //! it transforms) or already copied (two in flight: copied before the
 //! device lock, while the other partition's kernels run), or, left to the
-//! device, still to compute, with the assignment copied.
+//! device, still to compute, with the assignment copied. Nothing is copied
+//! ahead for a key that will be streamed: its device room is checked at the
+//! lock, against the memory free then.
 
 use blstrs::Scalar;
 use provd_kernels::{CopyLane, CudaSlice, FrBuffer, FrRaw, GpuError};
 
 use super::InFlight;
+
+/// What [`copy_ahead`] may copy before the device lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Ahead {
+    /// Nothing (a key that will be streamed).
+    Nothing,
+    /// As `InFlight` partitions on the device at once allow.
+    As(InFlight),
+}
 use crate::groth16::synthesis::{Evaluations, Products};
 
 /// A proof's vectors as [`copy_ahead`] leaves them for the device lock.
 pub(super) enum Prepared {
     /// a, b and c evaluated on the host.
     Evaluated(Vectors),
-    /// a, b and c still to compute, the assignment copied.
-    Products { products: Products, input: CudaSlice<FrRaw>, aux: Option<CudaSlice<FrRaw>> },
+    /// a, b and c still to compute, the assignment copied (`None`: still
+    /// on the host, copied once the device has room for it).
+    Products { products: Products, assignment: Option<AssignmentOnDevice> },
+}
+
+/// The assignment on the device: its inputs, and its aux part (`None`
+/// without aux variables).
+pub(super) struct AssignmentOnDevice {
+    pub input: CudaSlice<FrRaw>,
+    pub aux: Option<CudaSlice<FrRaw>>,
+}
+
+impl AssignmentOnDevice {
+    pub fn upload(lane: &CopyLane, input: &[Scalar], aux: &[Scalar]) -> Result<Self, GpuError> {
+        Ok(Self { input: lane.upload(input)?, aux: upload_aux(lane, aux)? })
+    }
 }
 
 /// A proof's a/b/c and aux assignment, on the host or on the device.
@@ -43,7 +68,7 @@ impl Vector {
 /// Copies what can go before the device lock, given how many partitions a
 /// device takes at once.
 pub(super) fn copy_ahead(
-    in_flight: InFlight,
+    ahead: Ahead,
     lane: &CopyLane,
     log_n: u32,
     abc: Evaluations,
@@ -52,14 +77,17 @@ pub(super) fn copy_ahead(
 ) -> Result<Prepared, GpuError> {
     let abc = match abc {
         Evaluations::Products(products) => {
-            let (input, aux) = (lane.upload(input)?, upload_aux(lane, aux)?);
-            return Ok(Prepared::Products { products, input, aux });
+            let assignment = match ahead {
+                Ahead::Nothing => None,
+                Ahead::As(_) => Some(AssignmentOnDevice::upload(lane, input, aux)?),
+            };
+            return Ok(Prepared::Products { products, assignment });
         }
         Evaluations::Host { a, b, c } => [a, b, c],
     };
-    Ok(Prepared::Evaluated(match in_flight {
-        InFlight::One => Vectors::OnHost(abc),
-        InFlight::Two => {
+    Ok(Prepared::Evaluated(match ahead {
+        Ahead::Nothing | Ahead::As(InFlight::One) => Vectors::OnHost(abc),
+        Ahead::As(InFlight::Two) => {
             Vectors::OnDevice { abc: upload_abc(lane, abc, log_n)?, aux: upload_aux(lane, aux)? }
         }
     }))

@@ -15,10 +15,10 @@ use provd_kernels::{
     select_by_density, CopyLane, CudaSlice, FrRaw, G1Bases, G2Bases, Gpu, GpuError, Order, Timer, Unsatisfied,
 };
 
-use super::copy_plan::{copy_ahead, upload_abc, Prepared, Vectors};
+use super::copy_plan::{copy_ahead, upload_abc, upload_aux, Ahead, AssignmentOnDevice, Prepared, Vectors};
 use super::device_key::{h_order, DeviceKey, Large};
 use super::h_chain::{quotient_on_device, Held};
-use super::{backend_error, residency, BasesLayout, CudaBackend, InFlight, State};
+use super::{backend_error, residency, BasesLayout, CudaBackend, State};
 use crate::groth16::msm::filter;
 use crate::groth16::pinned::PinnedQueries;
 use crate::groth16::prover::{split, Assignment, G1Parts, PendingProof, StepTime};
@@ -47,16 +47,19 @@ impl CudaBackend {
         // Declared first, so dropped last: every device buffer of this proof
         // is allocated on the lane and freed on it, never on another proof's.
         let lane = self.gpu.copy_lane().map_err(backend_error)?;
-        // A key that will be streamed leaves the device little room: a, b
-        // and c wait on the host until the chain takes them.
-        let in_flight = match residency::streams(&self.rules(), key, self.capacity) {
-            true => InFlight::One,
-            false => self.options.partitions_in_flight,
+        // A key that will be streamed leaves the device little room: nothing
+        // goes there before its room is checked, and a, b and c wait on the
+        // host until the chain takes them.
+        let ahead = match residency::streams(&self.rules(), key, self.capacity) {
+            true => Ahead::Nothing,
+            false => Ahead::As(self.options.partitions_in_flight),
         };
-        let prepared =
-            copy_ahead(in_flight, &lane, log_n, abc, &asg.input, &asg.aux).map_err(backend_error)?;
-        let copied = (!matches!(prepared, Prepared::Evaluated(Vectors::OnHost(_))))
-            .then(|| StepTime::on_host_since("copies (before the device lock)", wall));
+        let prepared = copy_ahead(ahead, &lane, log_n, abc, &asg.input, &asg.aux).map_err(backend_error)?;
+        let copied = !matches!(
+            prepared,
+            Prepared::Evaluated(Vectors::OnHost(_)) | Prepared::Products { assignment: None, .. }
+        );
+        let copied = copied.then(|| StepTime::on_host_since("copies (before the device lock)", wall));
         let (mut state, slot, prepared, waited) = self.hold_device(key, &lane, log_n, &asg, prepared)?;
         let State { ntts, residency, timer } = &mut *state;
         let mut clock = StepClock::new(timer);
@@ -68,7 +71,11 @@ impl CudaBackend {
             BasesLayout::Plain | BasesLayout::Shifted => Held::Three,
         };
         let (vectors, check) = match prepared {
-            Prepared::Products { products, input, aux } => {
+            Prepared::Products { products, assignment } => {
+                let AssignmentOnDevice { input, aux } = match assignment {
+                    Some(copied) => copied,
+                    None => AssignmentOnDevice::upload(&lane, &asg.input, &asg.aux).map_err(backend_error)?,
+                };
                 let Some((_, matrices)) = &resident.matrices else {
                     let left = GpuError::Invalid("the circuit's matrices left the device".into());
                     return Err(backend_error(left));
@@ -165,20 +172,26 @@ impl CudaBackend {
         let mut state = self.lock();
         let mut steps = vec![StepTime::on_host_since("wait for device", wall)];
         let slot = state.residency.make_resident(&*self.gpu, key, b_inputs)?;
-        let Prepared::Products { products, input, aux } = prepared else {
+        let Prepared::Products { products, assignment } = prepared else {
             return Ok((state, slot, prepared, steps));
         };
         if state.residency.make_matrices_resident(&*self.gpu, slot, key, &products.matrices)? {
-            return Ok((state, slot, Prepared::Products { products, input, aux }, steps));
+            return Ok((state, slot, Prepared::Products { products, assignment }, steps));
         }
         let streamed = state.residency.get(slot).layout == BasesLayout::Streamed;
         drop(state);
         let wall = Instant::now();
         let abc = Evaluations::Products(products).on_host(&asg.input, &asg.aux)?;
         let vectors = match streamed {
-            // The aux assignment is copied again after the chain.
+            // The aux assignment is copied after the chain.
             true => Vectors::OnHost(abc),
-            false => Vectors::OnDevice { abc: upload_abc(lane, abc, log_n).map_err(backend_error)?, aux },
+            false => {
+                let aux = match assignment {
+                    Some(copied) => copied.aux,
+                    None => upload_aux(lane, &asg.aux).map_err(backend_error)?,
+                };
+                Vectors::OnDevice { abc: upload_abc(lane, abc, log_n).map_err(backend_error)?, aux }
+            }
         };
         steps.push(StepTime::on_host_since("products on the host (no room on the device)", wall));
         let mut state = self.lock();
