@@ -404,6 +404,15 @@ enum BenchCommand {
         /// admits fewer).
         #[arg(long, default_value_t = 4)]
         in_flight: usize,
+        /// Then this many sectors of synthetic C1 outputs submitted at once
+        /// to the real engine with the timing key (proofs not verified, not
+        /// proofs): the steady stream's seconds a sector, peak RSS against
+        /// the gauges, each buffer class's peak; 0: none.
+        #[arg(long, default_value_t = 0)]
+        sectors: usize,
+        /// The engine's pipeline.partition_permits for that stream.
+        #[arg(long, default_value_t = 4)]
+        permits: usize,
         /// Caps GPU 0 to this much free memory (16GiB, 24GiB, 32GiB) for the
         /// whole run with a ballast beside it (`provd bench ballast`): a
         /// smaller card's, physically.
@@ -926,11 +935,16 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             skip_whole_witness,
             prove_runs,
             in_flight,
+            sectors,
+            permits,
             device_memory,
             json,
             common,
         } => {
-            anyhow::ensure!(runs > 0 && in_flight > 0, "--runs and --in-flight must be at least 1");
+            anyhow::ensure!(
+                runs > 0 && in_flight > 0 && permits > 0,
+                "--runs, --in-flight and --permits must be at least 1"
+            );
             // Before the backend opens: nothing of this run may use more.
             let ballast =
                 device_memory.map(|m| bench::ballast::Beside::start(m, &common.data_dir)).transpose()?;
@@ -949,10 +963,12 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
                 whole_witness: !skip_whole_witness,
                 prove_runs,
                 in_flight,
+                sectors,
+                permits,
                 device_cap,
                 json,
             }
-            .run(&*backends[0])
+            .run(backends)
         }
         BenchCommand::Msm { sizes, cpu_sizes, runs, warmup, json, g2, data_dir } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");

@@ -17,6 +17,8 @@ pub mod porep;
 pub mod porep_shape;
 pub mod prove;
 #[cfg(feature = "filecoin")]
+pub mod shape_stream;
+#[cfg(feature = "filecoin")]
 pub mod sizes;
 #[cfg(feature = "filecoin")]
 pub mod vanilla;

@@ -60,6 +60,11 @@ pub struct PorepShapeBench {
     pub prove_runs: usize,
     /// Partitions in synthesis at once in the projected stream.
     pub in_flight: usize,
+    /// Then this many sectors through the engine at once
+    /// ([`ShapeStream`](super::shape_stream::ShapeStream)); 0 for none.
+    pub sectors: usize,
+    /// The engine's `partition_permits` for that stream.
+    pub permits: usize,
     /// The ballast's line where the device was capped (`--device-memory`).
     pub device_cap: Option<String>,
     pub json: PathBuf,
@@ -104,7 +109,8 @@ fn bytes_in(dir: &std::path::Path) -> u64 {
 }
 
 impl PorepShapeBench {
-    pub fn run(&self, backend: &dyn Backend) -> anyhow::Result<()> {
+    pub fn run(&self, backends: Vec<Arc<dyn Backend>>) -> anyhow::Result<()> {
+        let backend = &*backends[0];
         let circuit = PorepCircuit::new(self.proof).map_err(anyhow::Error::msg)?;
         let store = MatrixStore::new(self.work_dir.join("matrices"));
         if !self.keep_store {
@@ -175,16 +181,22 @@ impl PorepShapeBench {
         })?;
         let assignment_bytes = ((parted.input_assignment.len() + parted.aux_assignment.len()) * 32) as u64;
 
-        let (steps, abc_on) = match self.prove_runs {
-            0 => (Vec::new(), None),
-            runs => {
+        let key = match self.prove_runs > 0 || self.sectors > 0 {
+            true => Some(Arc::new(timing_key(&matrices)?)),
+            false => None,
+        };
+        let (steps, abc_on) = match (self.prove_runs, &key) {
+            (0, _) | (_, None) => {
+                drop((abc, parted)); // not held through a stream
+                (Vec::new(), None)
+            }
+            (runs, Some(key)) => {
                 let mut witness = parted;
-                let key = timing_key(&matrices)?;
                 // Where the service would compute a, b and c: on a device
                 // that computes them, from the matrices made resident beside
                 // the key, as time-only products (the random witness fails
                 // the check there); else the host's products above.
-                let placement = backend.products(&key);
+                let placement = backend.products(key);
                 witness.abc = match placement {
                     ProductsPlacement::Gpu => {
                         drop(abc);
@@ -195,8 +207,7 @@ impl PorepShapeBench {
                         Evaluations::Host { a, b, c }
                     }
                 };
-                drop(matrices);
-                (prove_steps(backend, &key, witness, runs)?, Some(placement))
+                (prove_steps(backend, key, witness, runs)?, Some(placement))
             }
         };
         let pick = |f: fn(&Piece) -> f64| median(&in_parts.iter().map(f).collect::<Vec<_>>());
@@ -336,6 +347,15 @@ impl PorepShapeBench {
                             device seconds of the whole proof)",
             },
         });
+        let mut report = report;
+        if let (true, Some(key)) = (self.sectors > 0, key) {
+            let stream = super::shape_stream::ShapeStream {
+                sectors: self.sectors,
+                permits: self.permits,
+                circuit: format!("{:?}", self.proof),
+            };
+            report["stream"] = stream.run(backends, &circuit, matrices, key, &partitions)?;
+        }
         write_json(&self.json, &report)
     }
 }

@@ -65,6 +65,13 @@ impl ProveError {
         }
     }
 
+    /// Whether a device is too small for the partition
+    /// ([`BackendFault::DeviceTooSmall`]): not the device's fault, and
+    /// another device may be larger.
+    pub fn is_device_too_small(&self) -> bool {
+        matches!(self, ProveError::Backend { source: BackendFault::DeviceTooSmall { .. }, .. })
+    }
+
     /// Whether the request itself is at fault (a witness that does not
     /// satisfy the circuit, a key for another circuit, a circuit too large),
     /// so that retrying it cannot help.

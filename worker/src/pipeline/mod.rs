@@ -908,6 +908,11 @@ fn gpu_worker(s: &Arc<Shared>, device: Arc<Device>) {
                 send_round_again(s, ticket, Attempt { products: Some(ProductsPlacement::Cpu), ..attempt });
                 continue;
             }
+            Ok(Err(e)) if e.is_device_too_small() => {
+                drop(held);
+                too_small(s, &device, e.to_string(), attempt, ticket);
+                continue;
+            }
             Ok(Err(e)) => {
                 drop(held);
                 device_fault(s, &device, FailureReason::Backend, e.to_string(), attempt, ticket);
@@ -953,6 +958,22 @@ fn device_fault(
         let why = none_left.map_or(String::new(), |n| format!("; {n}"));
         return ticket
             .fail(reason, format!("{what} (try {} of {}{why})", attempt.number, s.config.max_attempts));
+    }
+    send_round_again(s, ticket, Attempt { number: attempt.number + 1, ..attempt });
+}
+
+/// A device too small for a partition: not a fault of the device (it stays
+/// in service for the circuits it can prove). The partition goes round again
+/// for a larger device where there is another, while tries remain;
+/// otherwise it fails at once with the reason.
+fn too_small(s: &Shared, device: &Device, what: String, attempt: Attempt, ticket: Ticket) {
+    let (job, index) = (ticket.job.clone(), ticket.index);
+    job.note_fault(index, format!("try {} on {}: {what}", attempt.number, device.name()));
+    if job.is_cancelled() {
+        return;
+    }
+    if s.devices.len() == 1 || attempt.number >= s.config.max_attempts {
+        return ticket.fail(FailureReason::Backend, what);
     }
     send_round_again(s, ticket, Attempt { number: attempt.number + 1, ..attempt });
 }

@@ -630,6 +630,39 @@ fn failing_proofs_of_unchecked_witnesses_do_not_count_against_the_device() {
     assert_all_released(&e);
 }
 
+/// A device too small for every partition (a 16 GiB card under a key's
+/// working buffers), as the CUDA backend's residency refuses it.
+struct TooSmallGpu;
+
+impl Backend for TooSmallGpu {
+    fn name(&self) -> &str {
+        "cuda:9"
+    }
+    fn prove_start(&self, _: &ProvingKey, _: Synthesized) -> Result<PendingProof, ProveError> {
+        let source =
+            crate::groth16::BackendFault::DeviceTooSmall { device: "cuda:9".into(), need: 12, free: 10 };
+        Err(ProveError::Backend { backend: "cuda", source })
+    }
+}
+
+/// A device too small fails the partition at once where there is no other
+/// device, with the reason, and never counts against the device: it stays
+/// in service for the circuits it can prove.
+#[test]
+fn a_device_too_small_fails_its_partitions_without_leaving_service() {
+    let config = PipelineConfig { device_fault_limit: 1, ..Default::default() };
+    let e = Engine::start(config, vec![Arc::new(TooSmallGpu)], Arc::new(Metrics::new())).unwrap();
+    for seed in 1..=2 {
+        let st = e.wait(e.submit(job(vec![partition(seed)])).unwrap(), None).unwrap();
+        assert_eq!(st.outcome, Some(Outcome::Failed));
+        let error = st.error.unwrap();
+        assert!(error.contains("even with its key streamed"), "{error}");
+        assert_eq!(st.partitions[0].faults.len(), 1, "one try: no other device");
+    }
+    assert!(e.none_in_service().is_none(), "the device stays in service");
+    assert_all_released(&e);
+}
+
 /// A backend that panics in prove_start, standing in for a bug in a stage.
 struct PanickyGpu;
 
