@@ -1,8 +1,8 @@
 //! What a key puts on a device: its G1 bases (H's in the order the NTT chain
 //! leaves H's scalars; or only the inputs' where the rest is streamed from
 //! the host), B's G2 bases when the G2 MSM runs there (its inputs' only,
-//! where the rest is streamed), and its circuit's matrices for a, b and c. [`Gpu`] is the [`DeviceMemory`] the
-//! residency rules run on.
+//! where the rest is streamed), and its circuit's matrices for a, b and c.
+//! [`Gpu`] is the [`DeviceMemory`] the residency rules run on.
 
 use blstrs::G1Affine;
 use provd_kernels::{DeviceMatrix, G1Bases, G2Bases, Gpu, GpuError, Order};

@@ -153,9 +153,9 @@ pub(super) fn key_bytes(
 /// `device_bytes` under `rules`, as far as that is known before it is made
 /// resident: streamed by the config, or its plain bases (without B's inputs,
 /// a handful) over the key memory limit or over the device beside one
-/// partition's working buffers. Admission counts B's G2 MSM on the host for
-/// such a key. (At run time a key may also be streamed for memory that other
-/// keys or processes hold: then only `make_resident` knows.)
+/// partition's working buffers. A proof copies nothing ahead of the device
+/// lock for such a key. (At run time a key may also be streamed for memory
+/// that other keys or processes hold: then only `make_resident` knows.)
 pub(super) fn streams(rules: &Rules, key: &ProvingKey, device_bytes: u64) -> bool {
     if rules.bases == BasesLayout::Streamed {
         return true;
