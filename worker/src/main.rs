@@ -410,9 +410,11 @@ enum BenchCommand {
         /// the gauges, each buffer class's peak; 0: none.
         #[arg(long, default_value_t = 0)]
         sectors: usize,
-        /// The engine's pipeline.partition_permits for that stream.
-        #[arg(long, default_value_t = 4)]
-        permits: usize,
+        /// The engine's pipeline.partition_permits for that stream; several
+        /// (4,12,28) run one stream each, one after the other, with the same
+        /// key and matrices.
+        #[arg(long, value_delimiter = ',', default_value = "4")]
+        permits: Vec<usize>,
         /// Caps GPU 0 to this much free memory (16GiB, 24GiB, 32GiB) for the
         /// whole run with a ballast beside it (`provd bench ballast`): a
         /// smaller card's, physically.
@@ -942,7 +944,7 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             common,
         } => {
             anyhow::ensure!(
-                runs > 0 && in_flight > 0 && permits > 0,
+                runs > 0 && in_flight > 0 && !permits.is_empty() && permits.iter().all(|&p| p > 0),
                 "--runs, --in-flight and --permits must be at least 1"
             );
             // Before the backend opens: nothing of this run may use more.

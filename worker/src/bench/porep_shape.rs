@@ -63,8 +63,8 @@ pub struct PorepShapeBench {
     /// Then this many sectors through the engine at once
     /// ([`ShapeStream`](super::shape_stream::ShapeStream)); 0 for none.
     pub sectors: usize,
-    /// The engine's `partition_permits` for that stream.
-    pub permits: usize,
+    /// The engine's `partition_permits`: one stream for each, in turn.
+    pub permits: Vec<usize>,
     /// The ballast's line where the device was capped (`--device-memory`).
     pub device_cap: Option<String>,
     pub json: PathBuf,
@@ -349,12 +349,25 @@ impl PorepShapeBench {
         });
         let mut report = report;
         if let (true, Some(key)) = (self.sectors > 0, key) {
-            let stream = super::shape_stream::ShapeStream {
-                sectors: self.sectors,
-                permits: self.permits,
-                circuit: format!("{:?}", self.proof),
-            };
-            report["stream"] = stream.run(backends, &circuit, matrices, key, &partitions)?;
+            let mut streams = Vec::new();
+            for &permits in &self.permits {
+                let stream = super::shape_stream::ShapeStream {
+                    sectors: self.sectors,
+                    permits,
+                    circuit: format!("{:?}", self.proof),
+                };
+                streams.push(stream.run(
+                    backends.clone(),
+                    &circuit,
+                    matrices.clone(),
+                    key.clone(),
+                    &partitions,
+                )?);
+                // Each stream's figures on disk as soon as it ends: a later
+                // one cut short (or killed for memory) leaves them.
+                report["streams"] = Value::Array(streams.clone());
+                write_json(&self.json, &report)?;
+            }
         }
         write_json(&self.json, &report)
     }

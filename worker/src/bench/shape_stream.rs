@@ -100,6 +100,7 @@ impl ShapeStream {
         };
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let before = rss_bytes() as i64;
+        let began = unix_seconds();
         let t = Instant::now();
         let mut waiting =
             (0..self.sectors).map(|_| Ok(engine.submit(spec()?)?)).collect::<anyhow::Result<Vec<_>>>()?;
@@ -131,6 +132,13 @@ impl ShapeStream {
             std::thread::sleep(Duration::from_millis(50));
         }
         let busy_between = device_busy_seconds(&engine, &names) - busy_at_first;
+        // The window on the wall clock, so that samples taken outside the
+        // process (nvidia-smi's utilisation) can be cut to the stream.
+        let window = json!({
+            "began_unix_s": began,
+            "first_end_unix_s": began + ends[0],
+            "last_end_unix_s": began + ends[ends.len() - 1],
+        });
         let (first, last) = (ends[0], ends[ends.len() - 1]);
         let per_sector = (ends.len() > 1).then(|| (last - first) / (ends.len() - 1) as f64);
         let busy_fraction = per_sector.map(|_| busy_between / (last - first).max(1e-9));
@@ -185,6 +193,7 @@ impl ShapeStream {
             "partitions_a_sector": partitions.len(),
             "permits": self.permits,
             "ends_s": ends,
+            "wall_clock": window,
             "seconds_a_sector": per_sector,
             "median_gap_s": (ends.len() > 1).then(|| median(&ends.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>())),
             "device_busy_fraction": busy_fraction,
@@ -199,6 +208,11 @@ impl ShapeStream {
             "mean_stage_s": Stage::IN_PIPELINE.iter().map(|s| (s.name(), stage(*s))).collect::<std::collections::BTreeMap<_, _>>(),
         }))
     }
+}
+
+/// Seconds since the Unix epoch, now.
+fn unix_seconds() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 impl Peaks {
