@@ -108,13 +108,13 @@ fn terms(lc: &LinearCombination<Scalar>) -> impl Iterator<Item = (Column, Scalar
 /// ([`MatrixStore`](super::matrix_store::MatrixStore)) so that recording a
 /// large circuit holds no more than its densities.
 pub(crate) trait RowSink: Send {
-    /// Appends a row; zero coefficients are dropped.
+    /// Appends a row of non-zero terms (the recorder has dropped the zeros).
     fn push_row(&mut self, terms: &[(Column, Scalar)]);
 }
 
 impl RowSink for SparseMatrix {
     fn push_row(&mut self, terms: &[(Column, Scalar)]) {
-        SparseMatrix::push_row(self, terms.iter().copied())
+        self.push_nonzero_row(terms)
     }
 }
 
@@ -155,16 +155,21 @@ impl<S: RowSink> Recording<S> {
     /// Appends one row to matrix `m` (0, 1, 2: A, B, C), marking the
     /// densities: aux variables in A, inputs and aux variables in B.
     fn push(&mut self, m: usize, lc: &LinearCombination<Scalar>) {
+        // One pass over the terms: zeros dropped, densities marked; the
+        // sink takes the row as it is (BENCHMARKS.md: recording's cost).
         self.row.clear();
-        self.row.extend(terms(lc).filter(|(_, c)| !bool::from(c.is_zero())));
         let [a_aux, b_input, b_aux] = &mut self.r.densities;
-        for &(col, _) in &self.row {
+        for (col, c) in terms(lc) {
+            if bool::from(c.is_zero()) {
+                continue;
+            }
             match (m, col) {
                 (0, Column::Aux(i)) => a_aux.set(i as usize),
                 (1, Column::Aux(i)) => b_aux.set(i as usize),
                 (1, Column::Input(i)) => b_input.set(i as usize),
                 _ => {}
             }
+            self.row.push((col, c));
         }
         self.r.rows[m].push_row(&self.row);
     }

@@ -61,6 +61,18 @@ impl SparseMatrix {
         self.row_start.push(self.cols.len());
     }
 
+    /// Appends a row whose terms are all non-zero (as the recorder gives
+    /// them), without checking each again.
+    pub(crate) fn push_nonzero_row(&mut self, terms: &[(Column, Scalar)]) {
+        debug_assert!(terms.iter().all(|(_, c)| !bool::from(c.is_zero())));
+        if self.row_start.is_empty() {
+            self.row_start.push(0);
+        }
+        self.cols.extend(terms.iter().map(|(col, _)| col.encode()));
+        self.coeffs.extend(terms.iter().map(|&(_, c)| c));
+        self.row_start.push(self.cols.len());
+    }
+
     /// A matrix of `rows` rows from terms in any order (row, column, coefficient);
     /// terms of one cell add up. Every row index must be below `rows`.
     pub fn from_terms(rows: usize, terms: &[(u32, Column, Scalar)]) -> Self {
