@@ -148,6 +148,29 @@ impl Gpu {
         self.ctx.mem_get_info().during("reading memory use")
     }
 
+    /// [`Gpu::memory`] once the allocator's pool has handed back what it
+    /// keeps of buffers already freed: for deciding whether a proof fits.
+    /// Buffers are allocated stream-ordered (`cuMemAllocAsync`), so a
+    /// buffer dropped after a proof's last synchronisation stays in the
+    /// pool, counted as used, until the next one; a room check read then
+    /// saw a 16 GiB card short by a whole proof's vectors (7.5 GiB at a
+    /// 32 GiB sector's shape). Waits for this device's stream first.
+    pub fn memory_reclaimed(&self) -> Result<(usize, usize), GpuError> {
+        self.stream.synchronize().during("waiting for the device")?;
+        if self.ctx.has_async_alloc() {
+            let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+            // SAFETY: `pool` is written by the driver; the device is this
+            // context's; trimming frees only memory no allocation holds.
+            unsafe {
+                sys::cuDeviceGetMemPool(&mut pool, self.ctx.cu_device())
+                    .result()
+                    .during("reading the device's memory pool")?;
+                sys::cuMemPoolTrimTo(pool, 0).result().during("trimming the device's memory pool")?;
+            }
+        }
+        self.memory()
+    }
+
     /// Copies field elements to a new device buffer.
     pub fn upload<F: DeviceField>(&self, v: &[F]) -> Result<CudaSlice<F::Raw>, GpuError> {
         self.stream.clone_htod(as_raw(v)).during("copying to the device")

@@ -139,7 +139,7 @@ impl DeviceMemory for Gpu {
     type Matrices = DeviceMatrices;
 
     fn free_bytes(&self) -> Result<u64, GpuError> {
-        self.memory().map(|(free, _)| free as u64)
+        self.memory_reclaimed().map(|(free, _)| free as u64)
     }
 
     fn upload_key(

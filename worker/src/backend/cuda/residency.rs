@@ -72,6 +72,8 @@ pub(super) trait DeviceMemory {
     type Key: OnDevice;
     /// A circuit's A, B and C on the device.
     type Matrices: OnDevice;
+    /// Bytes free for a proof: with what the allocator keeps of freed
+    /// buffers handed back first ([`provd_kernels::Gpu::memory_reclaimed`]).
     fn free_bytes(&self) -> Result<u64, GpuError>;
     fn upload_key(
         &self,
