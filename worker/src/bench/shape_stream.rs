@@ -6,8 +6,11 @@
 //! prints says so); every other part is the service's. It samples the
 //! process's RSS (/proc) against what the gauges account for, each buffer
 //! class's bytes, and the device's measured busy time, and reports the
-//! steady stream's seconds a sector: between the first sector's end and the
-//! last's, over the sectors after the first.
+//! steady stream's seconds a sector: from the first partition's end to the
+//! last's, over the partitions after the first, times a sector's partitions
+//! (the sectors go in at once and their partitions interleave, so sector
+//! ends bunch at the stream's end and their gaps say nothing of its pace),
+//! beside the whole stream's (submission to the last end, over the sectors).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,6 +51,9 @@ struct Peaks {
     /// RSS above what the gauges account for (buffers, the key and the
     /// matrices held, and the process before the stream), at its largest.
     unaccounted: i64,
+    /// RSS above what admission reserved for the partitions (and the
+    /// process before the stream), at its largest.
+    over_reserved: i64,
     samples: usize,
 }
 
@@ -102,21 +108,30 @@ impl ShapeStream {
         let before = rss_bytes() as i64;
         let began = unix_seconds();
         let t = Instant::now();
-        let mut waiting =
-            (0..self.sectors).map(|_| Ok(engine.submit(spec()?)?)).collect::<anyhow::Result<Vec<_>>>()?;
+        let mut waiting = (0..self.sectors)
+            .map(|sector| Ok((sector, engine.submit(spec()?)?)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         eprintln!("{} sectors of {} partitions submitted ({NOT_PROOFS})", self.sectors, partitions.len());
         let (mut ends, mut busy_at_first, mut peaks) = (Vec::new(), 0.0, Peaks::default());
+        // When each partition was first seen done (polled every 50 ms).
+        let (mut done, mut any_done) = (vec![vec![None::<f64>; partitions.len()]; self.sectors], false);
         while !waiting.is_empty() {
-            peaks.sample(&metrics, before);
+            peaks.sample(&metrics, before, held as i64);
             let mut still = Vec::new();
-            for id in waiting {
+            for (sector, id) in waiting {
                 let status = engine.status(id).context("a stream job vanished")?;
-                match status.outcome {
-                    None => still.push(id),
-                    Some(Outcome::Succeeded) => {
-                        if ends.is_empty() {
+                for (end, p) in done[sector].iter_mut().zip(&status.partitions) {
+                    if end.is_none() && p.stage == Stage::Done {
+                        if !any_done {
+                            any_done = true;
                             busy_at_first = device_busy_seconds(&engine, &names);
                         }
+                        *end = Some(t.elapsed().as_secs_f64());
+                    }
+                }
+                match status.outcome {
+                    None => still.push((sector, id)),
+                    Some(Outcome::Succeeded) => {
                         ends.push(t.elapsed().as_secs_f64());
                         eprintln!(
                             "sector {} of {} ended at {:.1} s",
@@ -132,31 +147,39 @@ impl ShapeStream {
             std::thread::sleep(Duration::from_millis(50));
         }
         let busy_between = device_busy_seconds(&engine, &names) - busy_at_first;
+        let mut partition_ends: Vec<f64> = done.into_iter().flatten().flatten().collect();
+        partition_ends.sort_by(f64::total_cmp);
+        let (first, last) = (partition_ends[0], partition_ends[partition_ends.len() - 1]);
         // The window on the wall clock, so that samples taken outside the
         // process (nvidia-smi's utilisation) can be cut to the stream.
         let window = json!({
             "began_unix_s": began,
-            "first_end_unix_s": began + ends[0],
+            "first_partition_end_unix_s": began + first,
             "last_end_unix_s": began + ends[ends.len() - 1],
         });
-        let (first, last) = (ends[0], ends[ends.len() - 1]);
-        let per_sector = (ends.len() > 1).then(|| (last - first) / (ends.len() - 1) as f64);
-        let busy_fraction = per_sector.map(|_| busy_between / (last - first).max(1e-9));
+        let steady = (partition_ends.len() > 1).then(|| {
+            let per_partition = (last - first) / (partition_ends.len() - 1) as f64;
+            (per_partition * partitions.len() as f64, busy_between / (last - first).max(1e-9))
+        });
+        let whole = ends[ends.len() - 1] / self.sectors as f64;
         let stage = |s: Stage| {
             let h = metrics.stage_duration.with_label_values(&[&self.circuit, s.name()]);
             h.get_sample_sum() / (h.get_sample_count().max(1) as f64)
         };
         let gib = |b: f64| b / (1u64 << 30) as f64;
         println!("the engine, {} sectors at once, {} permits ({NOT_PROOFS}):", self.sectors, self.permits);
+        let ended: Vec<String> = ends.iter().map(|e| format!("{e:.1}")).collect();
         let mut rows = vec![
             vec![
-                "s a sector, steady stream".into(),
-                per_sector.map_or("(one sector)".into(), |s| format!("{s:.2}")),
+                "s a sector, steady (first to last partition's end)".into(),
+                steady.map_or("(one partition)".into(), |(s, _)| format!("{s:.2}")),
             ],
-            vec!["first sector ended at, s".into(), format!("{first:.2}")],
+            vec!["s a sector, whole stream (its wall time / sectors)".into(), format!("{whole:.2}")],
+            vec!["first partition ended at, s".into(), format!("{first:.2}")],
+            vec!["sectors ended at, s".into(), ended.join(", ")],
             vec![
-                "device busy between the first and last end".into(),
-                busy_fraction.map_or(String::new(), |b| format!("{:.1}%", b * 100.0)),
+                "device busy, first to last partition's end".into(),
+                steady.map_or(String::new(), |(_, b)| format!("{:.1}%", b * 100.0)),
             ],
             vec!["peak RSS (/proc, sampled), GiB".into(), format!("{:.2}", gib(peaks.rss as f64))],
             vec![
@@ -167,6 +190,10 @@ impl ShapeStream {
             vec![
                 "RSS above what the gauges account for, at most, GiB".into(),
                 format!("{:.2}", gib(peaks.unaccounted as f64)),
+            ],
+            vec![
+                "RSS above what admission reserved, at most, GiB".into(),
+                format!("{:.2}", gib(peaks.over_reserved as f64)),
             ],
             vec![
                 "memory budget / limit, GiB".into(),
@@ -193,15 +220,19 @@ impl ShapeStream {
             "partitions_a_sector": partitions.len(),
             "permits": self.permits,
             "ends_s": ends,
+            "partition_ends_s": partition_ends,
             "wall_clock": window,
-            "seconds_a_sector": per_sector,
-            "median_gap_s": (ends.len() > 1).then(|| median(&ends.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>())),
-            "device_busy_fraction": busy_fraction,
+            "seconds_a_sector": steady.map(|(s, _)| s),
+            "seconds_a_sector_whole_stream": whole,
+            "median_partition_gap_s": (partition_ends.len() > 1)
+                .then(|| median(&partition_ends.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>())),
+            "device_busy_fraction": steady.map(|(_, b)| b),
             "peak_rss_bytes": peaks.rss,
             "peak_buffer_bytes": BufferClass::ALL.iter().zip(peaks.buffers).map(|(c, b)| (c.name(), b)).collect::<std::collections::BTreeMap<_, _>>(),
             "peak_buffers_total_bytes": peaks.buffers_total,
             "peak_reserved_bytes": peaks.reserved,
             "max_unaccounted_rss_bytes": peaks.unaccounted,
+            "max_rss_over_reserved_bytes": peaks.over_reserved,
             "samples": peaks.samples,
             "memory_budget_bytes": metrics.memory_budget_bytes.get(),
             "memory_limit_bytes": metrics.memory_limit_bytes.get(),
@@ -217,8 +248,9 @@ fn unix_seconds() -> f64 {
 
 impl Peaks {
     /// One sample: the gauges now, against the process's RSS above
-    /// `before` (the process before the stream, its key and matrices in it).
-    fn sample(&mut self, m: &Metrics, before: i64) {
+    /// `before` (the process before the stream, its key and matrices in it,
+    /// which admission holds as `held` of what it reserves).
+    fn sample(&mut self, m: &Metrics, before: i64, held: i64) {
         let rss = rss_bytes();
         let mut total = 0;
         for (i, class) in BufferClass::ALL.iter().enumerate() {
@@ -230,6 +262,8 @@ impl Peaks {
         self.buffers_total = self.buffers_total.max(total);
         self.reserved = self.reserved.max(m.memory_reserved_bytes.get());
         self.unaccounted = self.unaccounted.max(rss as i64 - before - total);
+        let reserved = m.memory_reserved_bytes.get();
+        self.over_reserved = self.over_reserved.max(rss as i64 - before - (reserved - held));
         self.samples += 1;
     }
 }

@@ -754,7 +754,13 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     let Queued { ticket, attempt } = p;
     let (job, index) = (ticket.job.clone(), ticket.index);
     let fp = s.footprint(&job.key);
-    let synth = s.ledger.guard(BufferClass::Synth, 0, None);
+    let products = attempt.products.unwrap_or_else(|| s.products(&job.key));
+    // What admission reserved for a, b and c (see `Shared::admission_bytes`).
+    let abc_reserved_bytes = if reserves_abc(job.abc_from, products) { fp.abc } else { 0 };
+    // A witness grows as it is synthesized, unseen by any buffer; counted
+    // at what it will hold once done, so that the gauges cover the memory
+    // of partitions in synthesis (a 32 GiB partition's is ~4 GiB).
+    let synth = s.ledger.guard(BufferClass::Synth, fp.aux + fp.density + abc_reserved_bytes, None);
     let in_stage = InStage::enter(s, Stage::Synthesis);
     job.set_stage(index, Stage::Synthesis);
     job.record(index, |t| {
@@ -762,9 +768,6 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     });
     transition(s, job.id, index, "synthesis start");
     let t = Instant::now();
-    let products = attempt.products.unwrap_or_else(|| s.products(&job.key));
-    // What admission reserved for a, b and c (see `Shared::admission_bytes`).
-    let abc_reserved_bytes = if reserves_abc(job.abc_from, products) { fp.abc } else { 0 };
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         (attempt.synthesize)().and_then(|w| products.ready(w))
     }));
