@@ -448,6 +448,37 @@ fn products_left_to_the_devices_reserve_no_host_bytes_for_a_b_and_c() {
     assert_all_released(&e);
 }
 
+/// A partition in synthesis counts in the `synth` gauge at the witness it
+/// will hold (its vectors grow where no buffer sees them), and not after.
+#[test]
+fn a_partition_in_synthesis_counts_its_witness_in_the_synth_gauge() {
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let wait = Mutex::new(wait);
+    let held: SynthesisFn = Arc::new(move || {
+        wait.lock().unwrap().recv().ok();
+        synthesize(BenchCircuit::new(K, 2, Some(1)))
+    });
+    let metrics = Arc::new(Metrics::new());
+    let e =
+        Engine::start(PipelineConfig::default(), vec![Arc::new(SlowGpu(Duration::ZERO))], metrics.clone())
+            .unwrap();
+    let id = e.submit(job(vec![held])).unwrap();
+    let fp = e.footprint(&key());
+    let want = (fp.aux + fp.density + fp.abc) as i64;
+    let synth = || metrics.buffer_bytes.with_label_values(&["synth"]).get();
+    // Generous: admission and the synthesis pool starting on a loaded machine.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while synth() != want {
+        assert!(std::time::Instant::now() < deadline, "the synth gauge stayed at {}, not {want}", synth());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    go.send(()).unwrap();
+    let st = e.wait(id, None).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Succeeded), "{:?}", st.error);
+    assert_eq!(synth(), 0);
+    assert_all_released(&e);
+}
+
 /// A stand-in for a GPU whose MSMs all run on the device: no host working
 /// memory beyond the witness.
 struct AllOnDevice;
