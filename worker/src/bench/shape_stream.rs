@@ -260,9 +260,9 @@ impl Peaks {
         }
         self.rss = self.rss.max(rss);
         self.buffers_total = self.buffers_total.max(total);
-        self.reserved = self.reserved.max(m.memory_reserved_bytes.get());
-        self.unaccounted = self.unaccounted.max(rss as i64 - before - total);
         let reserved = m.memory_reserved_bytes.get();
+        self.reserved = self.reserved.max(reserved);
+        self.unaccounted = self.unaccounted.max(rss as i64 - before - total);
         self.over_reserved = self.over_reserved.max(rss as i64 - before - (reserved - held));
         self.samples += 1;
     }

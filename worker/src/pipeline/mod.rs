@@ -815,13 +815,15 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
         + witness.b_aux_density.heap_bytes()
         + witness.b_input_density.heap_bytes()) as u64;
     // The a/b/c part of the reservation goes with the a/b/c buffers; the rest
-    // (assignment, density, working memory) with the assignment.
+    // (assignment, density, working memory) with the assignment. The witness
+    // leaves `synth` as these take it over: never counted twice.
+    drop(synth);
     let abc = s.ledger.guard(BufferClass::Abc, abc_bytes, abc_reserved);
     let held = Held {
         _aux: s.ledger.guard(BufferClass::Aux, vars * 32, Some(reservation)),
         _density: s.ledger.guard(BufferClass::Density, density_bytes, None),
     };
-    drop((synth, in_stage));
+    drop(in_stage);
     job.set_stage(index, Stage::GpuQueue);
     transition(s, job.id, index, "synthesis end");
     let stage = InStage::enter(s, Stage::GpuQueue);
