@@ -154,21 +154,31 @@ impl Gpu {
     /// buffer dropped after a proof's last synchronisation stays in the
     /// pool, counted as used, until the next one; a room check read then
     /// saw a 16 GiB card short by a whole proof's vectors (7.5 GiB at a
-    /// 32 GiB sector's shape). Waits for this device's stream first.
+    /// 32 GiB sector's shape). Waits for this device's stream first. A
+    /// pool that cannot be trimmed is logged and read as it is: the check
+    /// is then only as conservative as before, never wrong the other way.
     pub fn memory_reclaimed(&self) -> Result<(usize, usize), GpuError> {
         self.stream.synchronize().during("waiting for the device")?;
         if self.ctx.has_async_alloc() {
-            let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
-            // SAFETY: `pool` is written by the driver; the device is this
-            // context's; trimming frees only memory no allocation holds.
-            unsafe {
-                sys::cuDeviceGetMemPool(&mut pool, self.ctx.cu_device())
-                    .result()
-                    .during("reading the device's memory pool")?;
-                sys::cuMemPoolTrimTo(pool, 0).result().during("trimming the device's memory pool")?;
+            if let Err(e) = self.trim_pool() {
+                tracing::warn!(device = self.info.ordinal, "free memory read untrimmed: {e}");
             }
         }
         self.memory()
+    }
+
+    /// Hands back to the driver what the stream-ordered allocator's pool
+    /// keeps of freed buffers.
+    fn trim_pool(&self) -> Result<(), GpuError> {
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: `pool` is written by the driver; the device is this
+        // context's; trimming frees only memory no allocation holds.
+        unsafe {
+            sys::cuDeviceGetMemPool(&mut pool, self.ctx.cu_device())
+                .result()
+                .during("reading the device's memory pool")?;
+            sys::cuMemPoolTrimTo(pool, 0).result().during("trimming the device's memory pool")
+        }
     }
 
     /// Copies field elements to a new device buffer.
