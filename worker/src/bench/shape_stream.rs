@@ -4,8 +4,8 @@
 //! outputs and a timing key: the one mode of the engine that proves
 //! nothing. Its proofs are not verified and do not verify (every line it
 //! prints says so); every other part is the service's. It samples the
-//! process's RSS (/proc) against what the gauges account for, each buffer
-//! class's bytes, and the device's measured busy time, and reports the
+//! process's RSS (/proc) against what the gauges account for and what
+//! admission reserved, each buffer class's bytes, and the device's measured busy time, and reports the
 //! steady stream's seconds a sector: from the first partition's end to the
 //! last's, over the partitions after the first, times a sector's partitions
 //! (the sectors go in at once and their partitions interleave, so sector
@@ -19,7 +19,7 @@ use anyhow::Context;
 use serde_json::{json, Value};
 
 use super::filecoin::device_busy_seconds;
-use super::{median, print_table};
+use super::print_table;
 use crate::backend::Backend;
 use crate::circuits::filecoin::{PorepCircuit, WitnessPass};
 use crate::groth16::synthesis::{Evaluations, Products};
@@ -224,8 +224,6 @@ impl ShapeStream {
             "wall_clock": window,
             "seconds_a_sector": steady.map(|(s, _)| s),
             "seconds_a_sector_whole_stream": whole,
-            "median_partition_gap_s": (partition_ends.len() > 1)
-                .then(|| median(&partition_ends.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>())),
             "device_busy_fraction": steady.map(|(_, b)| b),
             "peak_rss_bytes": peaks.rss,
             "peak_buffer_bytes": BufferClass::ALL.iter().zip(peaks.buffers).map(|(c, b)| (c.name(), b)).collect::<std::collections::BTreeMap<_, _>>(),
