@@ -145,7 +145,9 @@ fn witness_of<C: Circuit<Scalar>>(
     Ok((cs.input, cs.aux))
 }
 
-/// Computes the assignment only: no linear combination is built.
+/// Computes the assignment only: no linear combination is built, and a
+/// gadget that asks ([`ConstraintSystem::is_witness_generator`]) may
+/// assign its variables natively.
 struct WitnessOnly {
     input: Vec<Scalar>,
     aux: Vec<Scalar>,
@@ -195,5 +197,43 @@ impl ConstraintSystem<Scalar> for WitnessOnly {
 
     fn get_root(&mut self) -> &mut Self::Root {
         self
+    }
+
+    /// bellpepper's sign that only the assignment is kept: a gadget that
+    /// can compute its variables without building constraints (a PoRep
+    /// label's SHA-256 here) asks for it and hands them over in bulk.
+    fn is_witness_generator(&self) -> bool {
+        true
+    }
+
+    fn extend_inputs(&mut self, new_inputs: &[Scalar]) {
+        self.input.extend_from_slice(new_inputs);
+    }
+
+    fn extend_aux(&mut self, new_aux: &[Scalar]) {
+        self.aux.extend_from_slice(new_aux);
+    }
+
+    fn allocate_empty(&mut self, aux_n: usize, inputs_n: usize) -> (&mut [Scalar], &mut [Scalar]) {
+        let (aux, input) = (self.aux.len(), self.input.len());
+        self.aux.resize(aux + aux_n, Scalar::ZERO);
+        self.input.resize(input + inputs_n, Scalar::ZERO);
+        (&mut self.aux[aux..], &mut self.input[input..])
+    }
+
+    fn allocate_empty_inputs(&mut self, n: usize) -> &mut [Scalar] {
+        self.allocate_empty(0, n).1
+    }
+
+    fn allocate_empty_aux(&mut self, n: usize) -> &mut [Scalar] {
+        self.allocate_empty(n, 0).0
+    }
+
+    fn inputs_slice(&self) -> &[Scalar] {
+        &self.input
+    }
+
+    fn aux_slice(&self) -> &[Scalar] {
+        &self.aux
     }
 }

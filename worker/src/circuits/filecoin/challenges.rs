@@ -7,18 +7,37 @@
 //! a challenge at 32 GiB); here each challenge is the same circuit with that
 //! one proof, so the parts run at once and
 //! [`Parts`](crate::groth16::Parts) lays their variables out as the one
-//! pass does. Every part goes through storage-proofs' own synthesis: no
-//! gadget is rewritten here.
+//! pass does.
+//!
+//! The circuit here is storage-proofs' `StackedCircuit`, step for step, made
+//! of its own gadgets, with one difference: a node's label
+//! ([`create_label`]) assigns its SHA-256 natively when only the assignment
+//! is wanted, which is most of a partition's witness. The tests hold the
+//! whole to storage-proofs' circuit run through the recorder, value for
+//! value.
 
+use bellperson::gadgets::boolean::Boolean;
+use bellperson::gadgets::num::AllocatedNum;
+use bellperson::{Circuit, ConstraintSystem, SynthesisError};
 use blstrs::Scalar;
+use filecoin_hashers::poseidon::PoseidonHasher;
+use filecoin_hashers::{HashFunction, Hasher, PoseidonArity};
 use filecoin_proofs::constants::DefaultPieceHasher;
-use storage_proofs_core::merkle::MerkleTreeTrait;
+use storage_proofs_core::gadgets::constraint;
+use storage_proofs_core::gadgets::encode::encode;
+use storage_proofs_core::gadgets::por::{AuthPath, PoRCircuit};
+use storage_proofs_core::gadgets::uint64::UInt64;
+use storage_proofs_core::gadgets::variables::Root;
+use storage_proofs_core::merkle::{DiskStore, MerkleTreeTrait, MerkleTreeWrapper};
+use storage_proofs_core::util::reverse_bit_numbering;
 use storage_proofs_porep::stacked::{self, StackedCircuit};
+use typenum::{U11, U2};
 
+use super::label::create_label;
 use crate::groth16::Parts;
 
-type Domain<Tree> = <<Tree as MerkleTreeTrait>::Hasher as filecoin_hashers::Hasher>::Domain;
-type PieceDomain = <DefaultPieceHasher as filecoin_hashers::Hasher>::Domain;
+type Domain<Tree> = <<Tree as MerkleTreeTrait>::Hasher as Hasher>::Domain;
+type PieceDomain = <DefaultPieceHasher as Hasher>::Domain;
 type VanillaProof<Tree> = stacked::Proof<Tree, DefaultPieceHasher>;
 
 /// The partition circuit with some of its challenges: none (the head alone)
@@ -55,23 +74,199 @@ impl<Tree: 'static + MerkleTreeTrait> Challenges<Tree> {
     }
 }
 
-impl<Tree: 'static + MerkleTreeTrait> bellperson::Circuit<Scalar> for Challenges<Tree> {
-    fn synthesize<CS: bellperson::ConstraintSystem<Scalar>>(
-        self,
-        cs: &mut CS,
-    ) -> Result<(), bellperson::SynthesisError> {
-        StackedCircuit::<Tree, DefaultPieceHasher>::synthesize(
-            cs.namespace(|| "partition"),
-            Some(self.replica_id),
-            Some(self.comm_d),
-            Some(self.comm_r),
-            Some(self.comm_r_last),
-            Some(self.comm_c),
-            self.proofs.into_iter().map(Into::into).collect(),
-        )
+impl<Tree: 'static + MerkleTreeTrait> Circuit<Scalar> for Challenges<Tree> {
+    fn synthesize<CS: ConstraintSystem<Scalar>>(self, cs: &mut CS) -> Result<(), SynthesisError> {
+        let cs = &mut cs.namespace(|| "partition");
+        let head = Head::alloc::<Tree, _>(cs, &self)?;
+        for (i, proof) in self.proofs.into_iter().enumerate() {
+            challenge(&mut cs.namespace(|| format!("challenge_{i}")), &head, proof)?;
+        }
+        Ok(())
     }
 }
 
+/// What every challenge reads: the partition's public values, allocated
+/// first, as `StackedCircuit` allocates them.
+struct Head {
+    replica_id_bits: Vec<Boolean>,
+    comm_d: AllocatedNum<Scalar>,
+    comm_r_last: AllocatedNum<Scalar>,
+    comm_c: AllocatedNum<Scalar>,
+}
+
+impl Head {
+    fn alloc<Tree: 'static + MerkleTreeTrait, CS: ConstraintSystem<Scalar>>(
+        cs: &mut CS,
+        partition: &Challenges<Tree>,
+    ) -> Result<Head, SynthesisError> {
+        let replica_id =
+            AllocatedNum::alloc(cs.namespace(|| "replica_id"), || Ok(partition.replica_id.into()))?;
+        replica_id.inputize(cs.namespace(|| "replica_id_input"))?;
+        let replica_id_bits =
+            reverse_bit_numbering(replica_id.to_bits_le(cs.namespace(|| "replica_id_bits"))?);
+        let comm_d = AllocatedNum::alloc(cs.namespace(|| "comm_d"), || Ok(partition.comm_d.into()))?;
+        comm_d.inputize(cs.namespace(|| "comm_d_input"))?;
+        let comm_r = AllocatedNum::alloc(cs.namespace(|| "comm_r"), || Ok(partition.comm_r.into()))?;
+        comm_r.inputize(cs.namespace(|| "comm_r_input"))?;
+        let comm_r_last =
+            AllocatedNum::alloc(cs.namespace(|| "comm_r_last"), || Ok(partition.comm_r_last.into()))?;
+        let comm_c = AllocatedNum::alloc(cs.namespace(|| "comm_c"), || Ok(partition.comm_c.into()))?;
+        let hash = <Tree::Hasher as Hasher>::Function::hash2_circuit(
+            cs.namespace(|| "H_comm_c_comm_r_last"),
+            &comm_c,
+            &comm_r_last,
+        )?;
+        constraint::equal(cs, || "enforce comm_r = H(comm_c || comm_r_last)", &comm_r, &hash);
+        Ok(Head { replica_id_bits, comm_d, comm_r_last, comm_c })
+    }
+}
+
+/// One challenge, as storage-proofs' per-challenge proof synthesizes it:
+/// the data leaf in tree D; the parents' columns, hashed and found in tree
+/// C; every layer's label of the challenged node from its parents; the last
+/// label encoding the leaf, found in tree R; and the node's own column.
+fn challenge<Tree: 'static + MerkleTreeTrait, CS: ConstraintSystem<Scalar>>(
+    cs: &mut CS,
+    head: &Head,
+    vanilla: VanillaProof<Tree>,
+) -> Result<(), SynthesisError> {
+    let layers = vanilla.labeling_proofs.len();
+    let proof = circuit_proof(StackedCircuit::<Tree, DefaultPieceHasher>::synthesize::<&mut CS>, vanilla);
+    assert!(!proof.drg_parents_proofs.is_empty() && !proof.exp_parents_proofs.is_empty());
+
+    let data_leaf = AllocatedNum::alloc(cs.namespace(|| "data_leaf"), || {
+        proof.data_leaf.ok_or(SynthesisError::AssignmentMissing)
+    })?;
+    inclusion(cs.namespace(|| "comm_d_inclusion"), proof.comm_d_path, &head.comm_d, &data_leaf)?;
+
+    let (mut drg, mut exp) = (Vec::new(), Vec::new());
+    for (columns, kind, proofs) in
+        [(&mut drg, "drg", proof.drg_parents_proofs), (&mut exp, "exp", proof.exp_parents_proofs)]
+    {
+        for (i, parent) in proofs.into_iter().enumerate() {
+            let (column, path) = parent.alloc(cs.namespace(|| format!("{kind}_parent_{i}_num")))?;
+            let hash = column.hash(cs.namespace(|| format!("{kind}_parent_{i}_constraint")))?;
+            inclusion(cs.namespace(|| format!("{kind}_parent_{i}_inclusion")), path, &head.comm_c, &hash)?;
+            columns.push(column);
+        }
+    }
+
+    let node = UInt64::alloc(cs.namespace(|| "challenge"), proof.challenge)?;
+    node.pack_into_input(cs.namespace(|| "challenge input"))?;
+
+    let mut labels = Vec::with_capacity(layers);
+    for layer in 1..=layers {
+        let cs = &mut cs.namespace(|| format!("labeling_{layer}"));
+        // Layer 1 has the base (DRG) parents only; the expander parents
+        // hold no value for it, so layer l reads theirs at l - 1.
+        let mut parents = Vec::with_capacity(drg.len() + exp.len());
+        for column in &drg {
+            let bits = column
+                .get_value(layer)
+                .to_bits_le(cs.namespace(|| format!("drg_parent_{}_bits", parents.len())))?;
+            parents.push(reverse_bit_numbering(bits));
+        }
+        if layer > 1 {
+            for column in &exp {
+                let bits = column
+                    .get_value(layer - 1)
+                    .to_bits_le(cs.namespace(|| format!("exp_parent_{}_bits", parents.len())))?;
+                parents.push(reverse_bit_numbering(bits));
+            }
+        }
+        labels.push(create_label(
+            cs.namespace(|| "create_label"),
+            &head.replica_id_bits,
+            expand(parents),
+            layer as u32,
+            &node,
+        )?);
+    }
+
+    let key = labels.last().expect("a sector has layers");
+    let encoded = encode(cs.namespace(|| "encode_node"), key, &data_leaf)?;
+    inclusion(
+        cs.namespace(|| "comm_r_last_data_inclusion"),
+        proof.comm_r_last_path,
+        &head.comm_r_last,
+        &encoded,
+    )?;
+
+    let column_hash = column_hash(cs.namespace(|| "c_x_column_hash"), &labels)?;
+    inclusion(cs.namespace(|| "c_x_inclusion"), proof.comm_c_path, &head.comm_c, &column_hash)
+}
+
+/// The 37 parents a label hashes: the first layer's 6 repeated six times
+/// and the first once more; a later layer's 14 twice and the first 9 again.
+fn expand(parents: Vec<Vec<Boolean>>) -> Vec<Vec<Boolean>> {
+    let mut expanded = Vec::with_capacity(stacked::TOTAL_PARENTS);
+    while expanded.len() + parents.len() <= stacked::TOTAL_PARENTS {
+        expanded.extend_from_slice(&parents);
+    }
+    let rest = stacked::TOTAL_PARENTS - expanded.len();
+    expanded.extend_from_slice(&parents[..rest]);
+    expanded
+}
+
+/// A column's hash: Poseidon over its labels, as storage-proofs' circuit
+/// hashes one (columns of 2 layers at the test sizes, 11 in production).
+fn column_hash<CS: ConstraintSystem<Scalar>>(
+    cs: CS,
+    labels: &[AllocatedNum<Scalar>],
+) -> Result<AllocatedNum<Scalar>, SynthesisError> {
+    type Poseidon = <PoseidonHasher as Hasher>::Function;
+    match labels.len() {
+        2 => Poseidon::hash_multi_leaf_circuit::<U2, _>(cs, labels, 0),
+        11 => Poseidon::hash_multi_leaf_circuit::<U11, _>(cs, labels, 0),
+        n => panic!("no column hash for {n} layers"),
+    }
+}
+
+/// `leaf` is in the tree of `root` along `path`.
+fn inclusion<H, U, V, W, CS>(
+    cs: CS,
+    path: AuthPath<H, U, V, W>,
+    root: &AllocatedNum<Scalar>,
+    leaf: &AllocatedNum<Scalar>,
+) -> Result<(), SynthesisError>
+where
+    H: 'static + Hasher,
+    U: 'static + PoseidonArity,
+    V: 'static + PoseidonArity,
+    W: 'static + PoseidonArity,
+    CS: ConstraintSystem<Scalar>,
+{
+    PoRCircuit::<MerkleTreeWrapper<H, DiskStore<H::Domain>, U, V, W>>::synthesize(
+        cs,
+        Root::from_allocated::<CS>(leaf.clone()),
+        path,
+        Root::from_allocated::<CS>(root.clone()),
+        true,
+    )
+}
+
+/// storage-proofs' own conversion of a challenge's vanilla proof into its
+/// circuit's. That type sits in a private module of storage-proofs-porep,
+/// so it has no name here; `StackedCircuit::synthesize` takes a `Vec` of
+/// it, and passing that function lets inference name it.
+#[allow(clippy::type_complexity)]
+fn circuit_proof<C, D, E, P, V>(
+    _synthesize: fn(
+        C,
+        Option<D>,
+        Option<E>,
+        Option<D>,
+        Option<D>,
+        Option<D>,
+        Vec<P>,
+    ) -> Result<(), SynthesisError>,
+    vanilla: V,
+) -> P
+where
+    P: From<V>,
+{
+    P::from(vanilla)
+}
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

@@ -22,9 +22,11 @@
 
 mod challenges;
 mod counts;
+mod label;
 pub mod params;
 pub mod post;
 pub mod seal;
+mod sha256_witness;
 mod shape;
 pub mod snap;
 pub mod synthetic;
