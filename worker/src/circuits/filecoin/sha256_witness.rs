@@ -172,11 +172,12 @@ impl Word {
         let most = operands.len() as u64 * u64::from(u32::MAX);
         let bits = 64 - most.leading_zeros() as usize;
         let mut word = [Bit::Constant(false); 32];
-        for i in 0..bits {
-            let bit = Bit::fresh(sum >> i & 1 == 1, out);
-            if i < 32 {
-                word[i] = bit;
-            }
+        for (i, bit) in word.iter_mut().enumerate() {
+            *bit = Bit::fresh(sum >> i & 1 == 1, out);
+        }
+        // The carries: allocated, then dropped.
+        for i in 32..bits {
+            Bit::fresh(sum >> i & 1 == 1, out);
         }
         Word(word)
     }
