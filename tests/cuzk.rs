@@ -559,36 +559,53 @@ fn curios_shared_request_ids_and_a_full_queue_refuse_nothing() {
     assert_eq!(proof(again), proof(sealed));
 
     // Normal work holds the queue full: one sector proving, three waiting
-    // behind it (a queue of normal work at its bound).
-    let head = cuzk_client(&json!([call("SubmitProof", &tcp, porep(f, ""))])).unwrap();
-    let head = ok(&head[0])["job_id"].as_str().unwrap().to_string();
-    let started = std::time::Instant::now() + provd_e2e::JOBS_DEADLINE;
-    while server.call("GET", &format!("/v1/jobs/{head}"), None).1["state"] != "running" {
-        assert!(std::time::Instant::now() < started, "the first sector's job never started");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let r = randomness(23);
-    let elected = generate_winning_post_sector_challenge(WINNING, &r, 2, prover_id).unwrap();
-    let winner = f.sectors[elected[0] as usize].0.ids.sector_id;
-    let winning = json!({
-        "request_id": curio_id::winning(&r), "proof_kind": "WINNING_POST", "sector_size": SECTOR_SIZE,
-        "registered_proof": WINNING_NUMBER, "priority": "CRITICAL", "miner_id": MINER,
-        "vanilla_proofs": f.vanilla(WINNING, r, &[winner]).iter().map(|v| b64(v)).collect::<Vec<_>>(),
-        "randomness": b64(&r),
-    });
-    let mut plan: Vec<Value> = (0..3).map(|_| call("SubmitProof", &tcp, porep(f, ""))).collect();
-    plan.push(call("GetStatus", &tcp, json!({})));
-    plan.push(call("Prove", &tcp, json!({"submit": winning})));
-    plan.push(call("GetMetrics", &tcp, json!({})));
-    let full = cuzk_client(&json!(plan)).unwrap();
-    let status = ok(&full[3]);
-    let porep_queue =
-        status["queues"].as_array().unwrap().iter().find(|q| q["proof_kind"] == "porep-c2").unwrap();
-    assert_eq!(
-        (porep_queue["pending"].as_u64(), porep_queue["in_progress"].as_u64()),
-        (Some(3), Some(1)),
-        "normal work held its queue full when the WinningPoSt came: {status}"
-    );
+    // behind it (a queue of normal work at its bound), then the WinningPoSt.
+    // The client starts between the first sector's start and the three
+    // (stubs compiled, seconds on a busy machine), and a 2 KiB sector may
+    // hand off to the prover in that time and let the next one in: a round
+    // that did not find the queue full is waited out and played again, and
+    // only a round that found it full counts.
+    let mut rounds = 0;
+    let (full, r, winner) = loop {
+        rounds += 1;
+        let head = cuzk_client(&json!([call("SubmitProof", &tcp, porep(f, ""))])).unwrap();
+        let head = ok(&head[0])["job_id"].as_str().unwrap().to_string();
+        let started = std::time::Instant::now() + provd_e2e::JOBS_DEADLINE;
+        while server.call("GET", &format!("/v1/jobs/{head}"), None).1["state"] != "running" {
+            assert!(std::time::Instant::now() < started, "the first sector's job never started");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // A round's own randomness: the same would re-attach to the last
+        // round's WinningPoSt under its request id.
+        let r = randomness(22 + rounds);
+        let elected = generate_winning_post_sector_challenge(WINNING, &r, 2, prover_id).unwrap();
+        let winner = f.sectors[elected[0] as usize].0.ids.sector_id;
+        let winning = json!({
+            "request_id": curio_id::winning(&r), "proof_kind": "WINNING_POST", "sector_size": SECTOR_SIZE,
+            "registered_proof": WINNING_NUMBER, "priority": "CRITICAL", "miner_id": MINER,
+            "vanilla_proofs": f.vanilla(WINNING, r, &[winner]).iter().map(|v| b64(v)).collect::<Vec<_>>(),
+            "randomness": b64(&r),
+        });
+        let mut plan: Vec<Value> = (0..3).map(|_| call("SubmitProof", &tcp, porep(f, ""))).collect();
+        plan.push(call("GetStatus", &tcp, json!({})));
+        plan.push(call("Prove", &tcp, json!({"submit": winning})));
+        plan.push(call("GetMetrics", &tcp, json!({})));
+        let full = cuzk_client(&json!(plan)).unwrap();
+        let status = ok(&full[3]);
+        let porep_queue =
+            status["queues"].as_array().unwrap().iter().find(|q| q["proof_kind"] == "porep-c2").unwrap();
+        let seen = (porep_queue["pending"].as_u64(), porep_queue["in_progress"].as_u64());
+        if seen == (Some(3), Some(1)) {
+            break (full, r, winner);
+        }
+        assert!(
+            rounds < 5,
+            "normal work never held its queue full when the WinningPoSt came, in {rounds} rounds: {status}"
+        );
+        let normal: Vec<String> =
+            full[..3].iter().map(|a| ok(a)["job_id"].as_str().unwrap().to_string()).chain([head]).collect();
+        server.wait_all(&normal, provd_e2e::JOBS_DEADLINE);
+    };
     let won = proof(&ok(&full[4])["result"]);
     assert!(
         verify_winning_post(&r, &won, &f.public(WINNING, &[winner]), prover_id).unwrap(),
@@ -599,7 +616,9 @@ fn curios_shared_request_ids_and_a_full_queue_refuse_nothing() {
         let series = format!("provd_requests_total{{answer=\"{answer}\",door=\"grpc\"}} ");
         text.lines().find_map(|l| l.strip_prefix(series.as_str())).map_or(0, |v| v.parse::<u64>().unwrap())
     };
-    assert_eq!((count("refused"), count("accepted"), count("replayed")), (0, 9, 1), "{text}");
+    // Four before the rounds (three WindowPoSt, a PoRep), five a round.
+    let accepted = 4 + 5 * u64::from(rounds);
+    assert_eq!((count("refused"), count("accepted"), count("replayed")), (0, accepted, 1), "{text}");
 }
 
 /// Curio on another host: the nginx site docs/curio.md gives, taken from the
