@@ -154,11 +154,15 @@ impl Gpu {
     /// buffer dropped after a proof's last synchronisation stays in the
     /// pool, counted as used, until the next one; a room check read then
     /// saw a 16 GiB card short by a whole proof's vectors (7.5 GiB at a
-    /// 32 GiB sector's shape). Waits for this device's stream first. A
+    /// 32 GiB sector's shape). Waits for every stream of the context first,
+    /// copy lanes included: the pool keeps a buffer freed on a stream until
+    /// the host has seen that stream reach the free, and a proof's vectors
+    /// are allocated and freed on its lane (waiting on the compute stream
+    /// alone left 4.7 GiB of them counted as used on a 16 GiB card). A
     /// pool that cannot be trimmed is logged and read as it is: the check
     /// is then only as conservative as before, never wrong the other way.
     pub fn memory_reclaimed(&self) -> Result<(usize, usize), GpuError> {
-        self.stream.synchronize().during("waiting for the device")?;
+        self.ctx.synchronize().during("waiting for the device")?;
         if self.ctx.has_async_alloc() {
             if let Err(e) = self.trim_pool() {
                 tracing::warn!(device = self.info.ordinal, "free memory read untrimmed: {e}");
