@@ -5,9 +5,10 @@
 //! nothing. Its proofs are not verified and do not verify (every line it
 //! prints says so); every other part is the service's. It samples the
 //! process's RSS (/proc) against what the gauges account for and what
-//! admission reserved, each buffer class's bytes, and the device's measured busy time, and reports the
-//! steady stream's seconds a sector: from the first partition's end to the
-//! last's, over the partitions after the first, times a sector's partitions
+//! admission reserved, each buffer class's bytes, the device's measured
+//! busy time and the host's CPU a partition, and reports the steady
+//! stream's seconds a sector: from the first partition's end to the last's,
+//! over the partitions after the first, times a sector's partitions
 //! (the sectors go in at once and their partitions interleave, so sector
 //! ends bunch at the stream's end and their gaps say nothing of its pace),
 //! beside the whole stream's (submission to the last end, over the sectors).
@@ -19,7 +20,7 @@ use anyhow::Context;
 use serde_json::{json, Value};
 
 use super::filecoin::device_busy_seconds;
-use super::print_table;
+use super::{print_table, HostUsage};
 use crate::backend::Backend;
 use crate::circuits::filecoin::{PorepCircuit, WitnessPass};
 use crate::groth16::synthesis::{Evaluations, Products};
@@ -106,6 +107,7 @@ impl ShapeStream {
         };
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let before = rss_bytes() as i64;
+        let usage_before = HostUsage::now();
         let began = unix_seconds();
         let t = Instant::now();
         let mut waiting = (0..self.sectors)
@@ -147,6 +149,13 @@ impl ShapeStream {
             std::thread::sleep(Duration::from_millis(50));
         }
         let busy_between = device_busy_seconds(&engine, &names) - busy_at_first;
+        // The whole process's CPU over the stream, a partition: its
+        // witness's CPU and everything else the host did for it (the
+        // engine, the copies, the assembly), so an upper bound on the
+        // witness's own.
+        let proved = (self.sectors * partitions.len()) as f64;
+        let cpu_a_partition =
+            HostUsage::now().zip(usage_before).map(|(now, then)| now.since(then).cpu_seconds / proved);
         let mut partition_ends: Vec<f64> = done.into_iter().flatten().flatten().collect();
         partition_ends.sort_by(f64::total_cmp);
         let (first, last) = (partition_ends[0], partition_ends[partition_ends.len() - 1]);
@@ -180,6 +189,10 @@ impl ShapeStream {
             vec![
                 "device busy, first to last partition's end".into(),
                 steady.map_or(String::new(), |(_, b)| format!("{:.1}%", b * 100.0)),
+            ],
+            vec![
+                "host CPU s a partition (the process's, over the stream)".into(),
+                cpu_a_partition.map_or("(getrusage failed)".into(), |c| format!("{c:.2}")),
             ],
             vec!["peak RSS (/proc, sampled), GiB".into(), format!("{:.2}", gib(peaks.rss as f64))],
             vec![
@@ -225,6 +238,7 @@ impl ShapeStream {
             "seconds_a_sector": steady.map(|(s, _)| s),
             "seconds_a_sector_whole_stream": whole,
             "device_busy_fraction": steady.map(|(_, b)| b),
+            "host_cpu_s_a_partition": cpu_a_partition,
             "peak_rss_bytes": peaks.rss,
             "peak_buffer_bytes": BufferClass::ALL.iter().zip(peaks.buffers).map(|(c, b)| (c.name(), b)).collect::<std::collections::BTreeMap<_, _>>(),
             "peak_buffers_total_bytes": peaks.buffers_total,
