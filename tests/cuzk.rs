@@ -596,6 +596,7 @@ fn curios_shared_request_ids_and_a_full_queue_refuse_nothing() {
             status["queues"].as_array().unwrap().iter().find(|q| q["proof_kind"] == "porep-c2").unwrap();
         let seen = (porep_queue["pending"].as_u64(), porep_queue["in_progress"].as_u64());
         if seen == (Some(3), Some(1)) {
+            eprintln!("the normal queue was full when the WinningPoSt came in round {rounds}");
             break (full, r, winner);
         }
         assert!(
