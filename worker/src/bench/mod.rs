@@ -8,7 +8,6 @@ pub mod doors;
 #[cfg(feature = "filecoin")]
 pub mod filecoin;
 pub mod lane;
-pub mod link;
 pub mod msm;
 pub mod ntt;
 pub mod pipeline;
