@@ -158,7 +158,8 @@ impl Gpu {
     /// copy lanes included: the pool keeps a buffer freed on a stream until
     /// the host has seen that stream reach the free, and a proof's vectors
     /// are allocated and freed on its lane (waiting on the compute stream
-    /// alone left 4.7 GiB of them counted as used on a 16 GiB card). A
+    /// alone left some of them counted as used, and a 16 GiB card refused
+    /// the next 32 GiB proof). A
     /// pool that cannot be trimmed is logged and read as it is: the check
     /// is then only as conservative as before, never wrong the other way.
     pub fn memory_reclaimed(&self) -> Result<(usize, usize), GpuError> {
