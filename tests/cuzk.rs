@@ -514,8 +514,10 @@ mod curio_id {
 fn curios_shared_request_ids_and_a_full_queue_refuse_nothing() {
     let f = fixture();
     let socket = f.dir.path().join("cuzk-d.sock");
-    // One partition at a time, and room for three waiting in each class.
-    let extra = "[server]\nmax_queued_partitions = 3\n[pipeline]\npartition_permits = 1\n";
+    // One partition at a time, room for three waiting in each class, and
+    // for two proved partitions waiting for the prover.
+    let extra =
+        "[server]\nmax_queued_partitions = 3\n[pipeline]\npartition_permits = 1\ngpu_queue_capacity = 2\n";
     let server = Server::start(&f.config(&socket, extra), &[]);
     let tcp = server.grpc[0].clone();
     let prover_id = provd::circuits::filecoin::prover_id_of_miner(MINER);
@@ -558,23 +560,42 @@ fn curios_shared_request_ids_and_a_full_queue_refuse_nothing() {
     assert_eq!(again["job_id"], sealed["job_id"], "the PoRep sent again re-attached to its job");
     assert_eq!(proof(again), proof(sealed));
 
-    // Normal work holds the queue full: one sector proving, three waiting
-    // behind it (a queue of normal work at its bound), then the WinningPoSt.
-    // The client starts between the first sector's start and the three
-    // (stubs compiled, seconds on a busy machine), and a 2 KiB sector may
-    // hand off to the prover in that time and let the next one in: a round
-    // that did not find the queue full is waited out and played again, and
-    // only a round that found it full counts.
+    // Normal work holds the queue full, then the WinningPoSt comes. The
+    // queue stays full only while the one permit is held: a sector's
+    // synthesis (seconds) would hand it off before Curio's client is up,
+    // so four sectors go first: one proving, two waiting for the prover
+    // (its queue full), and the fourth synthesized and held at the
+    // hand-off with the permit, for as long as the first one proves (tens
+    // of seconds). Three more then wait in the queue of normal work, at its
+    // bound. Should the prover free up before the client's calls anyway, a
+    // round that did not find the queue full is waited out and played
+    // again.
     let mut rounds = 0;
     let (full, r, winner) = loop {
         rounds += 1;
-        let head = cuzk_client(&json!([call("SubmitProof", &tcp, porep(f, ""))])).unwrap();
-        let head = ok(&head[0])["job_id"].as_str().unwrap().to_string();
-        let started = std::time::Instant::now() + provd_e2e::JOBS_DEADLINE;
-        while server.call("GET", &format!("/v1/jobs/{head}"), None).1["state"] != "running" {
-            assert!(std::time::Instant::now() < started, "the first sector's job never started");
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        let first =
+            cuzk_client(&json!((0..3).map(|_| call("SubmitProof", &tcp, porep(f, ""))).collect::<Vec<_>>()))
+                .unwrap();
+        let mut normal: Vec<String> =
+            first.iter().map(|a| ok(a)["job_id"].as_str().unwrap().to_string()).collect();
+        let stages = |want: [u64; 3]| {
+            let deadline = std::time::Instant::now() + provd_e2e::JOBS_DEADLINE;
+            loop {
+                let status = server.call("GET", "/v1/status", None).1;
+                let at = |stage: &str| status["snapshot"]["stages"][stage].as_u64().unwrap_or(0);
+                if [at("prove_start"), at("gpu_queue"), at("synthesis")] == want {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "never {want:?}: {status}");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        };
+        // One proving, two waiting for the prover, nothing in synthesis.
+        stages([1, 2, 0]);
+        let fourth = cuzk_client(&json!([call("SubmitProof", &tcp, porep(f, ""))])).unwrap();
+        normal.push(ok(&fourth[0])["job_id"].as_str().unwrap().to_string());
+        // ... and the fourth synthesizing or held at the hand-off.
+        stages([1, 2, 1]);
         // A round's own randomness: the same would re-attach to the last
         // round's WinningPoSt under its request id.
         let r = randomness(22 + rounds);
@@ -594,17 +615,14 @@ fn curios_shared_request_ids_and_a_full_queue_refuse_nothing() {
         let status = ok(&full[3]);
         let porep_queue =
             status["queues"].as_array().unwrap().iter().find(|q| q["proof_kind"] == "porep-c2").unwrap();
-        let seen = (porep_queue["pending"].as_u64(), porep_queue["in_progress"].as_u64());
-        if seen == (Some(3), Some(1)) {
-            eprintln!("the normal queue was full when the WinningPoSt came in round {rounds}");
+        if porep_queue["pending"].as_u64() == Some(3) {
             break (full, r, winner);
         }
         assert!(
-            rounds < 5,
+            rounds < 3,
             "normal work never held its queue full when the WinningPoSt came, in {rounds} rounds: {status}"
         );
-        let normal: Vec<String> =
-            full[..3].iter().map(|a| ok(a)["job_id"].as_str().unwrap().to_string()).chain([head]).collect();
+        normal.extend(full[..3].iter().map(|a| ok(a)["job_id"].as_str().unwrap().to_string()));
         server.wait_all(&normal, provd_e2e::JOBS_DEADLINE);
     };
     let won = proof(&ok(&full[4])["result"]);
@@ -617,8 +635,9 @@ fn curios_shared_request_ids_and_a_full_queue_refuse_nothing() {
         let series = format!("provd_requests_total{{answer=\"{answer}\",door=\"grpc\"}} ");
         text.lines().find_map(|l| l.strip_prefix(series.as_str())).map_or(0, |v| v.parse::<u64>().unwrap())
     };
-    // Four before the rounds (three WindowPoSt, a PoRep), five a round.
-    let accepted = 4 + 5 * u64::from(rounds);
+    // Four before the rounds (three WindowPoSt, a PoRep), eight a round
+    // (seven sectors and the WinningPoSt).
+    let accepted = 4 + 8 * u64::from(rounds);
     assert_eq!((count("refused"), count("accepted"), count("replayed")), (0, accepted, 1), "{text}");
 }
 
