@@ -165,6 +165,11 @@ fn ok(result: &Value) -> &Value {
     result.get("ok").unwrap_or_else(|| panic!("the call failed: {result}"))
 }
 
+/// The job id of a successful SubmitProof (or Prove) answer.
+fn job_id(result: &Value) -> String {
+    ok(result)["job_id"].as_str().unwrap().to_string()
+}
+
 fn error(result: &Value) -> (&str, &str) {
     let e = result.get("error").unwrap_or_else(|| panic!("the call succeeded: {result}"));
     (e["code"].as_str().unwrap(), e["message"].as_str().unwrap())
@@ -303,7 +308,7 @@ fn waits_time_out_cancels_end_jobs_and_the_status_counts_match_http() {
     let Some(first) = cuzk_client(&json!([call("SubmitProof", &tcp, porep(f, "porep-1000-1"))])) else {
         return;
     };
-    let sector_job = ok(&first[0])["job_id"].as_str().unwrap().to_string();
+    let sector_job = job_id(&first[0]);
     // Its partition started (synthesis), so the PoSt jobs wait behind it.
     let deadline = std::time::Instant::now() + provd_e2e::JOBS_DEADLINE;
     while server.call("GET", &format!("/v1/jobs/{sector_job}"), None).1["state"] != "running" {
@@ -371,8 +376,7 @@ fn waits_time_out_cancels_end_jobs_and_the_status_counts_match_http() {
     let budget = http["snapshot"]["budget_bytes"].as_u64().unwrap();
     assert_eq!(status["pinned_memory_limit_bytes"].as_str().unwrap().parse::<u64>().unwrap(), budget);
 
-    let posts: Vec<String> =
-        queued[..2].iter().map(|r| ok(r)["job_id"].as_str().unwrap().to_string()).collect();
+    let posts: Vec<String> = queued[..2].iter().map(job_id).collect();
     let ended = cuzk_client(&json!([
         call("CancelProof", &tcp, json!({"job_id": sector_job})),
         call("AwaitProof", &tcp, json!({"job_id": sector_job})),
@@ -417,7 +421,7 @@ fn after_a_kill_9_grpc_jobs_are_awaited_and_retried_to_their_proofs() {
     let Some(submitted) = cuzk_client(&json!(plan)) else {
         return;
     };
-    let ids: Vec<String> = submitted.iter().map(|r| ok(r)["job_id"].as_str().unwrap().to_string()).collect();
+    let ids: Vec<String> = submitted.iter().map(job_id).collect();
     let (_, last) = server.call("GET", &format!("/v1/jobs/{}", ids[3]), None);
     assert!(matches!(last["state"].as_str(), Some("queued" | "running")), "in flight at the kill: {last}");
     let data_dir = server.kill_9();
@@ -576,8 +580,7 @@ fn curios_shared_request_ids_and_a_full_queue_refuse_nothing() {
         let first =
             cuzk_client(&json!((0..3).map(|_| call("SubmitProof", &tcp, porep(f, ""))).collect::<Vec<_>>()))
                 .unwrap();
-        let mut normal: Vec<String> =
-            first.iter().map(|a| ok(a)["job_id"].as_str().unwrap().to_string()).collect();
+        let mut normal: Vec<String> = first.iter().map(job_id).collect();
         let stages = |want: [u64; 3]| {
             let deadline = std::time::Instant::now() + provd_e2e::JOBS_DEADLINE;
             loop {
@@ -593,7 +596,7 @@ fn curios_shared_request_ids_and_a_full_queue_refuse_nothing() {
         // One proving, two waiting for the prover, nothing in synthesis.
         stages([1, 2, 0]);
         let fourth = cuzk_client(&json!([call("SubmitProof", &tcp, porep(f, ""))])).unwrap();
-        normal.push(ok(&fourth[0])["job_id"].as_str().unwrap().to_string());
+        normal.push(job_id(&fourth[0]));
         // ... and the fourth synthesizing or held at the hand-off.
         stages([1, 2, 1]);
         // A round's own randomness: the same would re-attach to the last
@@ -622,7 +625,7 @@ fn curios_shared_request_ids_and_a_full_queue_refuse_nothing() {
             rounds < 3,
             "normal work never held its queue full when the WinningPoSt came, in {rounds} rounds: {status}"
         );
-        normal.extend(full[..3].iter().map(|a| ok(a)["job_id"].as_str().unwrap().to_string()));
+        normal.extend(full[..3].iter().map(job_id));
         server.wait_all(&normal, provd_e2e::JOBS_DEADLINE);
     };
     let won = proof(&ok(&full[4])["result"]);
