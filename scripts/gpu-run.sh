@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, over .device-bundle/:
-#   scripts/gpu-run.sh [tests] [example] [image] [bench-ntt] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [supraseal-probe] [circom] [porep] [porep-shape] [soak] [in-flight] [products] [lane] [vanilla] [doors] ...
+#   scripts/gpu-run.sh [tests] [example] [image] [bench-ntt] [bench-link] [bench-msm] [bench-msm-g2] [bench-pipeline] [bench-prove] [supraseal] [supraseal-probe] [circom] [porep] [porep-shape] [soak] [in-flight] [products] [lane] [vanilla] [doors] ...
 # TEST_BINS (e.g. "gpu-test msm-test") limits `tests` to those binaries; TESTS_SKIP names ignored tests not
 # to run (default "512mib": sealing a 512 MiB sector takes minutes and needs no GPU).
 # B_G2=gpu|cpu places B's G2 MSM for bench-prove and bench-pipeline (default: the binary's);
@@ -21,6 +21,8 @@
 # PIPE_CIRCUITS runs bench-pipeline once per circuit named (default: PIPE_CIRCUIT).
 # doors: `provd bench doors`, DOORS_JOBS (300) jobs of DOORS_KIND (filecoin-window-post) per door and round through
 # HTTP and the cuzk.v1 gRPC door of one worker on the GPU, DOORS_CONCURRENCY (16) clients, DOORS_ROUNDS (3) rounds.
+# bench-link: `provd bench link`, the host-to-device rate out of page-locked memory allocated so and page-locked in
+# place, copies of LINK_BYTES (default 4GiB).
 # porep-shape: `provd bench porep-shape` at SHAPE_PROOF (default StackedDrg32GiBV1_1), SHAPE_RUNS partitions,
 # SHAPE_PROVE_RUNS proofs with a timing key on the GPU, under SHAPE_DEVICE_MEMORY (a ballast) if set.
 # porep: for each of POREP_PROOFS (default "StackedDrg2KiBV1_1 StackedDrg512MiBV1_1"), `provd bench porep` seals a
@@ -101,6 +103,8 @@ for step in "${@:-tests}"; do
       rm -rf "$data" ;;
     bench-ntt)
       "$bundle/provd" bench ntt --sizes "${NTT_SIZES:-20,22,24,26}" --json "$OUT/ntt.json" 2>&1 | tee "$OUT/bench-ntt.log" || status=1 ;;
+    bench-link)
+      "$bundle/provd" bench link --bytes "${LINK_BYTES:-4GiB}" --json "$OUT/link.json" 2>&1 | tee "$OUT/bench-link.log" || status=1 ;;
     bench-msm)
       "$bundle/provd" bench msm --sizes "${MSM_SIZES:-20,22,24,26}" --json "$OUT/msm.json" 2>&1 | tee "$OUT/bench-msm.log" || status=1 ;;
     lane)

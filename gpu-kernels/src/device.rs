@@ -229,11 +229,16 @@ impl Gpu {
 
     /// A pair of timing events on this device's stream.
     pub fn timer(&self) -> Result<Timer, GpuError> {
+        self.timer_on(&self.stream)
+    }
+
+    /// A pair of timing events on `stream`, one of this device's.
+    pub fn timer_on(&self, stream: &Arc<CudaStream>) -> Result<Timer, GpuError> {
         let flag = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
         Ok(Timer {
             start: self.ctx.new_event(flag).during("creating an event")?,
             end: self.ctx.new_event(flag).during("creating an event")?,
-            stream: self.stream.clone(),
+            stream: stream.clone(),
         })
     }
 }

@@ -13,6 +13,7 @@ mod compile;
 mod device;
 mod error;
 pub mod field;
+pub mod link;
 mod loader;
 pub mod msm;
 pub mod ntt;

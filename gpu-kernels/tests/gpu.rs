@@ -476,6 +476,22 @@ fn uploads_on_two_lanes_at_once_round_trip() {
     });
 }
 
+/// The link's rates come back measured, from both kinds of page-locked
+/// memory, whole and chunked (the chunked copy covers the whole buffer,
+/// its last chunk short).
+#[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
+fn the_links_rates_are_measured_from_both_kinds_of_page_locked_memory() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    let r = provd_kernels::link::host_to_device_rates(&gpu, 64 << 20, 5 << 20, 3).unwrap();
+    eprintln!("{r:?}");
+    for rate in [r.allocated_gbps, r.registered_gbps, r.registered_chunked_gbps] {
+        // Between a slow PCIe 3 x4 link and more than any link carries.
+        assert!(rate.is_finite() && rate > 0.5 && rate < 1000.0, "{r:?}");
+    }
+    assert!(provd_kernels::link::host_to_device_rates(&gpu, 0, 1, 1).is_err(), "nothing to copy");
+}
+
 /// A buffer freed after its stream's last synchronisation stays in the
 /// allocator's pool; the free memory a room check reads counts it as free
 /// again (without that, a second 32 GiB proof on a 16 GiB card was refused).

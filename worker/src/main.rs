@@ -446,6 +446,20 @@ enum BenchCommand {
         #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = default_data_dir())]
         data_dir: PathBuf,
     },
+    /// The host-to-device copy rate out of page-locked memory, allocated so
+    /// and page-locked in place (a streamed key's bases), whole and a
+    /// streamed MSM's chunk at a time.
+    Link {
+        /// Bytes of each copy, e.g. 4GiB.
+        #[arg(long, value_parser = byte_size, default_value = "4GiB")]
+        bytes: u64,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        #[arg(long, default_value = "bench-results/link.json")]
+        json: PathBuf,
+        #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = default_data_dir())]
+        data_dir: PathBuf,
+    },
     /// Takes all of GPU 0's memory but --device-memory and holds it until
     /// its standard input closes: a provd started beside it meets a card of
     /// that size (16GiB, 24GiB, 32GiB), physically.
@@ -975,6 +989,11 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Msm { sizes, cpu_sizes, runs, warmup, json, g2, data_dir } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");
             bench::msm::MsmBench { sizes, cpu_sizes, runs, warmup, json, g2 }.run(gpu(&data_dir, "MSM")?)
+        }
+        BenchCommand::Link { bytes, runs, json, data_dir } => {
+            anyhow::ensure!(runs > 0 && bytes > 0, "--runs and --bytes must be at least 1");
+            bench::link::LinkBench { bytes: usize::try_from(bytes)?, runs, json }
+                .run(&*gpu(&data_dir, "link")?)
         }
         BenchCommand::Ballast { device_memory, data_dir } => {
             bench::ballast::hold(&*gpu(&data_dir, "ballast")?, device_memory)

@@ -8,6 +8,7 @@ pub mod doors;
 #[cfg(feature = "filecoin")]
 pub mod filecoin;
 pub mod lane;
+pub mod link;
 pub mod msm;
 pub mod ntt;
 pub mod pipeline;
