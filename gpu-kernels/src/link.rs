@@ -21,7 +21,7 @@ pub struct LinkRates {
     pub bytes: usize,
     /// Out of memory the driver allocated page-locked.
     pub allocated_gbps: f64,
-    /// Out of ordinary host memory page-locked in place, copied whole.
+    /// Out of ordinary host memory (a `Vec`) page-locked in place, copied whole.
     pub registered_gbps: f64,
     /// The same registered memory, copied `chunk_bytes` at a time back to
     /// back, as a streamed MSM copies its bases.
@@ -29,9 +29,9 @@ pub struct LinkRates {
     pub chunk_bytes: usize,
 }
 
-/// Times `runs` copies of `bytes` (after one untimed) from each kind of
-/// page-locked memory to one device buffer, on a stream of their own, by
-/// CUDA events.
+/// Times `runs` copies of `bytes` (after one untimed) out of memory
+/// allocated page-locked and out of a `Vec` page-locked in place, to one
+/// device buffer, on a stream of their own, by CUDA events.
 pub fn host_to_device_rates(
     gpu: &Gpu,
     bytes: usize,
@@ -47,53 +47,66 @@ pub fn host_to_device_rates(
     let allocated = {
         // SAFETY: uninitialised bytes are copied, never interpreted.
         let mem = unsafe { stream.context().alloc_pinned::<u8>(bytes) }.during("allocating pinned memory")?;
-        let src: &[u8] = {
-            let ptr = mem.as_ptr().during("reading pinned memory")?;
-            // SAFETY: `mem` holds `bytes` bytes and outlives `src`'s uses below.
-            unsafe { std::slice::from_raw_parts(ptr, bytes) }
-        };
-        median_gbps(gpu, &stream, bytes, runs, |s| {
-            s.memcpy_htod(src, &mut dst.slice_mut(..)).during("copying to the device")
-        })?
+        let ptr = mem.as_ptr().during("reading pinned memory")?;
+        // SAFETY: `mem` holds `bytes` bytes and outlives `src`, whose last
+        // copy is waited for before `mem` drops (`median_gbps`).
+        let src: &[u8] = unsafe { std::slice::from_raw_parts(ptr, bytes) };
+        median_gbps(gpu, &stream, &mut dst, src, None, runs)?
     };
+    drop(dst);
     let host = vec![1u8; bytes];
-    let _registration = gpu.register_host(host.as_ptr().cast(), bytes)?;
-    let registered = median_gbps(gpu, &stream, bytes, runs, |s| {
-        s.memcpy_htod(&host[..], &mut dst.slice_mut(..)).during("copying to the device")
-    })?;
-    let chunked = median_gbps(gpu, &stream, bytes, runs, |s| {
-        for (k, part) in host.chunks(chunk_bytes).enumerate() {
-            let at = k * chunk_bytes;
-            s.memcpy_htod(part, &mut dst.slice_mut(at..at + part.len())).during("copying to the device")?;
-        }
-        Ok(())
-    })?;
-    stream.synchronize().during("waiting for the copies")?;
     Ok(LinkRates {
         bytes,
         allocated_gbps: allocated,
-        registered_gbps: registered,
-        registered_chunked_gbps: chunked,
+        registered_gbps: registered_rate(gpu, &host, None, runs)?,
+        registered_chunked_gbps: registered_rate(gpu, &host, Some(chunk_bytes), runs)?,
         chunk_bytes,
     })
 }
 
-/// The median rate of `runs` timed calls of `copy` (one untimed first).
+/// The rate of copies out of `src` page-locked in place (for as long as
+/// this takes), whole or `chunk` bytes at a time: the median of `runs`
+/// after one untimed.
+pub fn registered_rate(gpu: &Gpu, src: &[u8], chunk: Option<usize>, runs: usize) -> Result<f64, GpuError> {
+    if src.is_empty() || chunk == Some(0) || runs == 0 {
+        return Err(GpuError::Invalid("a link measurement of nothing".into()));
+    }
+    let stream = gpu.new_stream()?;
+    // SAFETY: only written by the copies below, never read on the host.
+    let mut dst: CudaSlice<u8> =
+        unsafe { stream.alloc::<u8>(src.len()) }.during("allocating device memory")?;
+    // Unregistered when dropped, after `median_gbps` waited for the copies.
+    let _registration = gpu.register_host(src.as_ptr().cast(), src.len())?;
+    median_gbps(gpu, &stream, &mut dst, src, chunk, runs)
+}
+
+/// The median rate of `runs` timed copies of `src` into `dst` (one untimed
+/// first), whole or `chunk` bytes at a time; every copy is waited for.
 fn median_gbps(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
-    bytes: usize,
+    dst: &mut CudaSlice<u8>,
+    src: &[u8],
+    chunk: Option<usize>,
     runs: usize,
-    mut copy: impl FnMut(&Arc<CudaStream>) -> Result<(), GpuError>,
 ) -> Result<f64, GpuError> {
-    copy(stream)?;
+    let mut copy = || -> Result<(), GpuError> {
+        for (k, part) in src.chunks(chunk.unwrap_or(src.len())).enumerate() {
+            let at = k * chunk.unwrap_or(0);
+            stream
+                .memcpy_htod(part, &mut dst.slice_mut(at..at + part.len()))
+                .during("copying to the device")?;
+        }
+        Ok(())
+    };
+    copy()?;
     let timer = gpu.timer_on(stream)?;
     let mut rates = Vec::with_capacity(runs);
     for _ in 0..runs {
         timer.start()?;
-        copy(stream)?;
-        let ms = timer.stop()? as f64;
-        rates.push(bytes as f64 / (ms / 1e3) / 1e9);
+        copy()?;
+        let ms = f64::from(timer.stop()?);
+        rates.push(src.len() as f64 / (ms / 1e3) / 1e9);
     }
     rates.sort_by(f64::total_cmp);
     Ok(rates[rates.len() / 2])

@@ -490,6 +490,10 @@ fn the_links_rates_are_measured_from_both_kinds_of_page_locked_memory() {
         assert!(rate.is_finite() && rate > 0.5 && rate < 1000.0, "{r:?}");
     }
     assert!(provd_kernels::link::host_to_device_rates(&gpu, 0, 1, 1).is_err(), "nothing to copy");
+    let odd = vec![7u8; (3 << 20) + 5];
+    let rate = provd_kernels::link::registered_rate(&gpu, &odd, Some(1 << 20), 2).unwrap();
+    assert!(rate.is_finite() && rate > 0.0, "{rate}");
+    assert!(provd_kernels::link::registered_rate(&gpu, &odd, Some(0), 1).is_err(), "chunks of nothing");
 }
 
 /// A buffer freed after its stream's last synchronisation stays in the
