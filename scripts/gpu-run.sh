@@ -130,11 +130,11 @@ for step in "${@:-tests}"; do
       # The host's pieces of a PoRep partition at SHAPE_PROOF's real shape (a synthetic C1; its matrix
       # store, ~27 GiB at 32 GiB, in SHAPE_WORK on the machine's disk, not in $OUT); peak RSS from time -v.
       # SHAPE_PROVE_RUNS proofs with a timing key follow (default 2); device memory sampled beside.
-      # SHAPE_DEVICE_MEMORY (e.g. 16GiB) caps the device with the bench's own ballast; SHAPE_FLAGS adds
+      # SHAPE_DEVICE_MEMORY (e.g. 16GiB) caps the device with the bench's own ballast (SHAPE_TAG names the files, else the cap); SHAPE_FLAGS adds
       # flags (e.g. --skip-whole-witness --keep-store). Each process's device memory is sampled too, so
       # that provd's own peak shows beside the ballast's.
       timed=(); [ -x /usr/bin/time ] && timed=(/usr/bin/time -v)
-      tag=${SHAPE_DEVICE_MEMORY:-uncapped}
+      tag=${SHAPE_TAG:-${SHAPE_DEVICE_MEMORY:-uncapped}}
       cap=(); [ -n "${SHAPE_DEVICE_MEMORY:-}" ] && cap=(--device-memory "$SHAPE_DEVICE_MEMORY")
       nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -lms 500 \
         > "$OUT/porep-shape-$tag-smi.csv" & smi=$!

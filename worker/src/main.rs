@@ -420,6 +420,14 @@ enum BenchCommand {
         /// smaller card's, physically.
         #[arg(long, value_parser = byte_size)]
         device_memory: Option<u64>,
+        /// Partitions in prove_start on the GPU at once in the stream (as
+        /// gpu.partitions_in_flight; the service's default).
+        #[arg(long, default_value_t = provd::backend::InFlight::default())]
+        gpu_in_flight: provd::backend::InFlight,
+        /// The pages a streamed key's queries are page-locked in (small:
+        /// where the allocator left them, to measure what huge pages buy).
+        #[arg(long, value_enum, default_value_t = provd::groth16::pinned::QueryPages::default())]
+        streamed_pages: provd::groth16::pinned::QueryPages,
         #[command(flatten)]
         common: Common,
         #[arg(long, default_value = "bench-results/porep-shape.json")]
@@ -954,6 +962,8 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             sectors,
             permits,
             device_memory,
+            gpu_in_flight,
+            streamed_pages,
             json,
             common,
         } => {
@@ -968,8 +978,9 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             if let Some(held) = &device_cap {
                 println!("{held}");
             }
-            let backends =
-                provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?.backends;
+            // The stream is the service's: its GPU workers too.
+            let options = CudaOptions { partitions_in_flight: gpu_in_flight, ..common.cuda_options() };
+            let backends = provd::backend::select(common.backend, &common.data_dir, &options)?.backends;
             let proof = seal_proof(&proof)?;
             bench::porep_shape::PorepShapeBench {
                 proof,
@@ -982,6 +993,7 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
                 sectors,
                 permits,
                 device_cap,
+                streamed_pages,
                 json,
             }
             .run(backends)

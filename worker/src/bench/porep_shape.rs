@@ -40,6 +40,7 @@ use crate::backend::{Backend, ProductsPlacement};
 use crate::circuits::filecoin::{prover_id_of_miner, Ids, PorepCircuit, WitnessPass};
 use crate::groth16::domain::{Domain, TwoAdicRoot};
 use crate::groth16::matrix_store::{MatrixStore, Origin};
+use crate::groth16::pinned::QueryPages;
 use crate::groth16::synthesis::{Evaluations, Products};
 use crate::groth16::{Blinding, Matrices, ProvingKey, Reduction, StepTime, Synthesized, VerifyingKey};
 use blstrs::{G1Projective, G2Projective};
@@ -65,6 +66,8 @@ pub struct PorepShapeBench {
     pub sectors: usize,
     /// The engine's `partition_permits`: one stream for each, in turn.
     pub permits: Vec<usize>,
+    /// The pages the timing key's queries are page-locked in, if a device streams it.
+    pub streamed_pages: QueryPages,
     /// The ballast's line where the device was capped (`--device-memory`).
     pub device_cap: Option<String>,
     pub json: PathBuf,
@@ -180,9 +183,14 @@ impl PorepShapeBench {
             Ok(matrices.products(&parted.input_assignment, &parted.aux_assignment))
         })?;
         let assignment_bytes = ((parted.input_assignment.len() + parted.aux_assignment.len()) * 32) as u64;
+        let census = ScalarCensus::of(&parted);
 
         let key = match self.prove_runs > 0 || self.sectors > 0 {
-            true => Some(Arc::new(timing_key(&matrices)?)),
+            true => {
+                let key = timing_key(&matrices)?;
+                key.pinned.choose_pages(self.streamed_pages);
+                Some(Arc::new(key))
+            }
             false => None,
         };
         let (steps, abc_on) = match (self.prove_runs, &key) {
@@ -279,6 +287,8 @@ impl PorepShapeBench {
                 .collect();
             print_table(&["step", "wall ms", "device ms"], &rows);
         }
+        println!("the MSMs' aux scalars, partition {k} (what their digits and buckets get):");
+        print_table(&["MSM", "terms", "zero", "one", "other, < 2^64", "wider"], &census.rows());
         // Projected, and labelled so. In a steady stream the host gives a
         // partition every cpu_s / cores seconds if its witnesses keep every
         // core busy, but no faster than `in_flight` partitions per witness's
@@ -313,6 +323,7 @@ impl PorepShapeBench {
             "proof": format!("{:?}", self.proof),
             "env": environment(),
             "device_cap": self.device_cap,
+            "streamed_pages": format!("{:?}", self.streamed_pages).to_lowercase(),
             "cores": cores,
             "constraints": constraints,
             "inputs": inputs,
@@ -331,6 +342,7 @@ impl PorepShapeBench {
             "witness_whole": whole,
             "same_assignment": whole.is_some().then_some(true),
             "assignment_bytes": assignment_bytes,
+            "aux_scalars": census,
             "host_products": products,
             "abc_computed_on": abc_on.map(|p| format!("{p:?}").to_lowercase()),
             "prove_steps": steps.iter().map(|(step, wall_ms, device_ms)| json!({
@@ -403,6 +415,92 @@ fn timing_key(m: &Matrices) -> anyhow::Result<ProvingKey> {
         b_g2: (0..b).into_par_iter().map(|i| g2[i % DISTINCT]).collect(),
         reduction: Reduction::Bellperson,
     })
+}
+
+/// How the aux scalars of the L, A and B MSMs fall: a zero costs an MSM
+/// no addition, a one a single addition in one bucket, a small scalar a few
+/// windows' digits, a wide one a digit in every window.
+#[derive(serde::Serialize)]
+struct ScalarCensus {
+    l: Tally,
+    a: Tally,
+    b: Tally,
+}
+
+#[derive(Clone, Copy, Default, serde::Serialize)]
+struct Tally {
+    terms: usize,
+    zeros: usize,
+    ones: usize,
+    below_2_64: usize,
+    wider: usize,
+}
+
+impl Tally {
+    fn of(s: &blstrs::Scalar) -> Self {
+        use ff::PrimeField;
+        let repr = s.to_repr();
+        let bytes = repr.as_ref(); // little-endian
+        let small = bytes[8..].iter().all(|&b| b == 0);
+        let value = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+        let mut t = Tally { terms: 1, ..Tally::default() };
+        match (small, value) {
+            (true, 0) => t.zeros = 1,
+            (true, 1) => t.ones = 1,
+            (true, _) => t.below_2_64 = 1,
+            (false, _) => t.wider = 1,
+        }
+        t
+    }
+
+    fn add(self, o: Self) -> Self {
+        Tally {
+            terms: self.terms + o.terms,
+            zeros: self.zeros + o.zeros,
+            ones: self.ones + o.ones,
+            below_2_64: self.below_2_64 + o.below_2_64,
+            wider: self.wider + o.wider,
+        }
+    }
+
+    fn row(&self, msm: &str) -> Vec<String> {
+        let pct = |n: usize| format!("{n} ({:.1}%)", 100.0 * n as f64 / self.terms.max(1) as f64);
+        vec![
+            msm.into(),
+            self.terms.to_string(),
+            pct(self.zeros),
+            pct(self.ones),
+            pct(self.below_2_64),
+            pct(self.wider),
+        ]
+    }
+}
+
+impl ScalarCensus {
+    fn of(w: &Synthesized) -> Self {
+        use rayon::prelude::*;
+        let aux = &w.aux_assignment;
+        let tally = |picked: &(dyn Fn(usize) -> bool + Sync)| {
+            aux.par_iter()
+                .enumerate()
+                .filter(|(i, _)| picked(*i))
+                .map(|(_, s)| Tally::of(s))
+                .reduce(Tally::default, Tally::add)
+        };
+        Self {
+            l: tally(&|_| true),
+            a: tally(&|i| w.a_aux_density.get(i)),
+            b: tally(&|i| w.b_aux_density.get(i)),
+        }
+    }
+
+    fn rows(&self) -> Vec<Vec<String>> {
+        vec![
+            self.l.row("L (every aux)"),
+            self.a.row("A (its aux density)"),
+            self.b.row("B (its aux density)"),
+        ]
+    }
 }
 
 /// `runs` proofs of `witness` under `key` after a warm-up: each step's

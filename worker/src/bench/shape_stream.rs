@@ -73,6 +73,7 @@ impl ShapeStream {
         let metrics = Arc::new(Metrics::new());
         let config = PipelineConfig { partition_permits: self.permits, ..Default::default() };
         let names: Vec<String> = backends.iter().map(|b| b.name().to_string()).collect();
+        let backends_in_flight = backends.iter().map(|b| b.partitions_in_flight().count()).max();
         let engine = Engine::start(config, backends, metrics.clone())?;
         // What the service holds for a circuit it serves: its key and matrices.
         let held = (key.resident_bytes() + matrices.heap_bytes()) as u64;
@@ -176,7 +177,12 @@ impl ShapeStream {
             h.get_sample_sum() / (h.get_sample_count().max(1) as f64)
         };
         let gib = |b: f64| b / (1u64 << 30) as f64;
-        println!("the engine, {} sectors at once, {} permits ({NOT_PROOFS}):", self.sectors, self.permits);
+        println!(
+            "the engine, {} sectors at once, {} permits, {} partitions in flight a GPU ({NOT_PROOFS}):",
+            self.sectors,
+            self.permits,
+            backends_in_flight.unwrap_or(0)
+        );
         let ended: Vec<String> = ends.iter().map(|e| format!("{e:.1}")).collect();
         let mut rows = vec![
             vec![
@@ -232,6 +238,7 @@ impl ShapeStream {
             "sectors": self.sectors,
             "partitions_a_sector": partitions.len(),
             "permits": self.permits,
+            "gpu_partitions_in_flight": backends_in_flight,
             "ends_s": ends,
             "partition_ends_s": partition_ends,
             "wall_clock": window,

@@ -45,6 +45,11 @@ const WORKING_BYTES_PER_ELEMENT: u64 = 8 * 32;
 /// `MAX_BUCKET_BYTES`, plain or shifted) and 512 MiB for its counts,
 /// offsets and partial sums.
 const WORKING_BYTES_FIXED: u64 = provd_kernels::msm::MAX_BUCKET_BYTES + (512 << 20);
+/// Device bytes per domain element of a partition in flight that waits for
+/// the device lock: only what it copied ahead of the lock, a, b and c
+/// zero-padded to the domain and the aux assignment (4 × 32 B), at most.
+/// The lock lets one partition at a time past it to the chain and the MSMs.
+const AHEAD_BYTES_PER_ELEMENT: u64 = 4 * 32;
 /// The same for a key streamed from the host, whose proof holds two vectors
 /// of the domain at a time (the H chain two at a time, the aux assignment
 /// copied after it: then H's scalars or a query's subset beside the aux
@@ -100,13 +105,16 @@ pub(super) struct Rules {
 
 impl Rules {
     /// Device bytes the partitions in flight need for their working buffers
-    /// with `key`'s bases laid out as `layout` (a streamed key's proof is
-    /// one at a time, with two vectors of the domain on the device at once).
+    /// with `key`'s bases laid out as `layout`: one partition's chain and
+    /// MSMs, and the copies each other one made ahead of the device lock (a
+    /// streamed key's proof is one at a time, with two vectors of the domain
+    /// on the device at once).
     pub fn working_bytes(&self, key: &ProvingKey, layout: BasesLayout) -> u64 {
         let n = key.domain_size() as u64;
         match layout {
             BasesLayout::Plain | BasesLayout::Shifted => {
-                (n * WORKING_BYTES_PER_ELEMENT + WORKING_BYTES_FIXED) * self.partitions_in_flight
+                let waiting = self.partitions_in_flight.saturating_sub(1);
+                n * WORKING_BYTES_PER_ELEMENT + WORKING_BYTES_FIXED + waiting * n * AHEAD_BYTES_PER_ELEMENT
             }
             BasesLayout::Streamed => {
                 let chunk = n.min(super::proof::STREAM_CHUNK_G2 as u64);

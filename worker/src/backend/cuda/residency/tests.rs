@@ -409,3 +409,31 @@ fn a_streamed_keys_working_buffers_are_kept_free_and_a_device_too_small_refuses_
     assert!(e.to_string().contains("even with its key streamed"), "{e}");
     assert!(resident(&r).is_empty() && small.uploads().is_empty(), "nothing uploaded");
 }
+
+/// A second partition in flight waits at the device lock holding only what
+/// it copied ahead (a, b, c and the aux assignment), not a second chain and
+/// MSMs: so a key and its working room fit where two full working sets
+/// would not (the 32 GiB key beside its matrices on a 141 GB card).
+#[test]
+fn a_second_partition_in_flight_keeps_room_for_its_copies_not_a_second_proof() {
+    let [_, _, c] = keys();
+    let two = Rules { partitions_in_flight: 2, ..rules(None, BasesLayout::Plain) };
+    let n = c.domain_size() as u64;
+    assert_eq!(two.working_bytes(c, BasesLayout::Plain), working(c) + n * 4 * 32);
+    assert!(two.working_bytes(c, BasesLayout::Plain) < 2 * working(c));
+    assert_eq!(
+        two.working_bytes(c, BasesLayout::Streamed),
+        streamed_working(c),
+        "a streamed key's proofs take the device one at a time"
+    );
+    // Room for the key beside one chain and one partition's copies: plain, not streamed.
+    let dev = Fake::new(plain(c) + working(c) + n * 4 * 32);
+    let mut r = Residency::new("fake".into(), two);
+    r.make_resident(&dev, c, 0).unwrap();
+    assert_eq!(layouts(&r), [BasesLayout::Plain]);
+    // One byte less, and the key streams.
+    let dev = Fake::new(plain(c) + working(c) + n * 4 * 32 - 1);
+    let mut r = Residency::new("fake".into(), two);
+    r.make_resident(&dev, c, 0).unwrap();
+    assert_eq!(layouts(&r), [BasesLayout::Streamed]);
+}
