@@ -224,3 +224,45 @@ fn sectors_are_proved_over_http_within_a_budget_and_verify_seal_accepts_them() {
     assert_eq!(snap["reserved_bytes"], snap["key_bytes"], "{snap}");
     assert_eq!(snap["budget_bytes"], budget, "{snap}");
 }
+
+/// Device memory a ballast leaves the server in the streamed-key test: a
+/// small card's, with room for a streamed proof's working buffers.
+const DEVICE_CAP: &str = "3GiB";
+
+/// A real sector proved on the GPU with its key streamed from the host: the
+/// card capped physically (a ballast holds all its memory but
+/// [`DEVICE_CAP`]) and `gpu.key_memory_limit` below the key's size, so that
+/// the key's queries stay in the host's page-locked memory and every MSM
+/// reads them a chunk at a time. filecoin-proofs' `verify_seal` accepts the
+/// proof, for its own sector only, and /v1/circuits names the device that
+/// streams the key.
+#[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
+fn gpu_a_sealed_sector_proves_with_its_key_streamed_on_a_capped_card() {
+    let f = fixture();
+    let ballast = match provd_e2e::Ballast::hold(DEVICE_CAP) {
+        Ok(b) => b,
+        Err(e) if e.contains("no usable CUDA device") => {
+            eprintln!("skipped: {}", e.lines().last().unwrap_or(""));
+            return;
+        }
+        Err(e) => panic!("provd bench ballast failed: {e}"),
+    };
+    let config = f.config("[gpu]\nkey_memory_limit = 1048576\n");
+    let server =
+        Server::try_start(&config, &[], "cuda").expect("provd serve --backend cuda beside the ballast");
+    let (status, job) = prove(&server, &f.sectors[0].input());
+    assert_eq!((status, job["state"].as_str()), (202, Some("succeeded")), "{job}");
+    let proof = seal_proof(&job);
+    assert!(f.sectors[0].verify(&proof).unwrap(), "verify_seal accepts the streamed key's proof");
+    assert!(!f.sectors[1].verify(&proof).unwrap(), "and only for its own sector");
+    let (_, circuits) = server.call("GET", "/v1/circuits", None);
+    let c = &circuits["circuits"][0];
+    assert_eq!(c["srs_streamed_on"], json!(["cuda:0"]), "{circuits}");
+    let key = c["srs_bytes"].as_u64().unwrap();
+    assert!(key > 1048576, "the key ({key} bytes) is over the key memory limit");
+    assert!(
+        server.metric("provd_key_layout{circuit=\"porep-2k\",device=\"cuda:0\",layout=\"streamed\"}") == 1.0
+    );
+    println!("{}; key {} MiB streamed; the sector's proof verified", ballast.held, key >> 20);
+}
