@@ -424,10 +424,6 @@ enum BenchCommand {
         /// gpu.partitions_in_flight; the service's default).
         #[arg(long, default_value_t = provd::backend::InFlight::default())]
         gpu_in_flight: provd::backend::InFlight,
-        /// The pages a streamed key's queries are page-locked in (small:
-        /// where the allocator left them, to measure what huge pages buy).
-        #[arg(long, value_enum, default_value_t = provd::groth16::pinned::QueryPages::default())]
-        streamed_pages: provd::groth16::pinned::QueryPages,
         #[command(flatten)]
         common: Common,
         #[arg(long, default_value = "bench-results/porep-shape.json")]
@@ -963,7 +959,6 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             permits,
             device_memory,
             gpu_in_flight,
-            streamed_pages,
             json,
             common,
         } => {
@@ -993,7 +988,6 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
                 sectors,
                 permits,
                 device_cap,
-                streamed_pages,
                 json,
             }
             .run(backends)

@@ -40,7 +40,6 @@ use crate::backend::{Backend, ProductsPlacement};
 use crate::circuits::filecoin::{prover_id_of_miner, Ids, PorepCircuit, WitnessPass};
 use crate::groth16::domain::{Domain, TwoAdicRoot};
 use crate::groth16::matrix_store::{MatrixStore, Origin};
-use crate::groth16::pinned::QueryPages;
 use crate::groth16::synthesis::{Evaluations, Products};
 use crate::groth16::{Blinding, Matrices, ProvingKey, Reduction, StepTime, Synthesized, VerifyingKey};
 use blstrs::{G1Projective, G2Projective};
@@ -66,8 +65,6 @@ pub struct PorepShapeBench {
     pub sectors: usize,
     /// The engine's `partition_permits`: one stream for each, in turn.
     pub permits: Vec<usize>,
-    /// The pages the timing key's queries are page-locked in, if a device streams it.
-    pub streamed_pages: QueryPages,
     /// The ballast's line where the device was capped (`--device-memory`).
     pub device_cap: Option<String>,
     pub json: PathBuf,
@@ -186,11 +183,7 @@ impl PorepShapeBench {
         let census = ScalarCensus::of(&parted);
 
         let key = match self.prove_runs > 0 || self.sectors > 0 {
-            true => {
-                let key = timing_key(&matrices)?;
-                key.pinned.choose_pages(self.streamed_pages);
-                Some(Arc::new(key))
-            }
+            true => Some(Arc::new(timing_key(&matrices)?)),
             false => None,
         };
         let (steps, abc_on) = match (self.prove_runs, &key) {
@@ -323,7 +316,6 @@ impl PorepShapeBench {
             "proof": format!("{:?}", self.proof),
             "env": environment(),
             "device_cap": self.device_cap,
-            "streamed_pages": format!("{:?}", self.streamed_pages).to_lowercase(),
             "cores": cores,
             "constraints": constraints,
             "inputs": inputs,
