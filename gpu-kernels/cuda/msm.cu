@@ -9,7 +9,8 @@
 // so a wider window costs one bucket reduction, not one per window).
 //
 //  1. msm_digits: each scalar's digits, one key per (window, scalar): the
-//     bucket (w·B or 0) + |d| − 1 and the sign; bucket sizes counted.
+//     bucket (w·B or 0) + |d| − 1 and the sign; bucket sizes counted (one
+//     atomic per bucket a warp touches).
 //  2. scan + msm_scatter: a counting sort of the keys by bucket (the scatter
 //     in passes over bucket ranges, each small enough for L2).
 //  3. msm_accumulate: the sorted list is cut into equal segments, one per
@@ -39,6 +40,38 @@ DEVICE u32 bits_at(const fr_t& s, u32 pos, u32 c) {
     return (u32)(w >> off) & ((1u << c) - 1);
 }
 
+// Lane masks of the calling warp: the lanes whose `key` equals this lane's,
+// and the first of them. A digit most scalars share (a mostly-0/1 witness
+// puts its ones in one bucket: ~47% of a 32 GiB partition's L and A terms)
+// would otherwise serialise tens of millions of atomics on one address.
+struct Peers {
+    u32 mask, leader, lane;
+};
+
+DEVICE Peers peers_of(u32 key) {
+    Peers p;
+    p.mask = __match_any_sync(__activemask(), key);
+    p.leader = __ffs(p.mask) - 1;
+    p.lane = threadIdx.x % 32;
+    return p;
+}
+
+// counts[key] += 1 for every calling lane: one atomic per distinct key in the warp.
+DEVICE void count_once_per_warp(u32* counts, u32 key) {
+    const Peers p = peers_of(key);
+    if (p.lane == p.leader) atomicAdd(&counts[key], __popc(p.mask));
+}
+
+// A distinct slot from cursor[key] for every calling lane (cursor[key] is
+// advanced by the count): one atomic per distinct key in the warp.
+DEVICE u32 claim_once_per_warp(u32* cursor, u32 key) {
+    const Peers p = peers_of(key);
+    u32 base = 0;
+    if (p.lane == p.leader) base = atomicAdd(&cursor[key], __popc(p.mask));
+    base = __shfl_sync(p.mask, base, p.leader);
+    return base + __popc(p.mask & ((1u << p.lane) - 1));
+}
+
 extern "C" __global__ void msm_digits(const fr_t* __restrict__ scalars, u32 n, u32 c, u32 windows,
                                       u32 shared_buckets, u32* __restrict__ keys, u32* __restrict__ counts) {
     u32 i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -59,7 +92,7 @@ extern "C" __global__ void msm_digits(const fr_t* __restrict__ scalars, u32 n, u
         u32 key = KEY_NONE;
         if (d != 0) {
             key = (shared_buckets ? 0 : w * B) + d - 1;
-            atomicAdd(&counts[key], 1u);
+            count_once_per_warp(counts, key);
             key |= neg ? SIGN_BIT : 0;
         }
         keys[(u64)w * n + i] = key;
@@ -153,7 +186,7 @@ extern "C" __global__ void msm_scatter(const u32* __restrict__ keys, u64 count, 
     if (key == KEY_NONE) return;
     u32 bucket = key & ~SIGN_BIT;
     if (bucket < lo || bucket >= hi) return;
-    u32 pos = atomicAdd(&cursor[bucket], 1u);
+    const u32 pos = claim_once_per_warp(cursor, bucket);
     sorted_idx[pos] = ((u32)(j / n) * stride + (u32)(j % n)) | (key & SIGN_BIT);
 }
 
