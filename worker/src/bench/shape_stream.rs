@@ -178,7 +178,7 @@ impl ShapeStream {
         };
         let gib = |b: f64| b / (1u64 << 30) as f64;
         println!(
-            "the engine, {} sectors at once, {} permits, {} partitions in flight a GPU ({NOT_PROOFS}):",
+            "the engine, {} sectors at once, {} permits, {} partitions in prove_start at once a backend ({NOT_PROOFS}):",
             self.sectors,
             self.permits,
             backends_in_flight.unwrap_or(0)
