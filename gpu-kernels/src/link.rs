@@ -5,7 +5,8 @@
 //! streamed key's bases are). A streamed MSM reads its bases at ~16 GB/s on
 //! the H200 machine while PyTorch's pinned copies ran at 55.5 GB/s there:
 //! this tells whether the registered memory, or the MSM around the copy,
-//! sets the pace.
+//! sets the pace (on the H100 machine both kinds copied at 55 GB/s, so the
+//! MSM does: BENCHMARKS.md).
 
 use std::sync::Arc;
 
