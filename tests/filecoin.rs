@@ -6,6 +6,7 @@
 
 use std::sync::OnceLock;
 
+use provd::bench::ballast::Beside;
 use provd::circuits::filecoin::seal::{seal_sector, SealedSector};
 use provd::circuits::filecoin::Ids;
 use provd_e2e::{Server, JOBS_DEADLINE};
@@ -227,7 +228,7 @@ fn sectors_are_proved_over_http_within_a_budget_and_verify_seal_accepts_them() {
 
 /// Device memory a ballast leaves the server in the streamed-key test: a
 /// small card's, with room for a streamed proof's working buffers.
-const DEVICE_CAP: &str = "3GiB";
+const DEVICE_CAP: u64 = 3 << 30;
 
 /// A real sector proved on the GPU with its key streamed from the host: the
 /// card capped physically (a ballast holds all its memory but
@@ -240,13 +241,14 @@ const DEVICE_CAP: &str = "3GiB";
 #[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn gpu_a_sealed_sector_proves_with_its_key_streamed_on_a_capped_card() {
     let f = fixture();
-    let ballast = match provd_e2e::Ballast::hold(DEVICE_CAP) {
+    let data = tempfile::tempdir().unwrap();
+    let ballast = match Beside::start_from(&provd_e2e::provd_bin(), DEVICE_CAP, data.path()) {
         Ok(b) => b,
-        Err(e) if e.contains("no usable CUDA device") => {
-            eprintln!("skipped: {}", e.lines().last().unwrap_or(""));
+        Err(e) if e.to_string().contains("no usable CUDA device") => {
+            eprintln!("skipped: {}", e.to_string().lines().last().unwrap_or(""));
             return;
         }
-        Err(e) => panic!("provd bench ballast failed: {e}"),
+        Err(e) => panic!("provd bench ballast failed: {e:#}"),
     };
     let config = f.config("[gpu]\nkey_memory_limit = 1048576\n");
     let server =

@@ -27,51 +27,6 @@ pub fn provd_bin() -> PathBuf {
     bin
 }
 
-/// `provd bench ballast` beside a test: all of GPU 0's memory held but
-/// `leave` (e.g. "3GiB"), so that a server started after it has a smaller
-/// card's memory, physically. Released when dropped.
-pub struct Ballast {
-    child: std::process::Child,
-    /// Its line saying what it holds.
-    pub held: String,
-}
-
-impl Ballast {
-    /// Waits until the ballast holds the memory; `Err` with its stderr where
-    /// it could not (no CUDA device, or less free memory than `leave`).
-    pub fn hold(leave: &str) -> Result<Ballast, String> {
-        use std::io::{BufRead, Read};
-        use std::process::Stdio;
-        let data = tempfile::tempdir().unwrap();
-        let mut child = Command::new(provd_bin())
-            .args(["bench", "ballast", "--device-memory", leave])
-            .env("PROVD_DATA_DIR", data.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting provd bench ballast");
-        let mut line = String::new();
-        let stdout = child.stdout.take().expect("piped");
-        std::io::BufReader::new(stdout).read_line(&mut line).expect("reading the ballast's stdout");
-        if !line.starts_with("ballast: holding") {
-            let _ = child.kill();
-            let mut stderr = String::new();
-            let _ = child.stderr.take().expect("piped").read_to_string(&mut stderr);
-            let _ = child.wait();
-            return Err(format!("{line}{stderr}"));
-        }
-        Ok(Ballast { child, held: line.trim().to_string() })
-    }
-}
-
-impl Drop for Ballast {
-    fn drop(&mut self) {
-        drop(self.child.stdin.take()); // it holds until its stdin closes
-        let _ = self.child.wait();
-    }
-}
-
 /// Metric families that only a GPU worker exports (their `device` label has
 /// no value on the CPU backend).
 pub const GPU_ONLY_METRICS: [&str; 6] = [

@@ -220,7 +220,7 @@ pub struct GpuConfig {
     pub devices: crate::backend::DeviceSet,
     /// Partitions in prove_start on each GPU at once, 1 or 2: with 2, one
     /// partition's copies to the device overlap the other's kernels, at the
-    /// cost of a second partition's working buffers in device memory.
+    /// cost of those copies in device memory while it waits for the device.
     pub partitions_in_flight: crate::backend::InFlight,
     /// How a key's large G1 queries sit on the device: "shifted" (with
     /// precomputed shifted copies, 11 to 15 times the bytes from 2^20 points

@@ -99,9 +99,10 @@ pub enum InFlight {
     One,
     /// Two (the default: 1.10–1.35× the proofs per second of one on the
     /// H200, BENCHMARKS.md): while one partition's kernels run, the next
-    /// one's vectors are copied to the device, at the cost of a second
-    /// partition's working buffers in device memory. More would only queue
-    /// behind the one the device is computing.
+    /// one's vectors are copied to the device, at the cost of those copies
+    /// (a, b, c and the assignment) in device memory while it waits at the
+    /// device lock. More would only queue behind the one the device is
+    /// computing.
     #[default]
     Two,
 }

@@ -39,19 +39,37 @@ impl Beside {
     /// Starts one on device 0 leaving `device_memory` bytes, and waits until
     /// it holds the rest.
     pub fn start(device_memory: u64, data_dir: &std::path::Path) -> anyhow::Result<Self> {
-        let mut child = Command::new(std::env::current_exe()?)
+        Self::start_from(&std::env::current_exe()?, device_memory, data_dir)
+    }
+
+    /// [`Beside::start`] with the `provd` binary at `provd` (a test's).
+    /// Where the ballast cannot hold the memory (no CUDA device, or less
+    /// free than `device_memory`), the error carries what it said.
+    pub fn start_from(
+        provd: &std::path::Path,
+        device_memory: u64,
+        data_dir: &std::path::Path,
+    ) -> anyhow::Result<Self> {
+        let mut child = Command::new(provd)
             .args(["bench", "ballast", "--device-memory", &device_memory.to_string()])
             .env("PROVD_DATA_DIR", data_dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .context("starting provd bench ballast")?;
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
+        let mut stderr = child.stderr.take().expect("piped");
         if !line.starts_with("ballast: holding") {
             let _ = child.kill();
-            anyhow::bail!("the ballast did not take the device's memory (see its error above)");
+            let mut said = String::new();
+            let _ = stderr.read_to_string(&mut said);
+            let _ = child.wait();
+            anyhow::bail!("the ballast did not take the device's memory: {line}{said}");
         }
+        // Its log goes on to ours; a pipe nobody read would block it.
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::stderr()));
         Ok(Self { child, held: line.trim().to_string() })
     }
 }

@@ -238,7 +238,7 @@ impl ShapeStream {
             "sectors": self.sectors,
             "partitions_a_sector": partitions.len(),
             "permits": self.permits,
-            "gpu_partitions_in_flight": backends_in_flight,
+            "partitions_in_flight": backends_in_flight,
             "ends_s": ends,
             "partition_ends_s": partition_ends,
             "wall_clock": window,
