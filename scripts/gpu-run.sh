@@ -5,6 +5,7 @@
 # to run (default "512mib": sealing a 512 MiB sector takes minutes and needs no GPU).
 # B_G2=gpu|cpu places B's G2 MSM for bench-prove and bench-pipeline (default: the binary's);
 # PROVE_VS=none skips bellperson in bench-prove; PIPE_DEVICES=all spreads bench-pipeline over every GPU.
+# MSM_SIZES and MSM_FLAGS (e.g. "--scalars witness --keep-freed 0") pass through to bench-msm.
 # circom: CIRCOM_DIR (or CIRCOM_TAR, a tar.xz of it) holds circom circuits (NAME.r1cs + NAME.wtns: a TEST-ONLY zkey is
 # made here; or NAME.zkey + NAME.wtns); each is proved on the GPU (proof, public signals and
 # verifying key kept for snarkjs to check back home) and benched (CIRCOM_BENCH_BACKENDS, default cuda);
@@ -106,7 +107,7 @@ for step in "${@:-tests}"; do
     bench-link)
       "$bundle/provd" bench link --bytes "${LINK_BYTES:-4GiB}" --json "$OUT/link.json" 2>&1 | tee "$OUT/bench-link.log" || status=1 ;;
     bench-msm)
-      "$bundle/provd" bench msm --sizes "${MSM_SIZES:-20,22,24,26}" --json "$OUT/msm.json" 2>&1 | tee "$OUT/bench-msm.log" || status=1 ;;
+      "$bundle/provd" bench msm --sizes "${MSM_SIZES:-20,22,24,26}" ${MSM_FLAGS:-} --json "$OUT/msm.json" 2>&1 | tee "$OUT/bench-msm.log" || status=1 ;;
     lane)
       nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 500 \
         > "$OUT/lane-smi.csv" & smi=$!

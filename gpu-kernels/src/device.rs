@@ -175,15 +175,45 @@ impl Gpu {
     /// Hands back to the driver what the stream-ordered allocator's pool
     /// keeps of freed buffers.
     fn trim_pool(&self) -> Result<(), GpuError> {
-        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
-        // SAFETY: `pool` is written by the driver; the device is this
-        // context's; trimming frees only memory no allocation holds.
-        unsafe {
-            sys::cuDeviceGetMemPool(&mut pool, self.ctx.cu_device())
-                .result()
-                .during("reading the device's memory pool")?;
-            sys::cuMemPoolTrimTo(pool, 0).result().during("trimming the device's memory pool")
+        let pool = self.pool()?;
+        // SAFETY: the pool is this context's device's; trimming frees only
+        // memory no allocation holds.
+        unsafe { sys::cuMemPoolTrimTo(pool, 0).result().during("trimming the device's memory pool") }
+    }
+
+    /// Lets the stream-ordered allocator's pool keep up to `bytes` of freed
+    /// buffers mapped across synchronisations. The driver's default, 0,
+    /// unmaps every freed buffer at each synchronisation, so that each MSM
+    /// (which synchronises to read its sums back) maps its scratch afresh.
+    /// [`Gpu::memory_reclaimed`] trims the pool whatever this is. A device
+    /// without the pool ignores it.
+    pub fn keep_freed_memory(&self, bytes: u64) -> Result<(), GpuError> {
+        if !self.ctx.has_async_alloc() {
+            return Ok(());
         }
+        let pool = self.pool()?;
+        let mut value: u64 = bytes;
+        // SAFETY: the attribute's value type is cuuint64_t, read by the
+        // driver during the call.
+        unsafe {
+            sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut value as *mut u64).cast(),
+            )
+            .result()
+            .during("setting the memory pool's release threshold")
+        }
+    }
+
+    /// The device's default stream-ordered memory pool.
+    fn pool(&self) -> Result<sys::CUmemoryPool, GpuError> {
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: `pool` is written by the driver; the device is this context's.
+        unsafe { sys::cuDeviceGetMemPool(&mut pool, self.ctx.cu_device()) }
+            .result()
+            .during("reading the device's memory pool")?;
+        Ok(pool)
     }
 
     /// Copies field elements to a new device buffer.

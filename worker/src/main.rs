@@ -447,6 +447,13 @@ enum BenchCommand {
         /// Time the G2 MSM (the B query) instead of G1: resident bases against blst.
         #[arg(long)]
         g2: bool,
+        /// The scalars' mix: random 255-bit, or a PoRep witness's (mostly 0 and 1).
+        #[arg(long, value_enum, default_value_t)]
+        scalars: bench::msm::ScalarMix,
+        /// Freed device memory the allocator's pool keeps mapped across
+        /// synchronisations, e.g. 0 or 8GiB (default: provd's own setting).
+        #[arg(long, value_parser = byte_size)]
+        keep_freed: Option<u64>,
         #[arg(long, env = "PROVD_DATA_DIR", default_value_os_t = default_data_dir())]
         data_dir: PathBuf,
     },
@@ -992,9 +999,10 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             }
             .run(backends)
         }
-        BenchCommand::Msm { sizes, cpu_sizes, runs, warmup, json, g2, data_dir } => {
+        BenchCommand::Msm { sizes, cpu_sizes, runs, warmup, json, g2, scalars, keep_freed, data_dir } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");
-            bench::msm::MsmBench { sizes, cpu_sizes, runs, warmup, json, g2 }.run(gpu(&data_dir, "MSM")?)
+            bench::msm::MsmBench { sizes, cpu_sizes, runs, warmup, json, g2, scalars, keep_freed }
+                .run(gpu(&data_dir, "MSM")?)
         }
         BenchCommand::Link { bytes, runs, json, data_dir } => {
             anyhow::ensure!(runs > 0 && bytes > 0, "--runs and --bytes must be at least 1");

@@ -43,6 +43,27 @@ pub fn random_scalars(n: usize, seed: u64) -> Vec<blstrs::Scalar> {
     v
 }
 
+/// n scalars split as a 32 GiB PoRep partition's witness MSMs are (L's aux
+/// scalars, counted by `provd bench porep-shape`): 51.4% zero, 47.3% one,
+/// 1.3% random 255-bit; generated in parallel from `seed`.
+pub fn witness_scalars(n: usize, seed: u64) -> Vec<blstrs::Scalar> {
+    use ff::Field;
+    use rand::{Rng, SeedableRng};
+    use rayon::prelude::*;
+    let mut v = vec![blstrs::Scalar::ZERO; n];
+    v.par_chunks_mut(1 << 16).enumerate().for_each(|(i, c)| {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ (i as u64) << 20);
+        for x in c.iter_mut() {
+            *x = match rng.gen_range(0..1000) {
+                0..514 => blstrs::Scalar::ZERO,
+                514..987 => blstrs::Scalar::ONE,
+                _ => blstrs::Scalar::random(&mut rng),
+            };
+        }
+    });
+    v
+}
+
 /// The bases (i+1)·G for i < n, G the group's generator: an MSM over them
 /// has a closed form, Σ s_i·(i+1) · G, computed on the host independently
 /// of any MSM code, which checks every size (2^24 and up too, where blst

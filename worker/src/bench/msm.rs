@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::{
     closed_form, environment, gpu_median_ms, median, multiples_of_generator, print_table, random_scalars,
-    write_json,
+    witness_scalars, write_json,
 };
 use crate::groth16::msm::MsmGroup;
 
@@ -30,6 +30,32 @@ const SPPARK_SOURCE: &str =
 /// Points per chunk when bases stream from the host (the prover's chunk too).
 const STREAM_CHUNK: usize = 1 << 22;
 
+/// What the scalars of a timed MSM look like.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScalarMix {
+    /// Uniform 255-bit scalars (H's quotient coefficients, and peers' figures).
+    #[default]
+    Random,
+    /// A PoRep witness's: 51.4% zero, 47.3% one, 1.3% 255-bit (L, A and B).
+    Witness,
+}
+
+impl ScalarMix {
+    fn scalars(self, n: usize, seed: u64) -> Vec<blstrs::Scalar> {
+        match self {
+            Self::Random => random_scalars(n, seed),
+            Self::Witness => witness_scalars(n, seed),
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Random => "255-bit random scalars",
+            Self::Witness => "witness-like scalars (51.4% zero, 47.3% one, 1.3% 255-bit)",
+        }
+    }
+}
+
 pub struct MsmBench {
     pub sizes: Vec<u32>,
     pub cpu_sizes: Vec<u32>,
@@ -38,6 +64,11 @@ pub struct MsmBench {
     pub json: PathBuf,
     /// Time the G2 MSM (B's query) instead of G1.
     pub g2: bool,
+    pub scalars: ScalarMix,
+    /// Bytes of freed device memory the allocator's pool keeps mapped
+    /// across synchronisations ([`Gpu::keep_freed_memory`]); `None` leaves
+    /// the provd default.
+    pub keep_freed: Option<u64>,
 }
 
 impl MsmBench {
@@ -49,7 +80,7 @@ impl MsmBench {
         let (mut rows, mut results) = (Vec::new(), Vec::new());
         for &log_n in &self.sizes {
             let n = 1usize << log_n;
-            let scalars = random_scalars(n, log_n as u64);
+            let scalars = self.scalars.scalars(n, log_n as u64);
             let bases = G2Bases::upload(&gpu, &all_bases[..n])?;
             let d_scalars = gpu.upload(&scalars)?;
             let (gpu_ms, last) = self.time(&timer, || Ok(msm.run_device(&bases, &d_scalars, n)?))?;
@@ -79,15 +110,23 @@ impl MsmBench {
         }
         let info = gpu.info();
         println!(
-            "G2 MSM on {} ({}), 255-bit random scalars and bases resident on the device; CUDA events, median of {} after {} warm-up; CPU: blst Pippenger on {} threads, one run",
-            info.name, info.arch, self.runs, self.warmup, rayon::current_num_threads()
+            "G2 MSM on {} ({}), {} and bases resident on the device; CUDA events, median of {} after {} warm-up; CPU: blst Pippenger on {} threads, one run",
+            info.name, info.arch, self.scalars.describe(), self.runs, self.warmup, rayon::current_num_threads()
         );
         print_table(&["size", "gpu ms", "cpu ms", "cpu/gpu"], &rows);
         let report = json!({
             "bench": "msm-g2", "env": environment(), "device": info.name, "arch": info.arch,
             "runs": self.runs, "warmup": self.warmup, "results": results,
+            "scalars": self.scalars.describe(), "keep_freed_bytes": self.keep_freed,
         });
         write_json(&self.json, &report)
+    }
+
+    fn keep_freed_label(&self) -> String {
+        match self.keep_freed {
+            Some(b) => format!("up to {b} bytes"),
+            None => "provd's default".into(),
+        }
     }
 
     /// Median ms of an MSM (CUDA events, after warm-up) and its result.
@@ -96,6 +135,9 @@ impl MsmBench {
     }
 
     pub fn run(&self, gpu: Arc<Gpu>) -> anyhow::Result<()> {
+        if let Some(bytes) = self.keep_freed {
+            gpu.keep_freed_memory(bytes)?;
+        }
         let max = self.sizes.iter().chain(&self.cpu_sizes).copied().max().unwrap_or(0);
         anyhow::ensure!(max <= 28, "sizes above 2^28 are not supported");
         if self.g2 {
@@ -108,7 +150,7 @@ impl MsmBench {
         let mut results = Vec::new();
         for &log_n in &self.sizes {
             let n = 1usize << log_n;
-            let scalars = random_scalars(n, log_n as u64);
+            let scalars = self.scalars.scalars(n, log_n as u64);
             let bases = G1Bases::upload(&gpu, &all_bases[..n])?;
             let d_scalars = gpu.upload(&scalars)?;
             let (gpu_ms, last) = self.time(&timer, || Ok(msm.run_device(&bases, &d_scalars, n)?))?;
@@ -144,7 +186,12 @@ impl MsmBench {
                 self.time(&timer, || Ok(msm.run_streamed(host.view(..), STREAM_CHUNK, &d_scalars, n)?))?;
             anyhow::ensure!(r == last, "streamed and resident MSMs differ at 2^{log_n}");
             drop(host);
-            let sppark_pinned = SPPARK_PINNED_QUOTED_MS.iter().find(|(k, _)| *k == log_n).map(|(_, ms)| *ms);
+            // sppark's quoted figures are for random scalars only.
+            let quoted = |table: &[(u32, f64)]| {
+                let random = self.scalars == ScalarMix::Random;
+                table.iter().find(|(k, _)| random && *k == log_n).map(|(_, ms)| *ms)
+            };
+            let sppark_pinned = quoted(SPPARK_PINNED_QUOTED_MS);
             let cpu_ms = if self.cpu_sizes.contains(&log_n) {
                 let mut t = Vec::new();
                 let mut want = G1Projective::identity();
@@ -158,7 +205,7 @@ impl MsmBench {
             } else {
                 None
             };
-            let sppark = SPPARK_QUOTED_MS.iter().find(|(k, _)| *k == log_n).map(|(_, ms)| *ms);
+            let sppark = quoted(SPPARK_QUOTED_MS);
             rows.push(vec![
                 format!("2^{log_n}"),
                 format!("{gpu_ms:.2}"),
@@ -188,8 +235,8 @@ impl MsmBench {
         }
         let info = gpu.info();
         println!(
-            "G1 MSM on {} ({}), 255-bit random scalars on the device; bases resident (plain, or with precomputed shifted copies: window c bits, table GiB, precompute ms incl. upload), or streamed from the host's memory (page-locked in place) in chunks of 2^{}; CUDA events, median of {} after {} warm-up; CPU: blst Pippenger on {} threads, median of 3",
-            info.name, info.arch, STREAM_CHUNK.trailing_zeros(), self.runs, self.warmup, rayon::current_num_threads()
+            "G1 MSM on {} ({}), {} on the device; freed memory kept by the pool: {}; bases resident (plain, or with precomputed shifted copies: window c bits, table GiB, precompute ms incl. upload), or streamed from the host's memory (page-locked in place) in chunks of 2^{}; CUDA events, median of {} after {} warm-up; CPU: blst Pippenger on {} threads, median of 3",
+            info.name, info.arch, self.scalars.describe(), self.keep_freed_label(), STREAM_CHUNK.trailing_zeros(), self.runs, self.warmup, rayon::current_num_threads()
         );
         println!("bases (i+1)·G: every result checked against Σ s_i·(i+1)·G; sppark: {SPPARK_SOURCE}");
         print_table(
@@ -213,6 +260,7 @@ impl MsmBench {
         let report = json!({
             "bench": "msm", "env": environment(), "device": info.name, "arch": info.arch,
             "runs": self.runs, "warmup": self.warmup, "results": results,
+            "scalars": self.scalars.describe(), "keep_freed_bytes": self.keep_freed,
         });
         write_json(&self.json, &report)
     }
