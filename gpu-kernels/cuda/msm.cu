@@ -21,6 +21,14 @@
 //  4. msm_bucket_reduce: Σ (b+1)·B_b per bucket set, in chunks (running sums).
 //  5. msm_sum_groups, repeated: the chunk sums added as trees, one block per
 //     group, until one sum per bucket set is left.
+//
+// A witness's scalars are mostly 0 and 1 (a 32 GiB PoRep partition's L and A:
+// ~51% zero, ~47% one, ~1% wider). Plain bases first pass through
+// msm_classify, which lists the ones and the wider terms; where at most half
+// are wider, the ones are summed straight (msm_sum_listed, then
+// msm_sum_groups) and only the wider terms go through steps 1–5, their
+// scalars and bases read through the list (msm_digits_mapped,
+// msm_scatter_mapped). Zeros cost nothing.
 
 #define KEY_NONE 0xffffffffu
 #define SIGN_BIT 0x80000000u
@@ -72,11 +80,19 @@ DEVICE u32 claim_once_per_warp(u32* cursor, u32 key) {
     return base + __popc(p.mask & ((1u << p.lane) - 1));
 }
 
-extern "C" __global__ void msm_digits(const fr_t* __restrict__ scalars, u32 n, u32 c, u32 windows,
-                                      u32 shared_buckets, u32* __restrict__ keys, u32* __restrict__ counts) {
+// Term i of an MSM: i itself, or map[i] where the MSM sums the wider terms
+// msm_classify listed.
+template <bool MAPPED>
+DEVICE u32 term(const u32* __restrict__ map, u32 i) {
+    return MAPPED ? map[i] : i;
+}
+
+template <bool MAPPED>
+DEVICE void digits(const fr_t* __restrict__ scalars, const u32* __restrict__ map, u32 n, u32 c, u32 windows,
+                   u32 shared_buckets, u32* __restrict__ keys, u32* __restrict__ counts) {
     u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const fr_t s = from_mont(scalars[i]);
+    const fr_t s = from_mont(scalars[term<MAPPED>(map, i)]);
     const u32 B = 1u << (c - 1);
     u32 carry = 0;
     for (u32 w = 0; w < windows; w++) {
@@ -97,6 +113,45 @@ extern "C" __global__ void msm_digits(const fr_t* __restrict__ scalars, u32 n, u
         }
         keys[(u64)w * n + i] = key;
     }
+}
+
+extern "C" __global__ void msm_digits(const fr_t* __restrict__ scalars, u32 n, u32 c, u32 windows,
+                                      u32 shared_buckets, u32* __restrict__ keys, u32* __restrict__ counts) {
+    digits<false>(scalars, nullptr, n, c, windows, shared_buckets, keys, counts);
+}
+
+extern "C" __global__ void msm_digits_mapped(const fr_t* __restrict__ scalars, const u32* __restrict__ map, u32 n,
+                                             u32 c, u32 windows, u32 shared_buckets, u32* __restrict__ keys,
+                                             u32* __restrict__ counts) {
+    digits<true>(scalars, map, n, c, windows, shared_buckets, keys, counts);
+}
+
+// A slot for every calling lane whose `take` holds, from *cursor (advanced by
+// their number): one atomic a warp.
+DEVICE u32 append_once_per_warp(u32* cursor, bool take) {
+    const u32 mask = __ballot_sync(__activemask(), take);
+    if (!take) return 0;
+    const u32 lane = threadIdx.x % 32, leader = __ffs(mask) - 1;
+    u32 base = 0;
+    if (lane == leader) base = atomicAdd(cursor, __popc(mask));
+    base = __shfl_sync(mask, base, leader);
+    return base + __popc(mask & ((1u << lane) - 1));
+}
+
+// Lists the terms whose scalar is 1 from the front of `list` (counts[0] of
+// them) and those wider than 1 from its back (counts[1]); zeros are left out.
+// The scalars are compared in Montgomery form, as stored.
+extern "C" __global__ void msm_classify(const fr_t* __restrict__ scalars, u32 n, u32* __restrict__ list,
+                                        u32* __restrict__ counts) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const fr_t s = scalars[i];
+    const bool one = s == fr_t::one();
+    const bool wide = !one && !s.is_zero();
+    const u32 a = append_once_per_warp(&counts[0], one);
+    const u32 b = append_once_per_warp(&counts[1], wide);
+    if (one) list[a] = i;
+    if (wide) list[n - 1 - b] = i;
 }
 
 // Exclusive prefix sums out[i] = Σ_{j<i} in[j] for i ≤ len (out[len] is the
@@ -178,8 +233,9 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) scan_tiles(const u32*
 // passes as it takes for each pass's write positions (one partly written
 // sector per bucket) and cursors to stay in L2; a write to a random sector
 // that was evicted half written costs a DRAM read-modify-write.
-extern "C" __global__ void msm_scatter(const u32* __restrict__ keys, u64 count, u32* __restrict__ cursor,
-                                       u32* __restrict__ sorted_idx, u32 n, u32 stride, u32 lo, u32 hi) {
+template <bool MAPPED>
+DEVICE void scatter(const u32* __restrict__ keys, const u32* __restrict__ map, u64 count, u32* __restrict__ cursor,
+                    u32* __restrict__ sorted_idx, u32 n, u32 stride, u32 lo, u32 hi) {
     u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= count) return;
     u32 key = keys[j];
@@ -187,7 +243,18 @@ extern "C" __global__ void msm_scatter(const u32* __restrict__ keys, u64 count, 
     u32 bucket = key & ~SIGN_BIT;
     if (bucket < lo || bucket >= hi) return;
     const u32 pos = claim_once_per_warp(cursor, bucket);
-    sorted_idx[pos] = ((u32)(j / n) * stride + (u32)(j % n)) | (key & SIGN_BIT);
+    sorted_idx[pos] = ((u32)(j / n) * stride + term<MAPPED>(map, (u32)(j % n))) | (key & SIGN_BIT);
+}
+
+extern "C" __global__ void msm_scatter(const u32* __restrict__ keys, u64 count, u32* __restrict__ cursor,
+                                       u32* __restrict__ sorted_idx, u32 n, u32 stride, u32 lo, u32 hi) {
+    scatter<false>(keys, nullptr, count, cursor, sorted_idx, n, stride, lo, hi);
+}
+
+extern "C" __global__ void msm_scatter_mapped(const u32* __restrict__ keys, const u32* __restrict__ map, u64 count,
+                                              u32* __restrict__ cursor, u32* __restrict__ sorted_idx, u32 n,
+                                              u32 stride, u32 lo, u32 hi) {
+    scatter<true>(keys, map, count, cursor, sorted_idx, n, stride, lo, hi);
 }
 
 // The bucket whose run [offsets[b], offsets[b+1]) holds sorted position i:
@@ -349,6 +416,17 @@ DEVICE void sum_groups(const X* __restrict__ in, u32 m, u32 len, u32 groups, X* 
     if (t == 0) out[blockIdx.x] = red[0];
 }
 
+// out[t] = Σ bases[list[k]] over k ≡ t (mod threads), k < count: the
+// bases whose scalar is 1. Strided, so that a warp reads neighbouring list
+// entries, and so neighbouring bases.
+template <class A, class X>
+DEVICE void sum_listed(const A* __restrict__ bases, const u32* __restrict__ list, u32 count, X* __restrict__ out) {
+    const u32 t = blockIdx.x * blockDim.x + threadIdx.x, threads = gridDim.x * blockDim.x;
+    X acc = X::inf();
+    for (u32 k = t; k < count; k += threads) acc.add(bases[list[k]]);
+    out[t] = acc;
+}
+
 // The kernels of one curve. Launch bounds: G1 caps registers so that 4 (3)
 // blocks of the accumulation (reduction) fit an SM (ncu: both FMA-bound);
 // G2's accumulators are twice as wide and are left to the compiler.
@@ -359,6 +437,11 @@ extern __shared__ __align__(16) unsigned char msm_shared[];
                             const u32* __restrict__ offsets, u32 nbuckets, u32 threads, X* __restrict__ buckets, \
                             u32* __restrict__ part_key, X* __restrict__ part_val) {                          \
         accumulate<A, X>(bases, sorted_idx, offsets, nbuckets, threads, buckets, part_key, part_val);        \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(128, ACC_BLOCKS)                                             \
+        msm_sum_listed##SFX(const A* __restrict__ bases, const u32* __restrict__ list, u32 count,              \
+                            X* __restrict__ out) {                                                            \
+        sum_listed<A, X>(bases, list, count, out);                                                            \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(128) msm_fixup##SFX(                                        \
         const u32* __restrict__ part_key, const X* __restrict__ part_val, u32 slots, X* __restrict__ buckets, \

@@ -142,6 +142,70 @@ fn msm_with_mostly_bit_scalars() {
     assert_eq!(msm.run(&shifted, &[]).unwrap(), G1Projective::identity());
 }
 
+/// A witness's mix: of every 100 terms, `zeros` zero, `ones` one, the rest random.
+fn witness_scalars(n: usize, zeros: usize, ones: usize, seed: u64) -> Vec<Scalar> {
+    let mut scalars = random_scalars(n, seed);
+    for (i, s) in scalars.iter_mut().enumerate() {
+        // spread the classes over the terms rather than in runs
+        match (i * 37) % 100 {
+            k if k < zeros => *s = Scalar::ZERO,
+            k if k < zeros + ones => *s = Scalar::ONE,
+            _ => {}
+        }
+    }
+    scalars
+}
+
+/// Plain bases whose scalars are mostly 0 and 1 take the split path (the
+/// ones' bases summed, Pippenger over the rest, listed); where more than half
+/// are wider, Pippenger over all. Both sides of that line, and the lists'
+/// edges, against blst.
+#[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
+fn msm_split_by_scalar() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    let msm = Msm::new(gpu.clone());
+    let n = (1 << 18) + 7;
+    let mut points = random_points::<G1Projective>(n, 71);
+    // repeated bases and the identity among the ones: the sum's doubling and
+    // identity branches
+    let p5 = points[5];
+    points[1000..1100].fill(p5);
+    points[2000] = G1Projective::identity();
+    let mix = witness_scalars(n, 51, 47, 72);
+    check(&msm, &gpu, &points, &mix, "witness mix (51% zero, 47% one)");
+    let mut ones = vec![Scalar::ONE; n];
+    check(&msm, &gpu, &points, &ones, "all one");
+    check(&msm, &gpu, &points, &witness_scalars(n, 50, 50, 73), "zeros and ones only");
+    // exactly half wider (split), then one more (Pippenger over all)
+    let m = 10_000;
+    for (i, s) in ones.iter_mut().take(m).enumerate() {
+        if i < m / 2 {
+            *s = Scalar::from(3 + i as u64);
+        }
+    }
+    check(&msm, &gpu, &points[..m], &ones[..m], "half wider");
+    ones[m / 2] = -Scalar::ONE;
+    check(&msm, &gpu, &points[..m], &ones[..m], "just over half wider");
+    check(&msm, &gpu, &points[..1], &[Scalar::ONE], "a single one");
+    check(&msm, &gpu, &points[..3], &[Scalar::ZERO, Scalar::from(2), Scalar::ONE], "one of each");
+
+    // G2, B's query: the same split
+    let n2 = 30_000;
+    let g2 = random_points::<G2Projective>(n2, 74);
+    check_g2(&msm, &gpu, &g2, &witness_scalars(n2, 48, 48, 75), "witness mix");
+    check_g2(&msm, &gpu, &g2, &vec![Scalar::ONE; n2], "all one");
+
+    // streamed, a chunk's split each
+    let affine_points = affine(&points);
+    // SAFETY: `affine_points` outlives `host` and is not written meanwhile.
+    let host =
+        unsafe { provd_kernels::HostBases::<provd_kernels::G1>::register(&gpu, &affine_points) }.unwrap();
+    let d_mix = gpu.upload(&mix).unwrap();
+    let want = G1Projective::multi_exp(&points, &mix);
+    assert_eq!(msm.run_streamed(host.view(..), 1 << 16, &d_mix, n).unwrap(), want, "streamed witness mix");
+}
+
 #[test]
 #[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn msm_with_bases_streamed_from_the_hosts_memory() {

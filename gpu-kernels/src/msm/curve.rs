@@ -63,6 +63,10 @@ pub trait MsmCurve {
     fn as_raw(points: &[Self::Affine]) -> &[Self::AffineRaw];
     /// (X, Y, ZZ, ZZZ) → the point (X/ZZ, Y/ZZZ).
     fn xyzz_to_projective(p: &Self::XyzzRaw) -> Self::Projective;
+    /// The name of this curve's instance of a point kernel.
+    fn kernel(name: &str) -> String {
+        format!("{name}{}", Self::KERNEL_SUFFIX)
+    }
 }
 
 /// G1 of BLS12-381.

@@ -86,14 +86,27 @@ impl Plan {
             .step_by(SCATTER_PASS_BUCKETS as usize)
             .map(move |lo| (lo, total.min(lo + SCATTER_PASS_BUCKETS)))
     }
+}
 
-    /// (sums per set, groups per set) of each level of msm_sum_groups, until
-    /// one sum per set is left.
-    fn sum_levels(&self) -> impl Iterator<Item = (u32, u32)> {
-        std::iter::successors(Some(self.chunks), |m| Some(m.div_ceil(HEAVY_BLOCK)))
-            .take_while(|m| *m > 1)
-            .map(|m| (m, m.div_ceil(HEAVY_BLOCK)))
-    }
+/// (sums per set, groups per set) of each level of msm_sum_groups over `m`
+/// sums per set, until one sum per set is left.
+fn tree_levels(m: u32) -> impl Iterator<Item = (u32, u32)> {
+    std::iter::successors(Some(m), |m| Some(m.div_ceil(HEAVY_BLOCK)))
+        .take_while(|m| *m > 1)
+        .map(|m| (m, m.div_ceil(HEAVY_BLOCK)))
+}
+
+/// Launches kernel `$name` of `$gpu` on its stream with `$cfg` and the
+/// arguments in order.
+macro_rules! launch {
+    ($gpu:expr, $name:expr, $cfg:expr, $($arg:expr),+) => {{
+        let name: &str = &$name;
+        let f = $gpu.function(name)?;
+        let mut b = $gpu.stream().launch_builder(&f);
+        $(b.arg($arg);)+
+        // SAFETY: argument types and order match the kernel's signature.
+        unsafe { b.launch($cfg) }.map(drop).during(format!("launching {name}"))
+    }};
 }
 
 /// Blocks of msm_accumulate resident per SM: its `__launch_bounds__` caps
@@ -267,43 +280,155 @@ impl Msm {
         n: usize,
         layout: Layout,
     ) -> Result<C::Projective, GpuError> {
-        let gpu = &*self.gpu;
-        let stream = gpu.stream();
         if n >= 1 << 31 {
             return Err(GpuError::Invalid("an MSM takes fewer than 2^31 points".into()));
         }
+        // The split reads the bases plain: a shifted table's first copy.
+        if let Some(sum) = self.run_split::<C>(&bases.slice(..n), scalars, n)? {
+            return Ok(sum);
+        }
+        self.pippenger::<C>(bases, scalars, Terms::All(n), layout)
+    }
+
+    /// A witness's MSM, split by scalar: the zeros dropped, the ones' bases
+    /// summed, and Pippenger over the wider terms only (a 32 GiB partition's
+    /// L: 1.3% of its terms). `None` where more than half the terms are
+    /// wider, for Pippenger over them all: the split would save little.
+    /// Its device memory (a list of n indices, then Pippenger's over at most
+    /// n/2 terms) stays under Pippenger's over all n.
+    fn run_split<C: MsmCurve>(
+        &self,
+        bases: &CudaView<C::AffineRaw>,
+        scalars: &CudaView<FrRaw>,
+        n: usize,
+    ) -> Result<Option<C::Projective>, GpuError> {
+        let gpu = &*self.gpu;
+        let stream = gpu.stream();
+        let n32 = n as u32;
+        // The ones from the front of `list`, the wider terms from its back.
+        let mut list = unsafe { stream.alloc::<u32>(n) }.during("allocating the term lists")?;
+        let mut counts = gpu.zeros::<u32>(2)?;
+        launch!(
+            gpu,
+            "msm_classify",
+            LaunchConfig::for_num_elems(n32),
+            scalars,
+            &n32,
+            &mut list,
+            &mut counts
+        )?;
+        let counts = stream.clone_dtoh(&counts).during("copying the term counts")?;
+        gpu.synchronize()?;
+        let (ones, wide) = (counts[0] as usize, counts[1] as usize);
+        if 2 * wide > n {
+            return Ok(None);
+        }
+        let ones_sum =
+            (ones > 0).then(|| self.sum_listed::<C>(bases, &list.slice(..ones), ones)).transpose()?;
+        let mut acc = C::Projective::identity();
+        if wide > 0 {
+            acc =
+                self.pippenger::<C>(bases, scalars, Terms::Listed(&list.slice(n - wide..)), Layout::Plain)?;
+        }
+        if let Some(sum) = ones_sum {
+            let sum = stream.clone_dtoh(&sum).during("copying the ones' sum")?;
+            gpu.synchronize()?;
+            acc += C::xyzz_to_projective(&sum[0]);
+        }
+        Ok(Some(acc))
+    }
+
+    /// Σ bases[list[k]] over the `count` > 0 listed terms, left on the device
+    /// (one point): a strided sum per thread, then trees of
+    /// [`HEAVY_BLOCK`].
+    fn sum_listed<C: MsmCurve>(
+        &self,
+        bases: &CudaView<C::AffineRaw>,
+        list: &CudaView<u32>,
+        count: usize,
+    ) -> Result<CudaSlice<C::XyzzRaw>, GpuError> {
+        let gpu = &*self.gpu;
+        let plan =
+            Plan::new(count, Layout::Plain, gpu.info().multiprocessors, std::mem::size_of::<C::XyzzRaw>());
+        let threads = plan.accumulate_threads.min((count as u32).next_multiple_of(HEAVY_BLOCK));
+        let mut sums = gpu.zeros::<C::XyzzRaw>(threads as usize)?;
+        let count32 = count as u32;
+        launch!(gpu, C::kernel("msm_sum_listed"), heavy(threads), bases, list, &count32, &mut sums)?;
+        self.sum_tree::<C>(sums, 1, threads)
+    }
+
+    /// One sum per set of `m` sums (set w at `sums[w·m..]`), added as trees
+    /// by msm_sum_groups.
+    fn sum_tree<C: MsmCurve>(
+        &self,
+        mut sums: CudaSlice<C::XyzzRaw>,
+        sets: u32,
+        m: u32,
+    ) -> Result<CudaSlice<C::XyzzRaw>, GpuError> {
+        let gpu = &*self.gpu;
+        for (m, groups) in tree_levels(m) {
+            let mut out = gpu.zeros::<C::XyzzRaw>((sets * groups) as usize)?;
+            let cfg = LaunchConfig {
+                grid_dim: (sets * groups, 1, 1),
+                block_dim: (HEAVY_BLOCK, 1, 1),
+                shared_mem_bytes: HEAVY_BLOCK * std::mem::size_of::<C::XyzzRaw>() as u32,
+            };
+            launch!(gpu, C::kernel("msm_sum_groups"), cfg, &sums, &m, &HEAVY_BLOCK, &groups, &mut out)?;
+            sums = out;
+        }
+        Ok(sums)
+    }
+
+    /// Pippenger over the `terms` of device views laid out as `layout` says.
+    fn pippenger<C: MsmCurve>(
+        &self,
+        bases: &CudaView<C::AffineRaw>,
+        scalars: &CudaView<FrRaw>,
+        terms: Terms<'_>,
+        layout: Layout,
+    ) -> Result<C::Projective, GpuError> {
+        let gpu = &*self.gpu;
+        let stream = gpu.stream();
+        let n = terms.len();
         let plan = Plan::new(n, layout, gpu.info().multiprocessors, std::mem::size_of::<C::XyzzRaw>());
         let Plan { c, windows, sets, shared, stride, .. } = plan;
         let nbuckets = plan.buckets() as usize;
         let n32 = n as u32;
-        // Kernels over points carry the curve's suffix; the others serve both.
-        let curve_kernel = |name: &str| format!("{name}{}", C::KERNEL_SUFFIX);
-        macro_rules! launch {
-            ($name:expr, $cfg:expr, $($arg:expr),+) => {{
-                let name: &str = &$name;
-                let f = gpu.function(name)?;
-                let mut b = stream.launch_builder(&f);
-                $(b.arg($arg);)+
-                // SAFETY: argument types and order match the kernel's signature.
-                unsafe { b.launch($cfg) }.map(drop).during(format!("launching {name}"))
-            }};
-        }
 
         // 1. digits and bucket sizes
         let count = windows as u64 * n as u64;
         let mut keys = unsafe { stream.alloc::<u32>(count as usize) }.during("allocating digit keys")?;
         let mut counts = gpu.zeros::<u32>(nbuckets)?;
-        launch!(
-            "msm_digits",
-            LaunchConfig::for_num_elems(n32),
-            scalars,
-            &n32,
-            &c,
-            &windows,
-            &shared,
-            &mut keys,
-            &mut counts
-        )?;
+        let digits_cfg = LaunchConfig::for_num_elems(n32);
+        match terms {
+            Terms::All(_) => {
+                launch!(
+                    gpu,
+                    "msm_digits",
+                    digits_cfg,
+                    scalars,
+                    &n32,
+                    &c,
+                    &windows,
+                    &shared,
+                    &mut keys,
+                    &mut counts
+                )
+            }
+            Terms::Listed(map) => launch!(
+                gpu,
+                "msm_digits_mapped",
+                digits_cfg,
+                scalars,
+                map,
+                &n32,
+                &c,
+                &windows,
+                &shared,
+                &mut keys,
+                &mut counts
+            ),
+        }?;
         // 2. counting sort by bucket
         let mut offsets = gpu.zeros::<u32>(nbuckets + 1)?;
         let nb32 = nbuckets as u32;
@@ -315,9 +440,9 @@ impl Msm {
             block_dim: (SCAN_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        launch!("scan_tile_sums", scan_cfg(tiles), &counts, &nb32, &mut tile_sums)?;
-        launch!("scan_exclusive", scan_cfg(1), &tile_sums, &mut tile_offsets, &tiles)?;
-        launch!("scan_tiles", scan_cfg(tiles), &counts, &nb32, &tile_offsets, &mut offsets)?;
+        launch!(gpu, "scan_tile_sums", scan_cfg(tiles), &counts, &nb32, &mut tile_sums)?;
+        launch!(gpu, "scan_exclusive", scan_cfg(1), &tile_sums, &mut tile_offsets, &tiles)?;
+        launch!(gpu, "scan_tiles", scan_cfg(tiles), &counts, &nb32, &tile_offsets, &mut offsets)?;
         drop((tile_sums, tile_offsets));
         let mut cursor = stream.clone_dtod(&offsets).during("copying offsets")?;
         let mut sorted_idx =
@@ -328,18 +453,35 @@ impl Msm {
             shared_mem_bytes: 0,
         };
         for (lo, hi) in plan.scatter_passes() {
-            launch!(
-                "msm_scatter",
-                scatter_cfg,
-                &keys,
-                &count,
-                &mut cursor,
-                &mut sorted_idx,
-                &n32,
-                &stride,
-                &lo,
-                &hi
-            )?;
+            match terms {
+                Terms::All(_) => launch!(
+                    gpu,
+                    "msm_scatter",
+                    scatter_cfg,
+                    &keys,
+                    &count,
+                    &mut cursor,
+                    &mut sorted_idx,
+                    &n32,
+                    &stride,
+                    &lo,
+                    &hi
+                ),
+                Terms::Listed(map) => launch!(
+                    gpu,
+                    "msm_scatter_mapped",
+                    scatter_cfg,
+                    &keys,
+                    map,
+                    &count,
+                    &mut cursor,
+                    &mut sorted_idx,
+                    &n32,
+                    &stride,
+                    &lo,
+                    &hi
+                ),
+            }?;
         }
         drop((keys, cursor, counts));
         // 3. bucket sums, equal segments per thread
@@ -348,7 +490,8 @@ impl Msm {
         let mut part_key = gpu.zeros::<u32>(2 * threads as usize)?;
         let mut part_val = gpu.zeros::<C::XyzzRaw>(2 * threads as usize)?;
         launch!(
-            curve_kernel("msm_accumulate"),
+            gpu,
+            C::kernel("msm_accumulate"),
             heavy(threads),
             bases,
             &sorted_idx,
@@ -364,7 +507,8 @@ impl Msm {
         let mut long_starts = gpu.zeros::<u32>(threads as usize)?;
         let mut long_count = gpu.zeros::<u32>(1)?;
         launch!(
-            curve_kernel("msm_fixup"),
+            gpu,
+            C::kernel("msm_fixup"),
             heavy(slots),
             &part_key,
             &part_val,
@@ -379,7 +523,8 @@ impl Msm {
             shared_mem_bytes: HEAVY_BLOCK * std::mem::size_of::<C::XyzzRaw>() as u32,
         };
         launch!(
-            curve_kernel("msm_fixup_long"),
+            gpu,
+            C::kernel("msm_fixup_long"),
             long_cfg,
             &part_key,
             &part_val,
@@ -393,7 +538,8 @@ impl Msm {
         let chunks = plan.chunks;
         let mut sums = gpu.zeros::<C::XyzzRaw>((sets * chunks) as usize)?;
         launch!(
-            curve_kernel("msm_bucket_reduce"),
+            gpu,
+            C::kernel("msm_bucket_reduce"),
             heavy(sets * chunks),
             &buckets,
             &c,
@@ -403,17 +549,7 @@ impl Msm {
         )?;
         drop(buckets);
         // 5. the chunk sums of each set added as trees, 128 at a time
-        for (m, groups) in plan.sum_levels() {
-            let mut out = gpu.zeros::<C::XyzzRaw>((sets * groups) as usize)?;
-            let cfg = LaunchConfig {
-                grid_dim: (sets * groups, 1, 1),
-                block_dim: (HEAVY_BLOCK, 1, 1),
-                shared_mem_bytes: HEAVY_BLOCK * std::mem::size_of::<C::XyzzRaw>() as u32,
-            };
-            launch!(curve_kernel("msm_sum_groups"), cfg, &sums, &m, &HEAVY_BLOCK, &groups, &mut out)?;
-            sums = out;
-        }
-        let window_out = sums;
+        let window_out = self.sum_tree::<C>(sums, sets, chunks)?;
         let sums = stream.clone_dtoh(&window_out).during("copying window sums")?;
         gpu.synchronize()?;
         // Σ_w 2^(c·w)·W_w by Horner's rule (one term when the bases are shifted).
@@ -425,6 +561,23 @@ impl Msm {
             acc += C::xyzz_to_projective(w);
         }
         Ok(acc)
+    }
+}
+
+/// The terms Pippenger sums: the first n of its views, or those a list of
+/// indices names (a split MSM's wider terms).
+#[derive(Clone, Copy)]
+enum Terms<'a> {
+    All(usize),
+    Listed(&'a CudaView<'a, u32>),
+}
+
+impl Terms<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Terms::All(n) => *n,
+            Terms::Listed(list) => list.len(),
+        }
     }
 }
 
@@ -440,7 +593,7 @@ mod tests {
         assert_eq!((plain.c, plain.windows, plain.sets, plain.shared, plain.stride), (16, 16, 16, 0, 0));
         assert_eq!((plain.buckets(), plain.accumulate_threads, plain.chunks), (1 << 19, 132 * 128 * 4, 2048));
         assert_eq!(plain.scatter_passes().collect::<Vec<_>>(), [(0, 1 << 19)]);
-        assert_eq!(plain.sum_levels().collect::<Vec<_>>(), [(2048, 16), (16, 1)]);
+        assert_eq!(tree_levels(plain.chunks).collect::<Vec<_>>(), [(2048, 16), (16, 1)]);
         // wider windows for large MSMs: 13 of 20 bits, 6.8M buckets in 7 scatter passes
         let wide = Plan::new(1 << 27, Layout::Plain, sms, g1);
         assert_eq!((wide.c, wide.windows, wide.buckets()), (20, 13, 13 << 19));
@@ -450,7 +603,7 @@ mod tests {
         assert_eq!((shifted.windows, shifted.sets, shifted.shared, shifted.buckets()), (12, 1, 1, 1 << 21));
         assert_eq!(shifted.chunks, 132 * 3 * 128, "one full wave of the reduction");
         assert_eq!(shifted.scatter_passes().collect::<Vec<_>>(), [(0, 1 << 20), (1 << 20, 1 << 21)]);
-        assert_eq!(shifted.sum_levels().collect::<Vec<_>>(), [(50688, 396), (396, 4), (4, 1)]);
+        assert_eq!(tree_levels(shifted.chunks).collect::<Vec<_>>(), [(50688, 396), (396, 4), (4, 1)]);
         assert_eq!(shifted.fixup_long_blocks, 2 * 132);
 
         let big = Plan::new(1 << 26, Layout::Shifted { c: 24, stride: 1 << 26 }, sms, g1);
@@ -459,7 +612,7 @@ mod tests {
         // one term: 4-bit windows, one bucket per chunk, nothing left to sum
         let one = Plan::new(1, Layout::Plain, sms, g1);
         assert_eq!((one.c, one.windows, one.buckets(), one.chunks), (4, 64, 64 * 8, 1));
-        assert_eq!(one.sum_levels().count(), 0);
+        assert_eq!(tree_levels(one.chunks).count(), 0);
     }
 
     #[test]
