@@ -35,7 +35,7 @@ pub struct Gpu {
     /// Streams for host-to-device copies that overlap the kernels on
     /// `stream` ([`CopyLane`]), through `staging`; free ones, made as needed.
     lanes: Mutex<Vec<Arc<CudaStream>>>,
-    staging: Mutex<Staging>,
+    pub(crate) staging: Mutex<Staging>,
     module: Arc<CudaModule>,
     info: DeviceInfo,
 }

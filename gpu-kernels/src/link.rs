@@ -9,6 +9,7 @@
 //! MSM does: BENCHMARKS.md).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 
@@ -65,6 +66,50 @@ pub fn host_to_device_rates(
     })
 }
 
+/// The rate of copies of `src` (ordinary host memory) through the device's
+/// page-locked staging slots, as a proof's vectors go when they are not
+/// registered: the host's cores copy into one slot while the link reads the
+/// other. Host wall time from the first byte staged to the last copied,
+/// the median of `runs` after one untimed.
+pub fn staged_rate(gpu: &Gpu, src: &[u8], runs: usize) -> Result<f64, GpuError> {
+    if src.is_empty() || runs == 0 {
+        return Err(GpuError::Invalid("a link measurement of nothing".into()));
+    }
+    let stream = gpu.new_stream()?;
+    // SAFETY: only written by the copies below, never read on the host.
+    let mut dst: CudaSlice<u8> =
+        unsafe { stream.alloc::<u8>(src.len()) }.during("allocating device memory")?;
+    let mut copy = || -> Result<f64, GpuError> {
+        let start = Instant::now();
+        gpu.staging.lock().unwrap_or_else(|e| e.into_inner()).copy(&stream, src, &mut dst.slice_mut(..))?;
+        stream.synchronize().during("waiting for the staged copy")?;
+        Ok(start.elapsed().as_secs_f64())
+    };
+    copy()?;
+    median_of(runs, || Ok(src.len() as f64 / copy()? / 1e9))
+}
+
+/// The rate at which `src` (ordinary host memory, every page touched) is
+/// page-locked in place and released again (`cuMemHostRegister` and
+/// `cuMemHostUnregister`), host wall time: what registering a vector for
+/// one copy would cost. The median of `runs`.
+pub fn register_rate(gpu: &Gpu, src: &[u8], runs: usize) -> Result<f64, GpuError> {
+    if src.is_empty() || runs == 0 {
+        return Err(GpuError::Invalid("a link measurement of nothing".into()));
+    }
+    median_of(runs, || {
+        let start = Instant::now();
+        drop(gpu.register_host(src.as_ptr().cast(), src.len())?);
+        Ok(src.len() as f64 / start.elapsed().as_secs_f64() / 1e9)
+    })
+}
+
+fn median_of(runs: usize, mut rate: impl FnMut() -> Result<f64, GpuError>) -> Result<f64, GpuError> {
+    let mut rates = (0..runs).map(|_| rate()).collect::<Result<Vec<_>, _>>()?;
+    rates.sort_by(f64::total_cmp);
+    Ok(rates[rates.len() / 2])
+}
+
 /// The rate of copies out of `src` page-locked in place (for as long as
 /// this takes), whole or `chunk` bytes at a time: the median of `runs`
 /// after one untimed.
@@ -102,13 +147,10 @@ fn median_gbps(
     };
     copy()?;
     let timer = gpu.timer_on(stream)?;
-    let mut rates = Vec::with_capacity(runs);
-    for _ in 0..runs {
+    median_of(runs, || {
         timer.start()?;
         copy()?;
         let ms = f64::from(timer.stop()?);
-        rates.push(src.len() as f64 / (ms / 1e3) / 1e9);
-    }
-    rates.sort_by(f64::total_cmp);
-    Ok(rates[rates.len() / 2])
+        Ok(src.len() as f64 / (ms / 1e3) / 1e9)
+    })
 }

@@ -4,12 +4,14 @@
 //! time, and mappings of 4 KiB pages and of huge pages. It separates the
 //! link from the MSM around the copy when a streamed key's MSMs read their
 //! bases slower than the link's rate, and says whether the pages' size
-//! matters to the copies.
+//! matters to the copies. Beside them, what a proof's vectors get today
+//! (copies through the staging slots) and what page-locking a vector in
+//! place for one copy would cost instead.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
-use provd_kernels::link::{host_to_device_rates, registered_rate};
+use provd_kernels::link::{host_to_device_rates, register_rate, registered_rate, staged_rate};
 use provd_kernels::msm::G1AffineRaw;
 use provd_kernels::Gpu;
 use serde_json::json;
@@ -30,6 +32,10 @@ impl LinkBench {
     pub fn run(&self, gpu: &Gpu) -> anyhow::Result<()> {
         let chunk = MSM_CHUNK_BASES * std::mem::size_of::<G1AffineRaw>();
         let r = host_to_device_rates(gpu, self.bytes, chunk, self.runs)?;
+        let (staged_gbps, register_gbps) = {
+            let host = vec![1u8; self.bytes];
+            (staged_rate(gpu, &host, self.runs)?, register_rate(gpu, &host, self.runs)?)
+        };
         let small = Mapping::touched(self.bytes, Pages::Small)?;
         let small_gbps = registered_rate(gpu, small.bytes(), Some(chunk), self.runs)?;
         drop(small);
@@ -71,7 +77,18 @@ impl LinkBench {
                 format!("{huge_gbps:.1}"),
             ],
         ];
-        print_table(&["copied from", "GB/s"], &rows);
+        let rows = rows.into_iter().chain([
+            vec![
+                "a Vec through the staging slots (all cores copy into two page-locked slots; host wall time)"
+                    .into(),
+                format!("{staged_gbps:.1}"),
+            ],
+            vec![
+                "(not a copy) a Vec page-locked in place and released again (host wall time)".into(),
+                format!("{register_gbps:.1}"),
+            ],
+        ]);
+        print_table(&["copied from", "GB/s"], &rows.collect::<Vec<_>>());
         let report = json!({
             "bench": "link",
             "env": environment(),
@@ -86,6 +103,8 @@ impl LinkBench {
             "registered_small_pages_chunked_gbps": small_gbps,
             "registered_huge_pages_chunked_gbps": huge_gbps,
             "huge_pages_bytes": in_huge,
+            "staged_vec_gbps": staged_gbps,
+            "register_and_release_gbps": register_gbps,
         });
         write_json(&self.json, &report)
     }
