@@ -11,6 +11,7 @@ use crate::compile::CompileCache;
 use crate::error::{During, GpuError};
 use crate::field::{as_raw, as_raw_mut, DeviceField};
 use crate::loader;
+use crate::locked::PageLocked;
 use crate::staging::Staging;
 
 /// What a device is, for logs, metrics and benchmark reports.
@@ -305,6 +306,24 @@ impl CopyLane<'_> {
         Ok(d)
     }
 
+    /// As [`CopyLane::upload`], out of `v` page-locked where it is (one
+    /// DMA at the link's rate, waited for before this returns, so that `v`
+    /// may be unlocked and freed after), through the staging slots where
+    /// it is not.
+    pub fn upload_locked<F: DeviceField, V: AsRef<[F]>>(
+        &self,
+        v: &PageLocked<V>,
+    ) -> Result<CudaSlice<F::Raw>, GpuError> {
+        let src = v.data().as_ref();
+        if src.is_empty() {
+            return Err(GpuError::Invalid("an upload of no elements".into()));
+        }
+        // SAFETY: every element is written by the copy below before any read.
+        let mut d = unsafe { self.stream().alloc::<F::Raw>(src.len()) }.during("allocating device memory")?;
+        self.upload_locked_into(v, &mut d.slice_mut(..))?;
+        Ok(d)
+    }
+
     /// As [`CopyLane::upload`], into `dst` (of `v`'s length), which this
     /// lane's stream must be allowed to write.
     pub(crate) fn upload_into<F: DeviceField>(
@@ -314,6 +333,25 @@ impl CopyLane<'_> {
     ) -> Result<(), GpuError> {
         let mut staging = self.gpu.staging.lock().unwrap_or_else(|e| e.into_inner());
         staging.copy(self.stream(), as_raw(v), dst)
+    }
+
+    /// As [`CopyLane::upload_locked`], into `dst` (of `v`'s length).
+    pub(crate) fn upload_locked_into<F: DeviceField, V: AsRef<[F]>>(
+        &self,
+        v: &PageLocked<V>,
+        dst: &mut CudaViewMut<F::Raw>,
+    ) -> Result<(), GpuError> {
+        let src = v.data().as_ref();
+        if !v.is_locked() {
+            return self.upload_into(src, dst);
+        }
+        if dst.len() != src.len() {
+            return Err(GpuError::Invalid(format!("a copy of {} elements into {}", src.len(), dst.len())));
+        }
+        // The driver knows the pages are locked: an asynchronous DMA, which
+        // must finish before `v` may be unlocked, hence the wait.
+        self.stream().memcpy_htod(as_raw(src), dst).during("copying to the device")?;
+        self.stream().synchronize().during("waiting for a copy to the device")
     }
 
     pub(crate) fn stream(&self) -> &Arc<CudaStream> {

@@ -7,8 +7,8 @@ use ff::{Field, PrimeField};
 use provd_kernels::field::DeviceField;
 use provd_kernels::ntt::root_of_unity;
 use provd_kernels::{
-    gpu_for_tests, select_by_density, DeviceMatrix, FrBuffer, Gpu, HChain, Ntt, Order, Unsatisfied,
-    AUX_COLUMN, SHORT_ROW_TERMS,
+    gpu_for_tests, select_by_density, DeviceMatrix, FrBuffer, Gpu, HChain, Ntt, Order, PageLocked,
+    Unsatisfied, AUX_COLUMN, SHORT_ROW_TERMS,
 };
 use rand::{RngCore, SeedableRng};
 
@@ -287,6 +287,41 @@ fn interleaved_uploads_match_the_one_call_quotient() {
     let [mut da, db, dc]: [FrBuffer; 3] = parts.try_into().ok().unwrap();
     assert_eq!(ntt.h_from_coset(HChain::Quotient, &mut da, db, dc).unwrap(), Order::BitReversed);
     assert!(da.download(&gpu).unwrap() == whole.download(&gpu).unwrap());
+}
+
+/// Out of a vector page-locked in place the copy is one DMA; out of one left
+/// pageable, it goes through the staging slots. Both give the vector
+/// (zero-padded where asked), and the host memory may be freed as soon as
+/// the call returns.
+#[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
+fn page_locked_uploads_copy_the_vector() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    let log_n = 22;
+    // 96 MiB, over the size from which vectors are locked; short of the domain.
+    let v = random_scalars((1 << log_n) - (1 << 20) - 3, 400);
+    let expected = {
+        let mut e = v.clone();
+        e.resize(1 << log_n, Scalar::ZERO);
+        e
+    };
+    let lane = gpu.copy_lane().unwrap();
+    let locked = PageLocked::new(&gpu, v.as_slice());
+    assert!(locked.is_locked(), "96 MiB is locked");
+    // Left pageable: through the staging slots.
+    let staged = lane.upload_locked(&PageLocked::pageable(&v[1..])).unwrap();
+    assert!(gpu.download::<Scalar>(&staged).unwrap() == v[1..]);
+    let padded = FrBuffer::upload_padded_locked(&lane, &locked, log_n).unwrap();
+    drop(locked);
+    assert!(padded.download(&gpu).unwrap() == expected);
+    // An owned vector, freed with its lock once copied.
+    let owned = PageLocked::new(&gpu, v.clone());
+    assert!(owned.is_locked());
+    let copied = lane.upload_locked(&owned).unwrap();
+    drop(owned);
+    assert!(gpu.download::<Scalar>(&copied).unwrap() == v);
+    // Small vectors are not worth locking.
+    assert!(!PageLocked::new(&gpu, &v[..1024]).is_locked());
 }
 
 /// Two vectors at a time (c copied only once b is freed) gives what three at

@@ -4,10 +4,13 @@
 //! device lock, while the other partition's kernels run), or, left to the
 //! device, still to compute, with the assignment copied. Nothing is copied
 //! ahead for a key that will be streamed: its device room is checked at the
-//! lock, against the memory free then.
+//! lock, against the memory free then. Its vectors are page-locked in place
+//! instead ([`PageLocked`]), so that their copies after the lock are one DMA
+//! each at the link's rate, not a pass of the host's cores through the
+//! staging slots while the device waits.
 
 use blstrs::Scalar;
-use provd_kernels::{CopyLane, CudaSlice, FrBuffer, FrRaw, GpuError};
+use provd_kernels::{CopyLane, CudaSlice, FrBuffer, FrRaw, Gpu, GpuError, PageLocked};
 
 use super::InFlight;
 
@@ -39,19 +42,23 @@ pub(super) struct AssignmentOnDevice {
 
 impl AssignmentOnDevice {
     pub fn upload(lane: &CopyLane, input: &[Scalar], aux: &[Scalar]) -> Result<Self, GpuError> {
-        Ok(Self { input: lane.upload(input)?, aux: upload_aux(lane, aux)? })
+        Ok(Self { input: lane.upload(input)?, aux: upload_aux(lane, &PageLocked::pageable(aux))? })
     }
 }
 
 /// A proof's a/b/c and aux assignment, on the host or on the device.
 pub(super) enum Vectors {
-    OnHost([Vec<Scalar>; 3]),
-    OnDevice { abc: [FrBuffer; 3], aux: Option<CudaSlice<FrRaw>> },
+    /// On the host, page-locked where a streamed key's are.
+    OnHost([PageLocked<Vec<Scalar>>; 3]),
+    OnDevice {
+        abc: [FrBuffer; 3],
+        aux: Option<CudaSlice<FrRaw>>,
+    },
 }
 
 /// One of a, b, c: on the host, or copied (zero-padded to the domain).
 pub(super) enum Vector {
-    Host(Vec<Scalar>),
+    Host(PageLocked<Vec<Scalar>>),
     Device(FrBuffer),
 }
 
@@ -59,16 +66,17 @@ impl Vector {
     /// On the device; a host vector is copied (on `lane`) and then freed.
     pub fn on_device(self, lane: &CopyLane, log_n: u32) -> Result<FrBuffer, GpuError> {
         match self {
-            Vector::Host(v) => FrBuffer::upload_padded_async(lane, &v, log_n),
+            Vector::Host(v) => FrBuffer::upload_padded_locked(lane, &v, log_n),
             Vector::Device(d) => Ok(d),
         }
     }
 }
 
 /// Copies what can go before the device lock, given how many partitions a
-/// device takes at once.
+/// device takes at once; page-locks a streamed key's a, b and c instead.
 pub(super) fn copy_ahead(
     ahead: Ahead,
+    gpu: &Gpu,
     lane: &CopyLane,
     log_n: u32,
     abc: Evaluations,
@@ -86,9 +94,11 @@ pub(super) fn copy_ahead(
         Evaluations::Host { a, b, c } => [a, b, c],
     };
     Ok(Prepared::Evaluated(match ahead {
-        Ahead::Nothing | Ahead::As(InFlight::One) => Vectors::OnHost(abc),
+        Ahead::Nothing => Vectors::OnHost(page_lock(gpu, abc)),
+        Ahead::As(InFlight::One) => Vectors::OnHost(abc.map(PageLocked::pageable)),
         Ahead::As(InFlight::Two) => {
-            Vectors::OnDevice { abc: upload_abc(lane, abc, log_n)?, aux: upload_aux(lane, aux)? }
+            let aux = upload_aux(lane, &PageLocked::pageable(aux))?;
+            Vectors::OnDevice { abc: upload_abc(lane, abc, log_n)?, aux }
         }
     }))
 }
@@ -105,12 +115,24 @@ pub(super) fn upload_abc(
     Ok([up(a)?, up(b)?, up(c)?])
 }
 
-/// The aux assignment on the device (copied on `lane`); `None` without aux
-/// variables.
-pub(super) fn upload_aux(lane: &CopyLane, aux: &[Scalar]) -> Result<Option<CudaSlice<FrRaw>>, GpuError> {
-    if aux.is_empty() {
+/// a, b and c page-locked in place, each on a thread of its own (the
+/// driver pins a vector's pages one by one).
+pub(super) fn page_lock(gpu: &Gpu, abc: [Vec<Scalar>; 3]) -> [PageLocked<Vec<Scalar>>; 3] {
+    std::thread::scope(|s| {
+        abc.map(|v| s.spawn(move || PageLocked::new(gpu, v)))
+            .map(|locking| locking.join().expect("page-locking does not panic"))
+    })
+}
+
+/// The aux assignment on the device (copied on `lane`, out of page-locked
+/// memory where it is); `None` without aux variables.
+pub(super) fn upload_aux<V: AsRef<[Scalar]>>(
+    lane: &CopyLane,
+    aux: &PageLocked<V>,
+) -> Result<Option<CudaSlice<FrRaw>>, GpuError> {
+    if aux.data().as_ref().is_empty() {
         Ok(None)
     } else {
-        lane.upload(aux).map(Some)
+        lane.upload_locked(aux).map(Some)
     }
 }

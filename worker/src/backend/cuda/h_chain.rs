@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use blstrs::Scalar;
 use provd_kernels::ntt::TwoAdicRoot;
-use provd_kernels::{CopyLane, CudaSlice, FrBuffer, FrRaw, Gpu, GpuError, HChain, Ntt};
+use provd_kernels::{CopyLane, CudaSlice, FrBuffer, FrRaw, Gpu, GpuError, HChain, Ntt, PageLocked};
 
 use super::copy_plan::{upload_aux, Vector, Vectors};
 use super::device_key::h_order;
@@ -28,7 +28,8 @@ pub(super) enum Held {
 /// H's scalars left on the device, in the order of the key's H bases on
 /// it, and the aux assignment on the device. Vectors still on the host are
 /// copied (on `lane`) while the one before them transforms, and each host
-/// vector is freed once copied. `ntts` keeps an engine per root of unity.
+/// vector is freed once copied; `aux` is copied out of page-locked memory
+/// where it is. `ntts` keeps an engine per root of unity.
 /// Vectors already on the device are all three there, whatever `held` says.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn quotient_on_device(
@@ -38,7 +39,7 @@ pub(super) fn quotient_on_device(
     reduction: Reduction,
     log_n: u32,
     vectors: Vectors,
-    aux: &[Scalar],
+    aux: &PageLocked<&[Scalar]>,
     held: Held,
 ) -> Result<(FrBuffer, Option<CudaSlice<FrRaw>>), GpuError> {
     let root = reduction.root();

@@ -12,10 +12,13 @@ use std::time::Instant;
 use blstrs::{G1Projective, G2Projective, Scalar};
 use group::Group;
 use provd_kernels::{
-    select_by_density, CopyLane, CudaSlice, FrRaw, G1Bases, G2Bases, Gpu, GpuError, Order, Timer, Unsatisfied,
+    select_by_density, CopyLane, CudaSlice, FrRaw, G1Bases, G2Bases, Gpu, GpuError, Order, PageLocked, Timer,
+    Unsatisfied,
 };
 
-use super::copy_plan::{copy_ahead, upload_abc, upload_aux, Ahead, AssignmentOnDevice, Prepared, Vectors};
+use super::copy_plan::{
+    copy_ahead, page_lock, upload_abc, upload_aux, Ahead, AssignmentOnDevice, Prepared, Vectors,
+};
 use super::device_key::{h_order, DeviceKey, Large};
 use super::h_chain::{quotient_on_device, Held};
 use super::{backend_error, residency, BasesLayout, CudaBackend, State};
@@ -49,17 +52,28 @@ impl CudaBackend {
         let lane = self.gpu.copy_lane().map_err(backend_error)?;
         // A key that will be streamed leaves the device little room: nothing
         // goes there before its room is checked, and a, b and c wait on the
-        // host until the chain takes them.
-        let ahead = match residency::streams(&self.rules(), key, self.capacity) {
+        // host until the chain takes them, page-locked meanwhile (as is the
+        // aux assignment, copied after the chain).
+        let streams = residency::streams(&self.rules(), key, self.capacity);
+        let ahead = match streams {
             true => Ahead::Nothing,
             false => Ahead::As(self.options.partitions_in_flight),
         };
-        let prepared = copy_ahead(ahead, &lane, log_n, abc, &asg.input, &asg.aux).map_err(backend_error)?;
+        let prepared =
+            copy_ahead(ahead, &self.gpu, &lane, log_n, abc, &asg.input, &asg.aux).map_err(backend_error)?;
+        let host_aux = match streams {
+            true => PageLocked::new(&self.gpu, asg.aux.as_slice()),
+            false => PageLocked::pageable(asg.aux.as_slice()),
+        };
         let copied = !matches!(
             prepared,
             Prepared::Evaluated(Vectors::OnHost(_)) | Prepared::Products { assignment: None, .. }
         );
-        let copied = copied.then(|| StepTime::on_host_since("copies (before the device lock)", wall));
+        let copied = match (streams, copied) {
+            (true, _) => Some(StepTime::on_host_since("page-locking (before the device lock)", wall)),
+            (false, true) => Some(StepTime::on_host_since("copies (before the device lock)", wall)),
+            (false, false) => None,
+        };
         let (mut state, slot, prepared, waited) = self.hold_device(key, &lane, log_n, &asg, prepared)?;
         let State { ntts, residency, timer } = &mut *state;
         let mut clock = StepClock::new(timer);
@@ -98,9 +112,11 @@ impl CudaBackend {
         };
         let (mut h_scalars, aux) = clock
             .time("copies + quotient", || {
-                quotient_on_device(&self.gpu, &lane, ntts, key.reduction, log_n, vectors, &asg.aux, held)
+                quotient_on_device(&self.gpu, &lane, ntts, key.reduction, log_n, vectors, &host_aux, held)
             })
             .map_err(backend_error)?;
+        // Copied: its pages unlocked.
+        drop(host_aux);
         let large = match &resident.bases.large {
             Large::OnDevice(q) => Queries::OnDevice {
                 h: &q.h,
@@ -182,18 +198,27 @@ impl CudaBackend {
         drop(state);
         let wall = Instant::now();
         let abc = Evaluations::Products(products).on_host(&asg.input, &asg.aux)?;
+        steps.push(StepTime::on_host_since("products on the host (no room on the device)", wall));
+        let wall = Instant::now();
         let vectors = match streamed {
             // The aux assignment is copied after the chain.
-            true => Vectors::OnHost(abc),
+            true => {
+                let abc = page_lock(&self.gpu, abc);
+                steps.push(StepTime::on_host_since("page-locking a, b and c", wall));
+                Vectors::OnHost(abc)
+            }
             false => {
                 let aux = match assignment {
                     Some(copied) => copied.aux,
-                    None => upload_aux(lane, &asg.aux).map_err(backend_error)?,
+                    None => {
+                        upload_aux(lane, &PageLocked::pageable(asg.aux.as_slice())).map_err(backend_error)?
+                    }
                 };
-                Vectors::OnDevice { abc: upload_abc(lane, abc, log_n).map_err(backend_error)?, aux }
+                let abc = upload_abc(lane, abc, log_n).map_err(backend_error)?;
+                steps.push(StepTime::on_host_since("copies a, b, c and aux", wall));
+                Vectors::OnDevice { abc, aux }
             }
         };
-        steps.push(StepTime::on_host_since("products on the host (no room on the device)", wall));
         let mut state = self.lock();
         let slot = state.residency.make_resident(&*self.gpu, key, b_inputs)?;
         Ok((state, slot, Prepared::Evaluated(vectors), steps))

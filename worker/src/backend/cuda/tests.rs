@@ -2,7 +2,7 @@
 //! is skipped (and why) where no device can be opened.
 
 use blstrs::Scalar;
-use provd_kernels::Order;
+use provd_kernels::{Order, PageLocked};
 
 use super::copy_plan::Vectors;
 use super::device_key::h_order;
@@ -26,9 +26,11 @@ fn quotient(
     held: Held,
 ) -> Vec<Scalar> {
     let mut state = gpu.state.lock().unwrap();
-    let abc = Vectors::OnHost([a, b, c].map(<[Scalar]>::to_vec));
+    let abc = Vectors::OnHost([a, b, c].map(|v| PageLocked::new(&gpu.gpu, v.to_vec())));
     let lane = gpu.gpu.copy_lane().unwrap();
-    let (mut h, _) = quotient_on_device(&gpu.gpu, &lane, &mut state.ntts, r, log_n, abc, &[], held).unwrap();
+    let (mut h, _) =
+        quotient_on_device(&gpu.gpu, &lane, &mut state.ntts, r, log_n, abc, &PageLocked::pageable(&[]), held)
+            .unwrap();
     if h_order(r) == Order::BitReversed {
         state.ntts[&r.root()].bit_reverse(&mut h).unwrap();
     }
