@@ -63,13 +63,24 @@ pub(super) enum Vector {
 }
 
 impl Vector {
-    /// On the device; a host vector is copied (on `lane`) and then freed.
-    pub fn on_device(self, lane: &CopyLane, log_n: u32) -> Result<FrBuffer, GpuError> {
+    /// On the device; a host vector is copied (on `lane`) and handed back,
+    /// spent, for the caller to free once it no longer holds the device.
+    pub fn on_device(self, lane: &CopyLane, log_n: u32) -> Result<(FrBuffer, Option<Spent>), GpuError> {
         match self {
-            Vector::Host(v) => FrBuffer::upload_padded_locked(lane, &v, log_n),
-            Vector::Device(d) => Ok(d),
+            Vector::Host(v) => {
+                Ok((FrBuffer::upload_padded_locked(lane, &v, log_n)?, Some(Spent { _host: v })))
+            }
+            Vector::Device(d) => Ok((d, None)),
         }
     }
+}
+
+/// A host vector already copied to the device. Unlocking and freeing one
+/// of a 32 GiB partition's (4 GiB) takes the host a few hundred
+/// milliseconds, page by page, which the device would wait through: it is
+/// dropped once the proof has let go of the device.
+pub(super) struct Spent {
+    _host: PageLocked<Vec<Scalar>>,
 }
 
 /// Copies what can go before the device lock, given how many partitions a

@@ -9,7 +9,7 @@ use blstrs::Scalar;
 use provd_kernels::ntt::TwoAdicRoot;
 use provd_kernels::{CopyLane, CudaSlice, FrBuffer, FrRaw, Gpu, GpuError, HChain, Ntt, PageLocked};
 
-use super::copy_plan::{upload_aux, Vector, Vectors};
+use super::copy_plan::{upload_aux, Spent, Vector, Vectors};
 use super::device_key::h_order;
 use crate::groth16::Reduction;
 
@@ -25,11 +25,19 @@ pub(super) enum Held {
     Two,
 }
 
-/// H's scalars left on the device, in the order of the key's H bases on
-/// it, and the aux assignment on the device. Vectors still on the host are
-/// copied (on `lane`) while the one before them transforms, and each host
-/// vector is freed once copied; `aux` is copied out of page-locked memory
-/// where it is. `ntts` keeps an engine per root of unity.
+/// What the chain leaves: H's scalars on the device, in the order of the
+/// key's H bases there; the aux assignment on the device; and the host
+/// vectors it copied, for the caller to free once it has let go of the
+/// device.
+pub(super) struct Quotient {
+    pub h: FrBuffer,
+    pub aux: Option<CudaSlice<FrRaw>>,
+    pub spent: Vec<Spent>,
+}
+
+/// H's scalars from a, b and c ([`Quotient`]). Vectors still on the host
+/// are copied (on `lane`) while the one before them transforms; `aux` is
+/// copied out of page-locked memory where it is. `ntts` keeps an engine per root of unity.
 /// Vectors already on the device are all three there, whatever `held` says.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn quotient_on_device(
@@ -41,7 +49,7 @@ pub(super) fn quotient_on_device(
     vectors: Vectors,
     aux: &PageLocked<&[Scalar]>,
     held: Held,
-) -> Result<(FrBuffer, Option<CudaSlice<FrRaw>>), GpuError> {
+) -> Result<Quotient, GpuError> {
     let root = reduction.root();
     let ntt = ntts.entry(root).or_insert_with(|| Ntt::with_root(gpu.clone(), root));
     let chain = match reduction {
@@ -52,8 +60,10 @@ pub(super) fn quotient_on_device(
         Vectors::OnHost(abc) => (abc.map(Vector::Host), None),
         Vectors::OnDevice { abc, aux } => (abc.map(Vector::Device), Some(aux)),
     };
-    let on_coset = |ntt: &mut Ntt, v: Vector| {
-        let mut d = v.on_device(lane, log_n)?;
+    let mut spent = Vec::new();
+    let mut on_coset = |ntt: &mut Ntt, v: Vector| {
+        let (mut d, host) = v.on_device(lane, log_n)?;
+        spent.extend(host);
         ntt.to_coset(chain, &mut d)?;
         Ok::<_, GpuError>(d)
     };
@@ -75,5 +85,5 @@ pub(super) fn quotient_on_device(
         }
     };
     debug_assert_eq!(order, h_order(reduction));
-    Ok((a, aux))
+    Ok(Quotient { h: a, aux, spent })
 }

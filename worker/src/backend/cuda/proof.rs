@@ -20,7 +20,7 @@ use super::copy_plan::{
     copy_ahead, page_lock, upload_abc, upload_aux, Ahead, AssignmentOnDevice, Prepared, Vectors,
 };
 use super::device_key::{h_order, DeviceKey, Large};
-use super::h_chain::{quotient_on_device, Held};
+use super::h_chain::{quotient_on_device, Held, Quotient};
 use super::{backend_error, residency, BasesLayout, CudaBackend, State};
 use crate::groth16::msm::filter;
 use crate::groth16::pinned::PinnedQueries;
@@ -110,13 +110,11 @@ impl CudaBackend {
             }
             Prepared::Evaluated(v) => (v, None),
         };
-        let (mut h_scalars, aux) = clock
+        let Quotient { h: mut h_scalars, aux, spent } = clock
             .time("copies + quotient", || {
                 quotient_on_device(&self.gpu, &lane, ntts, key.reduction, log_n, vectors, &host_aux, held)
             })
             .map_err(backend_error)?;
-        // Copied: its pages unlocked.
-        drop(host_aux);
         let large = match &resident.bases.large {
             Large::OnDevice(q) => Queries::OnDevice {
                 h: &q.h,
@@ -161,6 +159,8 @@ impl CudaBackend {
         let (device_seconds, steps) = clock.into_parts();
         // Naming the bad constraint re-runs the circuit: not while holding the device.
         drop(state);
+        // Copied long ago; unlocked and freed now that the device is free.
+        drop((spent, host_aux));
         if let Some(products) = unsatisfied {
             return Err(products.unsatisfied());
         }

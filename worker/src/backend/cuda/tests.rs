@@ -28,9 +28,10 @@ fn quotient(
     let mut state = gpu.state.lock().unwrap();
     let abc = Vectors::OnHost([a, b, c].map(|v| PageLocked::new(&gpu.gpu, v.to_vec())));
     let lane = gpu.gpu.copy_lane().unwrap();
-    let (mut h, _) =
+    let mut h =
         quotient_on_device(&gpu.gpu, &lane, &mut state.ntts, r, log_n, abc, &PageLocked::pageable(&[]), held)
-            .unwrap();
+            .unwrap()
+            .h;
     if h_order(r) == Order::BitReversed {
         state.ntts[&r.root()].bit_reverse(&mut h).unwrap();
     }
