@@ -259,12 +259,18 @@ impl PorepShapeBench {
         println!("{:?} at its real shape, on {cores} cores (measured in this run):", self.proof);
         print_table(&["piece", "wall s", "cores busy", "peak RSS above GiB", "note"], &rows);
 
+        // Where the device had no room for the matrices, a, b and c were
+        // computed on the host's cores after all.
+        let products_on_host = steps.iter().any(|s| s.0 == StepTime::PRODUCTS_ON_HOST);
         if let Some(placement) = abc_on {
-            let abc = match placement {
-                ProductsPlacement::Gpu => {
+            let abc = match (placement, products_on_host) {
+                (ProductsPlacement::Gpu, false) => {
                     "a, b, c computed on the device (its a*b = c check timed, not enforced)"
                 }
-                ProductsPlacement::Cpu => "a, b, c from the host",
+                (ProductsPlacement::Gpu, true) => {
+                    "a, b, c computed on the host (the device had no room for the matrices)"
+                }
+                (ProductsPlacement::Cpu, _) => "a, b, c from the host",
             };
             println!(
                 "{} with a timing key (repeated points: nothing it proves is a proof), {abc}; \
@@ -299,15 +305,21 @@ impl PorepShapeBench {
             parts.wall_s,
             self.in_flight
         );
-        // With the device's time a partition: the host's witness and the
+        // With the device's time a partition: the host's work and the
         // device overlap in a stream, so the slower of the two sets the pace.
+        // The host's work is the witness, and a, b and c where the proof
+        // computed them there. Not counted: the memory budget, which may
+        // admit fewer partitions at once than this needs.
         let device_s =
             steps.iter().find(|s| s.0 == "device, the whole proof").map(|s| s.2 / 1e3).filter(|&d| d > 0.0);
-        let with_device = device_s.map(|d| partitions.len() as f64 * per_partition.max(d));
+        let host_cpu_s = parts.cpu_s + if products_on_host { products.cpu_s } else { 0.0 };
+        let host_s = (host_cpu_s / cores as f64).max(parts.wall_s / in_flight);
+        let with_device = device_s.map(|d| partitions.len() as f64 * host_s.max(d));
         if let (Some(d), Some(sector)) = (device_s, with_device) {
+            let host = if products_on_host { "host witness and a, b, c" } else { "host witness" };
             println!(
-                "projected with the device (not measured): a sector every {sector:.1} s = {} partitions x \
-                 max({per_partition:.2} s of host witness, {d:.2} s of device time) a partition",
+                "projected with the device (not measured; the memory budget not counted): a sector every \
+                 {sector:.1} s = {} partitions x max({host_s:.2} s of {host}, {d:.2} s of device time) a partition",
                 partitions.len()
             );
         }
@@ -347,8 +359,10 @@ impl PorepShapeBench {
             },
             "projected_sector_s_with_device": {
                 "value": with_device,
-                "formula": "partitions * max(witness_in_parts.cpu_s / cores, witness_in_parts.wall_s / in_flight, \
-                            device seconds of the whole proof)",
+                "formula": "partitions * max((witness_in_parts.cpu_s [+ host_products.cpu_s where the proof \
+                            computed a, b, c on the host]) / cores, witness_in_parts.wall_s / in_flight, device seconds \
+                            of the whole proof); the memory budget's limit on partitions at once not counted",
+                "products_on_host": products_on_host,
             },
         });
         let mut report = report;

@@ -67,6 +67,11 @@ pub struct StepTime {
 }
 
 impl StepTime {
+    /// The step of a GPU proof whose device had no room for the circuit's
+    /// matrices: a, b and c computed on the host's cores instead (a
+    /// benchmark counts its CPU time with the host's).
+    pub const PRODUCTS_ON_HOST: &'static str = "products on the host (no room on the device)";
+
     /// A host-only step that began at `start` and ends now.
     pub fn on_host_since(step: &'static str, start: std::time::Instant) -> Self {
         Self { step, wall_ms: start.elapsed().as_secs_f64() * 1e3, device_ms: 0.0 }

@@ -198,7 +198,7 @@ impl CudaBackend {
         drop(state);
         let wall = Instant::now();
         let abc = Evaluations::Products(products).on_host(&asg.input, &asg.aux)?;
-        steps.push(StepTime::on_host_since("products on the host (no room on the device)", wall));
+        steps.push(StepTime::on_host_since(StepTime::PRODUCTS_ON_HOST, wall));
         let wall = Instant::now();
         let vectors = match streamed {
             // The aux assignment is copied after the chain.
