@@ -2,12 +2,13 @@
 //!
 //! A copy out of ordinary memory goes through the staging slots: the host's
 //! cores copy it into page-locked memory while the link reads the slot
-//! before, at what the cores copy (~11 GB/s seen for a streamed key's 17 GB
-//! of a, b, c and aux on the H200 machine). Out of memory page-locked in
-//! place it is one DMA at the link's rate (55 GB/s there). Locking costs
-//! host time (the driver pins every page), so it pays where it happens
-//! before the device waits for the copy: a streamed key's vectors are
-//! locked before the device lock ([`PageLocked::new`]).
+//! before, at what the cores copy (28.7 GB/s on the H200 machine, `provd
+//! bench link`). Out of memory page-locked in place it is one DMA at the
+//! link's rate (55 GB/s there). Locking and releasing cost the host time
+//! (the driver pins and unpins every page: 15.7 GB/s there), so they pay
+//! where they happen while the device is busy with something else: a
+//! streamed key's vectors are locked before the device lock and released
+//! after it.
 
 use crate::device::{Gpu, Registration};
 use crate::field::DeviceField;

@@ -37,8 +37,9 @@ pub(super) struct Quotient {
 
 /// H's scalars from a, b and c ([`Quotient`]). Vectors still on the host
 /// are copied (on `lane`) while the one before them transforms; `aux` is
-/// copied out of page-locked memory where it is. `ntts` keeps an engine per root of unity.
-/// Vectors already on the device are all three there, whatever `held` says.
+/// copied out of page-locked memory where it is. `ntts` keeps an engine
+/// per root of unity. Vectors already on the device are all three there,
+/// whatever `held` says.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn quotient_on_device(
     gpu: &Arc<Gpu>,
