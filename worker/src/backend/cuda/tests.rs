@@ -26,7 +26,7 @@ fn quotient(
     held: Held,
 ) -> Vec<Scalar> {
     let mut state = gpu.state.lock().unwrap();
-    let abc = Vectors::OnHost([a, b, c].map(|v| PageLocked::new(&gpu.gpu, v.to_vec())));
+    let abc = Vectors::OnHost([a, b, c].map(|v| PageLocked::pageable(v.to_vec())));
     let lane = gpu.gpu.copy_lane().unwrap();
     let mut h =
         quotient_on_device(&gpu.gpu, &lane, &mut state.ntts, r, log_n, abc, &PageLocked::pageable(&[]), held)
