@@ -20,9 +20,11 @@
 //!   random: [`Products::time_only`]).
 //!
 //! It prints a sector's seconds projected from these, labelled as projected,
-//! with the formula: partitions × the slowest of the host's witness (its
-//! CPU time over the cores, or its wall time over the partitions in
-//! synthesis at once) and the device's time. At 512 MiB, where a sector can
+//! with the formula: partitions × the slowest of the host's work (the
+//! witness's CPU time, and the products' where the proof computed a, b and
+//! c on the host, over the cores; or the witness's wall time over the
+//! partitions in synthesis at once) and the device's time. The memory
+//! budget, which may admit fewer partitions at once, is not counted. At 512 MiB, where a sector can
 //! be sealed here, `provd bench porep --stream` measures the same end to end.
 
 use std::path::PathBuf;
