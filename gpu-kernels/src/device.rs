@@ -297,13 +297,7 @@ impl CopyLane<'_> {
     /// wait for the copy (cudarc orders the two streams by the buffer's
     /// events). `v` must not be empty.
     pub fn upload<F: DeviceField>(&self, v: &[F]) -> Result<CudaSlice<F::Raw>, GpuError> {
-        if v.is_empty() {
-            return Err(GpuError::Invalid("an upload of no elements".into()));
-        }
-        // SAFETY: every element is written by the copy below before any read.
-        let mut d = unsafe { self.stream().alloc::<F::Raw>(v.len()) }.during("allocating device memory")?;
-        self.upload_into(v, &mut d.slice_mut(..))?;
-        Ok(d)
+        self.upload_locked(&PageLocked::pageable(v))
     }
 
     /// As [`CopyLane::upload`], out of `v` page-locked where it is (one
@@ -324,18 +318,8 @@ impl CopyLane<'_> {
         Ok(d)
     }
 
-    /// As [`CopyLane::upload`], into `dst` (of `v`'s length), which this
-    /// lane's stream must be allowed to write.
-    pub(crate) fn upload_into<F: DeviceField>(
-        &self,
-        v: &[F],
-        dst: &mut CudaViewMut<F::Raw>,
-    ) -> Result<(), GpuError> {
-        let mut staging = self.gpu.staging.lock().unwrap_or_else(|e| e.into_inner());
-        staging.copy(self.stream(), as_raw(v), dst)
-    }
-
-    /// As [`CopyLane::upload_locked`], into `dst` (of `v`'s length).
+    /// As [`CopyLane::upload_locked`], into `dst` (of `v`'s length), which
+    /// this lane's stream must be allowed to write.
     pub(crate) fn upload_locked_into<F: DeviceField, V: AsRef<[F]>>(
         &self,
         v: &PageLocked<V>,
@@ -343,7 +327,8 @@ impl CopyLane<'_> {
     ) -> Result<(), GpuError> {
         let src = v.data().as_ref();
         if !v.is_locked() {
-            return self.upload_into(src, dst);
+            let mut staging = self.gpu.staging.lock().unwrap_or_else(|e| e.into_inner());
+            return staging.copy(self.stream(), as_raw(src), dst);
         }
         if dst.len() != src.len() {
             return Err(GpuError::Invalid(format!("a copy of {} elements into {}", src.len(), dst.len())));

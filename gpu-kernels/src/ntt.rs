@@ -75,11 +75,7 @@ impl FrBuffer {
     /// the copy overlaps kernels already queued, and the transforms launched
     /// on the buffer afterwards wait for it.
     pub fn upload_padded_async(lane: &CopyLane, v: &[Scalar], log_n: u32) -> Result<Self, GpuError> {
-        let mut data = Self::zeroed_for(lane, v.len(), log_n)?;
-        if !v.is_empty() {
-            lane.upload_into(v, &mut data.slice_mut(..v.len()))?;
-        }
-        Ok(Self { data, log_n })
+        Self::upload_padded_locked(lane, &PageLocked::pageable(v), log_n)
     }
 
     /// As [`FrBuffer::upload_padded_async`], out of `v` page-locked where
@@ -90,19 +86,14 @@ impl FrBuffer {
         log_n: u32,
     ) -> Result<Self, GpuError> {
         let len = v.data().as_ref().len();
-        let mut data = Self::zeroed_for(lane, len, log_n)?;
+        if len > 1 << log_n || log_n > MAX_LOG_N {
+            return Err(GpuError::Invalid(format!("{len} elements do not fit 2^{log_n}")));
+        }
+        let mut data = lane.stream().alloc_zeros::<FrRaw>(1 << log_n).during("allocating device memory")?;
         if len > 0 {
             lane.upload_locked_into(v, &mut data.slice_mut(..len))?;
         }
         Ok(Self { data, log_n })
-    }
-
-    /// 2^log_n zeros on `lane`'s stream, for `len` elements to be copied into.
-    fn zeroed_for(lane: &CopyLane, len: usize, log_n: u32) -> Result<CudaSlice<FrRaw>, GpuError> {
-        if len > 1 << log_n || log_n > MAX_LOG_N {
-            return Err(GpuError::Invalid(format!("{len} elements do not fit 2^{log_n}")));
-        }
-        lane.stream().alloc_zeros::<FrRaw>(1 << log_n).during("allocating device memory")
     }
 
     /// A buffer already on the device, of 2^log_n elements.

@@ -46,41 +46,30 @@ impl AssignmentOnDevice {
     }
 }
 
+/// One of a, b, c on the host, page-locked where a streamed key's are.
+pub(super) type HostVector = PageLocked<Vec<Scalar>>;
+
 /// A proof's a/b/c and aux assignment, on the host or on the device.
 pub(super) enum Vectors {
-    /// On the host, page-locked where a streamed key's are.
-    OnHost([PageLocked<Vec<Scalar>>; 3]),
-    OnDevice {
-        abc: [FrBuffer; 3],
-        aux: Option<CudaSlice<FrRaw>>,
-    },
+    OnHost([HostVector; 3]),
+    OnDevice { abc: [FrBuffer; 3], aux: Option<CudaSlice<FrRaw>> },
 }
 
 /// One of a, b, c: on the host, or copied (zero-padded to the domain).
 pub(super) enum Vector {
-    Host(PageLocked<Vec<Scalar>>),
+    Host(HostVector),
     Device(FrBuffer),
 }
 
 impl Vector {
     /// On the device; a host vector is copied (on `lane`) and handed back,
     /// spent, for the caller to free once it no longer holds the device.
-    pub fn on_device(self, lane: &CopyLane, log_n: u32) -> Result<(FrBuffer, Option<Spent>), GpuError> {
+    pub fn on_device(self, lane: &CopyLane, log_n: u32) -> Result<(FrBuffer, Option<HostVector>), GpuError> {
         match self {
-            Vector::Host(v) => {
-                Ok((FrBuffer::upload_padded_locked(lane, &v, log_n)?, Some(Spent { _host: v })))
-            }
+            Vector::Host(v) => Ok((FrBuffer::upload_padded_locked(lane, &v, log_n)?, Some(v))),
             Vector::Device(d) => Ok((d, None)),
         }
     }
-}
-
-/// A host vector already copied to the device. Unlocking and freeing one
-/// of a 32 GiB partition's (4 GiB) takes the host a few hundred
-/// milliseconds, page by page, which the device would wait through: it is
-/// dropped once the proof has let go of the device.
-pub(super) struct Spent {
-    _host: PageLocked<Vec<Scalar>>,
 }
 
 /// Copies what can go before the device lock, given how many partitions a
@@ -128,7 +117,7 @@ pub(super) fn upload_abc(
 
 /// a, b and c page-locked in place, each on a thread of its own (the
 /// driver pins a vector's pages one by one).
-pub(super) fn page_lock(gpu: &Gpu, abc: [Vec<Scalar>; 3]) -> [PageLocked<Vec<Scalar>>; 3] {
+pub(super) fn page_lock(gpu: &Gpu, abc: [Vec<Scalar>; 3]) -> [HostVector; 3] {
     std::thread::scope(|s| {
         abc.map(|v| s.spawn(move || PageLocked::new(gpu, v)))
             .map(|locking| locking.join().expect("page-locking does not panic"))

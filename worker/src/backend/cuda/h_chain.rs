@@ -9,7 +9,7 @@ use blstrs::Scalar;
 use provd_kernels::ntt::TwoAdicRoot;
 use provd_kernels::{CopyLane, CudaSlice, FrBuffer, FrRaw, Gpu, GpuError, HChain, Ntt, PageLocked};
 
-use super::copy_plan::{upload_aux, Spent, Vector, Vectors};
+use super::copy_plan::{upload_aux, HostVector, Vector, Vectors};
 use super::device_key::h_order;
 use crate::groth16::Reduction;
 
@@ -25,14 +25,16 @@ pub(super) enum Held {
     Two,
 }
 
-/// What the chain leaves: H's scalars on the device, in the order of the
-/// key's H bases there; the aux assignment on the device; and the host
-/// vectors it copied, for the caller to free once it has let go of the
-/// device.
+/// What the chain leaves on the device, and the host vectors it copied.
 pub(super) struct Quotient {
+    /// H's scalars, in the order of the key's H bases on the device.
     pub h: FrBuffer,
     pub aux: Option<CudaSlice<FrRaw>>,
-    pub spent: Vec<Spent>,
+    /// Copied, for the caller to drop once it has let go of the device:
+    /// unlocking and freeing one of a 32 GiB partition's (4 GiB) takes the
+    /// host a few hundred milliseconds, page by page, which the device
+    /// would otherwise wait through.
+    pub spent: Vec<HostVector>,
 }
 
 /// H's scalars from a, b and c ([`Quotient`]). Vectors still on the host
