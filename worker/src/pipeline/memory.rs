@@ -1,15 +1,27 @@
 //! Admission by bytes: partitions reserve their estimated footprint against a
 //! budget before synthesis starts, and give it back piece by piece as their
 //! buffers are freed (each piece rides in the buffer's guard).
+//!
+//! A partition whose a, b and c are computed on the host after its witness
+//! (the circuit's matrices times the assignment) reserves them only then:
+//! admission reserves the rest and *promises* them ([`Promise`]). Whatever
+//! is reserved afterwards leaves the largest promise free, so that once the
+//! partitions holding their a, b and c have gone on and freed them, every
+//! promise can be kept: no partition waits forever on memory that
+//! partitions begun after it took.
 
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 use crate::telemetry::metrics::Metrics;
 
 /// The memory budget and what is reserved against it.
 pub struct Budget {
     total: u64,
-    reserved: Mutex<u64>,
+    held: Mutex<Held>,
+    /// Signalled whenever memory is released or a promise withdrawn.
+    freed: Condvar,
     /// The part of `reserved` held by resident keys.
     resident: std::sync::atomic::AtomicU64,
     /// Bytes that every class but critical leaves free
@@ -19,12 +31,31 @@ pub struct Budget {
     metrics: Arc<Metrics>,
 }
 
+/// What is reserved, and what is promised to partitions already begun.
+#[derive(Default)]
+struct Held {
+    reserved: u64,
+    /// Promised sizes, with how many promises of each.
+    promised: BTreeMap<u64, usize>,
+}
+
+impl Held {
+    fn largest_promise(&self) -> u64 {
+        self.promised.last_key_value().map_or(0, |(&bytes, _)| bytes)
+    }
+
+    fn promised_bytes(&self) -> u64 {
+        self.promised.iter().map(|(&bytes, &n)| bytes * n as u64).sum()
+    }
+}
+
 impl Budget {
     pub fn new(total: u64, metrics: Arc<Metrics>) -> Arc<Self> {
         metrics.memory_budget_bytes.set(total as i64);
         Arc::new(Self {
             total,
-            reserved: Mutex::new(0),
+            held: Mutex::new(Held::default()),
+            freed: Condvar::new(),
             resident: Default::default(),
             headroom: Default::default(),
             peak: Default::default(),
@@ -37,7 +68,16 @@ impl Budget {
     }
 
     pub fn reserved(&self) -> u64 {
-        *self.reserved.lock().unwrap_or_else(|e| e.into_inner())
+        self.lock().reserved
+    }
+
+    /// Bytes promised to partitions begun, not yet reserved ([`Promise`]).
+    pub fn promised(&self) -> u64 {
+        self.lock().promised_bytes()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Bytes held by resident keys (part of `reserved`).
@@ -56,16 +96,17 @@ impl Budget {
         self.metrics.memory_critical_headroom_bytes.set(bytes as i64);
     }
 
-    /// Reserves `bytes` for a resident key now, or `None` if they do not fit.
-    /// Partitions are admitted against what the keys leave.
+    /// Reserves `bytes` for a resident key now, or `None` if they do not fit
+    /// beside what is promised. Partitions are admitted against what the
+    /// keys leave.
     pub fn reserve_resident(self: &Arc<Self>, bytes: u64) -> Option<Reservation> {
-        let mut reserved = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
-        if *reserved + bytes > self.total {
+        let mut held = self.lock();
+        if held.reserved + bytes + held.largest_promise() > self.total {
             return None;
         }
-        *reserved += bytes;
+        held.reserved += bytes;
         self.resident.fetch_add(bytes, std::sync::atomic::Ordering::AcqRel);
-        self.note_reserved(*reserved);
+        self.note_reserved(&held);
         Some(Reservation { budget: self.clone(), bytes, resident: true })
     }
 
@@ -75,33 +116,123 @@ impl Budget {
     }
 
     /// Reserves `bytes` now if they fit with `keep_free` bytes still free
-    /// afterwards, or `None`. What waits in the queue (received witnesses)
-    /// keeps room for a partition, so that it never starves the partitions
-    /// whose end would free it.
+    /// afterwards beside the largest promise, or `None`. What waits in the
+    /// queue (received witnesses) keeps room for a partition, so that it
+    /// never starves the partitions whose end would free it.
     pub fn try_reserve(self: &Arc<Self>, bytes: u64, keep_free: u64) -> Option<Reservation> {
-        let mut reserved = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
-        if *reserved + bytes + keep_free > self.total {
-            return None;
-        }
-        *reserved += bytes;
-        self.note_reserved(*reserved);
-        Some(Reservation { budget: self.clone(), bytes, resident: false })
+        self.try_reserve_promising(bytes, 0, keep_free).map(|(now, _)| now)
     }
 
-    /// Updates the gauges and the peak after a reservation.
-    fn note_reserved(&self, reserved: u64) {
+    /// As [`Budget::try_reserve`], and promises `later` bytes more, to be
+    /// reserved by [`Promise::redeem`]: `bytes` are reserved only if
+    /// `later` would fit beside them too, and from then on everything else
+    /// leaves the largest promise free.
+    pub fn try_reserve_promising(
+        self: &Arc<Self>,
+        bytes: u64,
+        later: u64,
+        keep_free: u64,
+    ) -> Option<(Reservation, Promise)> {
+        let mut held = self.lock();
+        if held.reserved + bytes + keep_free + later.max(held.largest_promise()) > self.total {
+            return None;
+        }
+        held.reserved += bytes;
+        if later > 0 {
+            *held.promised.entry(later).or_default() += 1;
+        }
+        self.note_reserved(&held);
+        let now = Reservation { budget: self.clone(), bytes, resident: false };
+        Some((now, Promise { budget: self.clone(), bytes: later }))
+    }
+
+    /// Updates the gauges and the peak after a reservation or a promise.
+    fn note_reserved(&self, held: &Held) {
+        let reserved = held.reserved;
         let peak = self.peak.fetch_max(reserved, std::sync::atomic::Ordering::AcqRel).max(reserved);
         self.metrics.memory_reserved_bytes.set(reserved as i64);
         self.metrics.memory_reserved_peak_bytes.set(peak as i64);
+        self.metrics.memory_promised_bytes.set(held.promised_bytes() as i64);
     }
 
     fn release(&self, bytes: u64, resident: bool) {
-        let mut reserved = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
-        *reserved -= bytes;
+        let mut held = self.lock();
+        held.reserved -= bytes;
         if resident {
             self.resident.fetch_sub(bytes, std::sync::atomic::Ordering::AcqRel);
         }
-        self.metrics.memory_reserved_bytes.set(*reserved as i64);
+        self.metrics.memory_reserved_bytes.set(held.reserved as i64);
+        drop(held);
+        self.freed.notify_all();
+    }
+
+    /// Withdraws one promise of `bytes` (kept or not).
+    fn withdraw(held: &mut Held, bytes: u64) {
+        if let std::collections::btree_map::Entry::Occupied(mut e) = held.promised.entry(bytes) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+    }
+}
+
+/// Bytes a partition was promised at admission, reserved when it needs
+/// them ([`Promise::redeem`]); a promise dropped unredeemed is withdrawn.
+#[must_use = "a promise is withdrawn when dropped"]
+pub struct Promise {
+    budget: Arc<Budget>,
+    bytes: u64,
+}
+
+impl Promise {
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Waits until the promised bytes fit with `keep_free` still free, then
+    /// reserves them; `None` once `give_up` says so (checked at least every
+    /// `poll`). They are never refused for the other promises: those are
+    /// kept once the memory held now is released.
+    pub fn redeem(
+        mut self,
+        keep_free: u64,
+        poll: Duration,
+        give_up: impl Fn() -> bool,
+    ) -> Option<Reservation> {
+        let budget = self.budget.clone();
+        let mut held = budget.lock();
+        loop {
+            if held.reserved + self.bytes + keep_free <= budget.total {
+                Budget::withdraw(&mut held, self.bytes);
+                held.reserved += self.bytes;
+                budget.note_reserved(&held);
+                let bytes = std::mem::take(&mut self.bytes);
+                return Some(Reservation { budget: budget.clone(), bytes, resident: false });
+            }
+            if give_up() {
+                return None;
+            }
+            held = budget.freed.wait_timeout(held, poll).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+}
+
+impl Drop for Promise {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            let mut held = self.budget.lock();
+            Budget::withdraw(&mut held, self.bytes);
+            self.budget.note_reserved(&held);
+            drop(held);
+            self.budget.freed.notify_all();
+        }
+    }
+}
+
+impl std::fmt::Debug for Promise {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Promise({} bytes)", self.bytes)
     }
 }
 
@@ -184,6 +315,8 @@ impl std::fmt::Debug for Reservation {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
+
     use super::*;
 
     #[test]
@@ -227,6 +360,54 @@ mod tests {
         assert_eq!((metrics.witness_bytes.get(), budget.reserved()), (20, 20));
         drop(part);
         assert_eq!((metrics.witness_bytes.get(), budget.reserved()), (0, 0));
+    }
+
+    #[test]
+    fn what_is_reserved_later_leaves_the_largest_promise_free() {
+        let metrics = Arc::new(Metrics::new());
+        let budget = Budget::new(100, metrics.clone());
+        assert!(budget.try_reserve_promising(10, 91, 0).is_none(), "10 now and 91 later exceed 100");
+        let (first, promise) = budget.try_reserve_promising(10, 30, 0).unwrap();
+        let (second, other) = budget.try_reserve_promising(10, 30, 0).unwrap();
+        assert_eq!((budget.reserved(), budget.promised(), metrics.memory_promised_bytes.get()), (20, 60, 60));
+        // The largest promise is left free, not their sum: one is kept at a
+        // time, and its memory comes back before the next is needed.
+        assert!(budget.try_reserve(51, 0).is_none(), "20 + 51 leaves less than 30");
+        let third = budget.try_reserve(50, 0).unwrap();
+        assert!(budget.reserve_resident(1).is_none(), "keys leave it free too");
+        let kept = promise.redeem(0, Duration::from_millis(1), || false).expect("30 fit beside 70");
+        assert_eq!((budget.reserved(), budget.promised()), (100, 30));
+        drop(other);
+        assert_eq!((budget.promised(), metrics.memory_promised_bytes.get()), (0, 0), "withdrawn unredeemed");
+        drop((first, second, third, kept));
+        assert_eq!(budget.reserved(), 0);
+    }
+
+    #[test]
+    fn a_promise_is_kept_once_memory_is_released_or_given_up() {
+        let budget = Budget::new(100, Arc::new(Metrics::new()));
+        let (witness, promise) = budget.try_reserve_promising(20, 40, 0).unwrap();
+        // Taken by a partition that reserved before the promise was made.
+        let mut held = Reservation { budget: budget.clone(), bytes: 70, resident: false };
+        budget.lock().reserved += 70;
+        let waiting = std::thread::spawn(move || promise.redeem(10, Duration::from_millis(5), || false));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!waiting.is_finished(), "20 + 70 + 40 exceed 100");
+        drop(held.split(40)); // 50 reserved: 40 fit with 10 kept free
+        let kept = waiting.join().unwrap().expect("kept once released");
+        assert_eq!((kept.bytes(), budget.reserved(), budget.promised()), (40, 90, 0));
+        let (_more, promise) = budget.try_reserve_promising(0, 10, 0).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let gave_up = std::thread::scope(|s| {
+            let waiting =
+                s.spawn(|| promise.redeem(1, Duration::from_millis(5), || stop.load(Ordering::Acquire)));
+            stop.store(true, Ordering::Release);
+            waiting.join().unwrap()
+        });
+        assert!(gave_up.is_none(), "10 never fit beside 90 with 1 kept free");
+        assert_eq!(budget.promised(), 0, "withdrawn when given up");
+        drop((held, kept, witness));
+        assert_eq!(budget.reserved(), 0);
     }
 
     #[test]

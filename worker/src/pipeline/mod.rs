@@ -260,15 +260,21 @@ impl Shared {
         Footprint { working: working.unwrap_or(most.working), ..most }
     }
 
-    /// Host bytes a partition of `key`'s circuit reserves at admission when
-    /// its a, b and c come from `abc_from` and are computed at `placement`:
-    /// its [`Footprint`], less a, b and c where synthesis leaves them to a
+    /// Host bytes a partition of `key`'s circuit reserves when its a, b and
+    /// c come from `abc_from` and are computed at `placement`: its
+    /// [`Footprint`], less a, b and c where synthesis leaves them to a
     /// device (there they never take host memory; should the device have no
     /// room for them after all, the partition goes round again on the host,
-    /// reserving them then).
-    fn admission_bytes(&self, key: &ProvingKey, abc_from: AbcFrom, placement: ProductsPlacement) -> u64 {
+    /// reserving them then), and when ([`AbcReserved`]).
+    fn admission(&self, key: &ProvingKey, abc_from: AbcFrom, placement: ProductsPlacement) -> Admission {
         let fp = self.footprint(key);
-        fp.total() - if reserves_abc(abc_from, placement) { 0 } else { fp.abc }
+        let rest = fp.total() - fp.abc;
+        let (now, later) = match AbcReserved::of(abc_from, placement) {
+            AbcReserved::AtAdmission => (fp.total(), 0),
+            AbcReserved::BeforeProducts => (rest, fp.abc),
+            AbcReserved::Never => (rest, 0),
+        };
+        Admission { now, later }
     }
 
     /// Where `key`'s a, b and c still to compute are computed: on the
@@ -285,11 +291,44 @@ impl Shared {
     }
 }
 
-/// Whether a partition holds host bytes for its a, b and c in the budget:
-/// unless its synthesis leaves them to the matrices and the devices compute
-/// them.
-fn reserves_abc(abc_from: AbcFrom, placement: ProductsPlacement) -> bool {
-    !matches!((abc_from, placement), (AbcFrom::Matrices, ProductsPlacement::Gpu))
+/// When a partition reserves host bytes for its a, b and c.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AbcReserved {
+    /// At admission: synthesis evaluates them as it goes.
+    AtAdmission,
+    /// Once its witness is done, before they are computed on the host from
+    /// the circuit's matrices: promised at admission ([`memory::Promise`]),
+    /// so that the partitions still making their witnesses do not hold
+    /// them meanwhile (a 32 GiB partition's are 11.65 GiB, three times its
+    /// witness).
+    BeforeProducts,
+    /// Never: a device computes them.
+    Never,
+}
+
+impl AbcReserved {
+    fn of(abc_from: AbcFrom, placement: ProductsPlacement) -> Self {
+        match (abc_from, placement) {
+            (AbcFrom::Synthesis, _) => AbcReserved::AtAdmission,
+            (AbcFrom::Matrices, ProductsPlacement::Cpu) => AbcReserved::BeforeProducts,
+            (AbcFrom::Matrices, ProductsPlacement::Gpu) => AbcReserved::Never,
+        }
+    }
+}
+
+/// What a partition reserves at admission, and what it is promised for
+/// later (its a, b and c, [`AbcReserved::BeforeProducts`]).
+#[derive(Clone, Copy, Debug)]
+struct Admission {
+    now: u64,
+    later: u64,
+}
+
+impl Admission {
+    /// Everything it will hold at once.
+    fn total(&self) -> u64 {
+        self.now + self.later
+    }
 }
 
 /// An engine thread's loop.
@@ -417,7 +456,7 @@ impl Engine {
         if spec.partitions.is_empty() {
             return Err(SubmitError::Empty);
         }
-        let need = s.admission_bytes(&spec.key, spec.abc_from, s.products(&spec.key));
+        let need = s.admission(&spec.key, spec.abc_from, s.products(&spec.key)).total();
         let room = s.budget.total() - s.budget.resident();
         if need > room {
             return Err(SubmitError::NeverFits { circuit: spec.circuit.clone(), need, budget: room });
@@ -487,11 +526,13 @@ impl Engine {
     }
 
     /// Host bytes a partition of `key`'s circuit, its a, b and c from
-    /// `abc_from`, reserves when it is admitted now: its footprint, less a,
-    /// b and c where the devices compute them.
+    /// `abc_from`, reserves when it is admitted now, at most at once: its
+    /// footprint, less a, b and c where the devices compute them (where the
+    /// host computes them after the witness, part of this is reserved only
+    /// then).
     pub fn admission_bytes(&self, key: &ProvingKey, abc_from: AbcFrom) -> u64 {
         let s = &self.shared;
-        s.admission_bytes(key, abc_from, s.products(key))
+        s.admission(key, abc_from, s.products(key)).total()
     }
 
     pub fn status(&self, id: JobId) -> Option<JobStatus> {
@@ -724,11 +765,11 @@ fn dispatch(s: &Arc<Shared>, takes: Takes) {
             // The placement is fixed here, with the bytes reserved for it.
             let job = &next.ticket.job;
             let placement = next.attempt.products.unwrap_or_else(|| s.products(&job.key));
-            let need = s.admission_bytes(&job.key, job.abc_from, placement);
-            if let Some(reservation) = s.budget.try_reserve(need, keep_free) {
+            let need = s.admission(&job.key, job.abc_from, placement);
+            if let Some(reserved) = s.budget.try_reserve_promising(need.now, need.later, keep_free) {
                 let popped = q.pop(takes).map(|(p, mut item, waited)| {
                     item.attempt.products = Some(placement);
-                    (p, item, waited, reservation)
+                    (p, item, waited, reserved)
                 });
                 s.note_queued(&q);
                 break popped;
@@ -739,24 +780,31 @@ fn dispatch(s: &Arc<Shared>, takes: Takes) {
         };
         // Cancelled partitions end (their tickets drop) outside the queue's lock.
         drop(cancelled);
-        let Some((priority, next, waited, reservation)) = admitted else { continue };
+        let Some((priority, next, waited, (reservation, promise))) = admitted else { continue };
         s.metrics
             .partition_wait
             .with_label_values(&[priority.name(), "admission"])
             .observe(waited.as_secs_f64());
         let pool = if priority == Priority::Critical { &s.critical_pool } else { &s.synthesis_pool };
         let s2 = s.clone();
-        pool.spawn(move || synthesize_partition(&s2, next, permit, reservation));
+        pool.spawn(move || synthesize_partition(&s2, next, permit, reservation, promise));
     }
 }
 
-fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: Reservation) {
+fn synthesize_partition(
+    s: &Shared,
+    p: Queued,
+    permit: Permit,
+    mut reservation: Reservation,
+    promise: memory::Promise,
+) {
     let Queued { ticket, attempt } = p;
     let (job, index) = (ticket.job.clone(), ticket.index);
     let fp = s.footprint(&job.key);
     let products = attempt.products.unwrap_or_else(|| s.products(&job.key));
-    // What admission reserved for a, b and c (see `Shared::admission_bytes`).
-    let abc_reserved_bytes = if reserves_abc(job.abc_from, products) { fp.abc } else { 0 };
+    // What a, b and c will hold on the host (see `Shared::admission`).
+    let when = AbcReserved::of(job.abc_from, products);
+    let abc_reserved_bytes = if when == AbcReserved::Never { 0 } else { fp.abc };
     // A witness grows as it is synthesized, unseen by any buffer; counted
     // at what it will hold once done, so that the gauges cover the memory
     // of partitions in synthesis (a 32 GiB partition's is ~4 GiB).
@@ -768,10 +816,34 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     });
     transition(s, job.id, index, "synthesis start");
     let t = Instant::now();
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        (attempt.synthesize)().and_then(|w| products.ready(w))
-    }));
-    let secs = t.elapsed().as_secs_f64();
+    let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (attempt.synthesize)()));
+    // a, b and c's part of the reservation: split off what admission
+    // reserved, or, promised, reserved now that the witness is made.
+    let mut waited = Duration::ZERO;
+    let abc_reserved = match (&made, when) {
+        (Ok(Ok(_)), AbcReserved::BeforeProducts) => {
+            let since = Instant::now();
+            let keep_free = if job.priority == Priority::Critical { 0 } else { s.budget.headroom() };
+            let stop = || job.is_cancelled() || s.shutdown.load(Ordering::Acquire);
+            let Some(r) = promise.redeem(keep_free, Duration::from_millis(200), stop) else {
+                // Cancelled: the guards go first, then the ticket ends it so.
+                drop((synth, in_stage, reservation, made));
+                return;
+            };
+            waited = since.elapsed();
+            s.metrics
+                .partition_wait
+                .with_label_values(&[job.priority.name(), "products"])
+                .observe(waited.as_secs_f64());
+            transition(s, job.id, index, "a, b, c reserved");
+            r
+        }
+        _ => reservation.split(abc_reserved_bytes),
+    };
+    let result = made.and_then(|made| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| made.and_then(|w| products.ready(w))))
+    });
+    let secs = (t.elapsed() - waited).as_secs_f64();
     s.metrics.stage_duration.with_label_values(&[&job.circuit, Stage::Synthesis.name()]).observe(secs);
     job.record(index, |t| t.synthesis = Some(secs));
     // Every guard is dropped before the ticket ends the partition, so that a
@@ -779,15 +851,18 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     let mut witness = match result {
         Ok(Ok(w)) => w,
         Ok(Err(e)) => {
-            drop((synth, in_stage, reservation));
+            drop((synth, in_stage, reservation, abc_reserved));
             return ticket.fail(e.reason(), e.to_string());
         }
         Err(_) => {
-            drop((synth, in_stage, reservation));
+            drop((synth, in_stage, reservation, abc_reserved));
             return ticket.fail(FailureReason::Panic, "synthesis panicked".into());
         }
     };
     if job.is_cancelled() {
+        // The reservation (an argument, so dropped after the ticket
+        // otherwise) goes with the other guards, before the ticket.
+        drop((witness, synth, in_stage, reservation, abc_reserved));
         return;
     }
     // a, b and c left to the device take no host memory: whatever part of
@@ -796,7 +871,6 @@ fn synthesize_partition(s: &Shared, p: Queued, permit: Permit, mut reservation: 
     // have no room for the matrices after all, the witness refuses to compute
     // them on the host, unreserved (`ProveError::NoRoomForProducts`), and the
     // partition goes round again with a, b, c computed in synthesis.
-    let abc_reserved = reservation.split(abc_reserved_bytes);
     let abc_reserved = if witness.release_host_products() {
         drop(abc_reserved);
         None
@@ -897,7 +971,7 @@ fn gpu_worker(s: &Arc<Shared>, device: Arc<Device>) {
             }
             Ok(Err(ProveError::NoRoomForProducts)) => {
                 drop(held);
-                let need = s.admission_bytes(&job.key, job.abc_from, ProductsPlacement::Cpu);
+                let need = s.admission(&job.key, job.abc_from, ProductsPlacement::Cpu).total();
                 let room = s.budget.total() - s.budget.resident();
                 if need > room {
                     let why = format!(

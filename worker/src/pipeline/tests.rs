@@ -448,6 +448,68 @@ fn products_left_to_the_devices_reserve_no_host_bytes_for_a_b_and_c() {
     assert_all_released(&e);
 }
 
+/// Partitions whose a, b and c the host computes from the matrices after
+/// their witness reserve them only then: a budget with room for one
+/// partition's a, b and c beside two witnesses makes two witnesses at once
+/// (reserving a, b and c at admission, it would make one), the a, b and c
+/// are reserved by one partition at a time, every partition proves (none
+/// waits forever for memory another took), and nothing stays promised.
+#[test]
+fn a_b_and_c_computed_on_the_host_are_reserved_after_the_witness() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    let fp = Footprint::of(&key());
+    let rest = fp.total() - fp.abc;
+    let budget = 2 * rest + fp.abc;
+    assert!(budget < 2 * fp.total(), "the test needs a, b and c larger than the rest");
+    let config = PipelineConfig {
+        memory_budget: MemoryBudget::Bytes(budget),
+        partition_permits: 4,
+        synthesis_threads: 4,
+        ..Default::default()
+    };
+    let metrics = Arc::new(Metrics::new());
+    let backend = Products::new(ProductsPlacement::Cpu, 0, metrics.clone());
+    let e = Engine::start(config, vec![backend.clone()], metrics.clone()).unwrap();
+    // The first two witnesses: the first waits (generously, for a loaded
+    // machine) until the second is being made beside it.
+    let (making, met) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+    let witness = |seed: u64| -> SynthesisFn {
+        let (making, met, inner) =
+            (making.clone(), met.clone(), assigned(BenchCircuit::new(K, 2, Some(seed))));
+        if seed >= 2 {
+            return inner;
+        }
+        Arc::new(move || {
+            if making.fetch_add(1, Ordering::AcqRel) > 0 {
+                met.store(true, Ordering::Release);
+            }
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while !met.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let w = inner();
+            making.fetch_sub(1, Ordering::AcqRel);
+            w
+        })
+    };
+    let spec = JobSpec { abc_from: AbcFrom::Matrices, ..job((0..6).map(witness).collect()) };
+    assert_eq!(e.admission_bytes(&key(), AbcFrom::Matrices), fp.total(), "a partition's whole footprint");
+    let st = e.wait(e.submit(spec).unwrap(), None).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Succeeded), "{:?}", st.error);
+    verify_all(&st);
+    assert_eq!(backend.counts(), (0, 6), "a, b and c computed on the host");
+    assert!(met.load(Ordering::Acquire), "two witnesses were never made at once");
+    assert!(e.budget().peak() <= budget, "peak {} > budget {budget}", e.budget().peak());
+    // Each partition held its a, b and c when it reached the backend.
+    for held in backend.reserved.lock().unwrap().iter() {
+        assert!(*held as u64 >= rest + fp.abc, "{held} reserved");
+    }
+    let waited = metrics.partition_wait.with_label_values(&["normal", "products"]).get_sample_count();
+    assert_eq!(waited, 6, "each partition's wait for a, b and c's memory is observed");
+    assert_eq!((e.budget().promised(), metrics.memory_promised_bytes.get()), (0, 0));
+    assert_all_released(&e);
+}
+
 /// A partition in synthesis counts in the `synth` gauge at the witness it
 /// will hold (its vectors grow where no buffer sees them), and not after.
 #[test]

@@ -51,6 +51,7 @@ pub struct Metrics {
     pub partition_permits: IntGauge,
     pub partition_permits_in_use: IntGauge,
     pub memory_reserved_peak_bytes: IntGauge,
+    pub memory_promised_bytes: IntGauge,
     pub partition_failures: IntCounterVec,
     pub device_in_service: IntGaugeVec,
     pub device_faults: IntCounterVec,
@@ -244,8 +245,8 @@ impl Metrics {
                 HistogramVec::new(
                     HistogramOpts::new(
                         "provd_partition_wait_seconds",
-                        "Time a partition waited in a queue (admission, gpu, finalize) before it was served, by \
-                         its job's priority.",
+                        "Time a partition waited in a queue (admission; products: for the memory of the a, b and c \
+                         it computes on the host; gpu; finalize) before it was served, by its job's priority.",
                     )
                     // 1 ms to 2.3 h, as the stages.
                     .buckets(prometheus::exponential_buckets(0.001, 2.0, 24).unwrap()),
@@ -461,6 +462,15 @@ impl Metrics {
                 IntGauge::new(
                     "provd_memory_reserved_peak_bytes",
                     "The most ever reserved against the memory budget at once since start.",
+                )
+                .unwrap(),
+            ),
+            memory_promised_bytes: reg(
+                r,
+                IntGauge::new(
+                    "provd_memory_promised_bytes",
+                    "Bytes promised to partitions in synthesis for the a, b and c they compute on the host after \
+                     their witness; reserved then, left free by everything else meanwhile.",
                 )
                 .unwrap(),
             ),
