@@ -18,9 +18,11 @@ impl Backend for CpuBackend {
     fn prove_start(&self, key: &ProvingKey, witness: Synthesized) -> Result<PendingProof, ProveError> {
         key.check_matches(&witness)?;
         let domain = Domain::for_constraints(witness.num_constraints(), key.reduction.root())?;
-        let (abc, assignment, a_aux_density) = split(witness);
+        let (abc, abc_hold, assignment, a_aux_density) = split(witness);
         let [a, b, c] = abc.on_host(&assignment.input, &assignment.aux)?;
         let h = key.reduction.quotient(&domain, a, b, c);
+        // a, b and c are H now.
+        drop(abc_hold);
         let g1 = crate::groth16::prover::g1_parts(key, &h, &assignment, &a_aux_density);
         Ok(PendingProof { g1, b_g2: None, assignment, device_seconds: None, steps: Vec::new() })
     }

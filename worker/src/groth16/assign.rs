@@ -79,6 +79,7 @@ impl Matrices {
             a_aux_density: a_aux.clone(),
             b_input_density: b_input.clone(),
             b_aux_density: b_aux.clone(),
+            abc_hold: Default::default(),
         })
     }
 }

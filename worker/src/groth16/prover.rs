@@ -10,7 +10,7 @@ use rand_core::RngCore;
 use super::key::ProvingKey;
 use super::msm;
 use super::proof::Proof;
-use super::synthesis::{Density, Evaluations, Synthesized};
+use super::synthesis::{AbcHold, Density, Evaluations, Synthesized};
 
 /// The G1 results of `prove_start`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,14 +109,22 @@ impl Blinding {
     }
 }
 
-/// Splits a synthesized witness into a, b and c (for the NTTs) and the
+/// Splits a synthesized witness into a, b and c (for the NTTs) with what
+/// accounts for them, to be dropped once they are freed, and the
 /// assignment the MSMs and `prove_finish` need.
-pub fn split(witness: Synthesized) -> (Evaluations, Assignment, Density) {
-    let Synthesized { abc, input_assignment, aux_assignment, a_aux_density, b_input_density, b_aux_density } =
-        witness;
+pub fn split(witness: Synthesized) -> (Evaluations, AbcHold, Assignment, Density) {
+    let Synthesized {
+        abc,
+        input_assignment,
+        aux_assignment,
+        a_aux_density,
+        b_input_density,
+        b_aux_density,
+        abc_hold,
+    } = witness;
     let assignment =
         Assignment { input: input_assignment, aux: aux_assignment, b_input_density, b_aux_density };
-    (abc, assignment, a_aux_density)
+    (abc, abc_hold, assignment, a_aux_density)
 }
 
 /// The B-query MSM over G2, then the assembly.

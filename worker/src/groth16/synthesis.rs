@@ -63,6 +63,29 @@ pub struct Synthesized {
     pub a_aux_density: Density,
     pub b_input_density: Density,
     pub b_aux_density: Density,
+    /// Whatever accounts for a, b and c on the host (the engine's
+    /// reservation of their bytes, their gauge): dropped with them.
+    pub abc_hold: AbcHold,
+}
+
+/// Whatever accounts for a witness's a, b and c on the host, held until
+/// they are freed: a backend that frees them early (a GPU's, once copied;
+/// the CPU's, once H is made) drops it then, so that their bytes are back
+/// in the budget before its `prove_start` returns. Clones of a witness
+/// share it: it goes with the last.
+#[derive(Clone, Default)]
+pub struct AbcHold(Option<Arc<dyn Send + Sync>>);
+
+impl AbcHold {
+    pub fn new(held: impl Send + Sync + 'static) -> Self {
+        Self(Some(Arc::new(held)))
+    }
+}
+
+impl std::fmt::Debug for AbcHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "AbcHold(held)" } else { "AbcHold(none)" })
+    }
 }
 
 /// A witness's a, b and c: evaluated on the host, or still to be computed
@@ -262,6 +285,7 @@ impl Default for Recorder {
                 a_aux_density: Density::default(),
                 b_input_density: Density::default(),
                 b_aux_density: Density::default(),
+                abc_hold: AbcHold::default(),
             },
             abc: Default::default(),
             namespace: Vec::new(),

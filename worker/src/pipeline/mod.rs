@@ -33,6 +33,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, ProductsPlacement};
+use crate::groth16::AbcHold;
 pub use crate::groth16::{AbcFrom, SynthesisFn, WitnessCheck};
 use crate::groth16::{Blinding, PendingProof, ProveError, ProvingKey, Synthesized};
 use crate::telemetry::labels::FailureReason;
@@ -172,10 +173,11 @@ struct Attempt {
     products: Option<ProductsPlacement>,
 }
 
-/// A synthesized partition in the GPU queue, its buffers under guard.
+/// A synthesized partition in the GPU queue, its buffers under guard (a,
+/// b and c's in the witness, [`Synthesized::abc_hold`], for the backend to
+/// drop when it frees them).
 struct InGpuQueue {
     witness: Synthesized,
-    abc: BufferGuard,
     held: Held,
     stage: InStage,
     enqueued: Instant,
@@ -888,11 +890,12 @@ fn synthesize_partition(
     let density_bytes = (witness.a_aux_density.heap_bytes()
         + witness.b_aux_density.heap_bytes()
         + witness.b_input_density.heap_bytes()) as u64;
-    // The a/b/c part of the reservation goes with the a/b/c buffers; the rest
+    // The a/b/c part of the reservation goes with the a/b/c buffers, into
+    // the witness, for the backend to drop as it frees them; the rest
     // (assignment, density, working memory) with the assignment. The witness
     // leaves `synth` as these take it over: never counted twice.
     drop(synth);
-    let abc = s.ledger.guard(BufferClass::Abc, abc_bytes, abc_reserved);
+    witness.abc_hold = AbcHold::new(s.ledger.guard(BufferClass::Abc, abc_bytes, abc_reserved));
     let held = Held {
         _aux: s.ledger.guard(BufferClass::Aux, vars * 32, Some(reservation)),
         _density: s.ledger.guard(BufferClass::Density, density_bytes, None),
@@ -901,7 +904,7 @@ fn synthesize_partition(
     job.set_stage(index, Stage::GpuQueue);
     transition(s, job.id, index, "synthesis end");
     let stage = InStage::enter(s, Stage::GpuQueue);
-    let item = InGpuQueue { ticket, witness, abc, held, stage, enqueued: Instant::now(), attempt };
+    let item = InGpuQueue { ticket, witness, held, stage, enqueued: Instant::now(), attempt };
     // Rule 1: the permit is held while this blocks on a full queue, so at most
     // `partition_permits` synthesized partitions wait in front of it. (Dropping
     // the permit before this send would let every synthesis thread stack its
@@ -930,11 +933,11 @@ fn gpu_worker(s: &Arc<Shared>, device: Arc<Device>) {
             Err(_) => return,
         };
         s.note_gpu_queue();
-        let InGpuQueue { ticket, witness, abc, held, stage, enqueued, attempt } = item;
+        let InGpuQueue { ticket, witness, held, stage, enqueued, attempt } = item;
         drop(stage);
         let (job, index) = (ticket.job.clone(), ticket.index);
         if let Some(why) = last_out {
-            drop((witness, abc, held));
+            drop((witness, held));
             ticket.fail(FailureReason::Backend, why);
             continue;
         }
@@ -952,7 +955,9 @@ fn gpu_worker(s: &Arc<Shared>, device: Arc<Device>) {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| backend.prove_start(&job.key, witness)));
         let secs = t.elapsed().as_secs_f64();
         thread_busy.inc_by(secs);
-        drop((abc, on_gpu)); // a/b/c are gone once prove_start returns
+        // a/b/c are gone once prove_start returns (its backend may have
+        // freed them, and dropped their guard, sooner).
+        drop(on_gpu);
         s.metrics.stage_duration.with_label_values(&[&job.circuit, Stage::ProveStart.name()]).observe(secs);
         job.record(index, |t| t.prove_start = Some(secs));
         transition(s, job.id, index, "abc freed");

@@ -510,6 +510,43 @@ fn a_b_and_c_computed_on_the_host_are_reserved_after_the_witness() {
     assert_all_released(&e);
 }
 
+/// Frees a, b and c's accounting at once (as a GPU backend does once they
+/// are copied), noting the bytes reserved and a, b, c's gauge before and after.
+struct FreesAbcEarly(Arc<Metrics>, Mutex<Vec<(i64, i64)>>);
+
+impl Backend for FreesAbcEarly {
+    fn name(&self) -> &str {
+        "frees-abc-early"
+    }
+    fn prove_start(&self, key: &ProvingKey, mut w: Synthesized) -> Result<PendingProof, ProveError> {
+        let m = &self.0;
+        let abc_bytes = || m.buffer_bytes.with_label_values(&["abc"]).get();
+        let before = (m.memory_reserved_bytes.get(), abc_bytes());
+        drop(std::mem::take(&mut w.abc_hold));
+        let after = (m.memory_reserved_bytes.get(), abc_bytes());
+        self.1.lock().unwrap().extend([before, after]);
+        CpuBackend.prove_start(key, w)
+    }
+}
+
+/// a, b and c's reservation and gauge ride in the witness to the backend,
+/// which gives them back when it frees them, not when its prove_start ends.
+#[test]
+fn a_backend_gives_a_b_and_c_back_when_it_frees_them() {
+    let metrics = Arc::new(Metrics::new());
+    let backend = Arc::new(FreesAbcEarly(metrics.clone(), Mutex::default()));
+    let e = Engine::start(PipelineConfig::default(), vec![backend.clone()], metrics).unwrap();
+    let st = e.wait(e.submit(job(vec![partition(1)])).unwrap(), None).unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Succeeded), "{:?}", st.error);
+    verify_all(&st);
+    let seen = backend.1.lock().unwrap().clone();
+    let fp = e.footprint(&key());
+    let [(reserved, abc), (reserved_after, abc_after)] = seen[..] else { panic!("{seen:?}") };
+    assert_eq!((reserved - reserved_after, abc_after), (fp.abc as i64, 0), "{seen:?}");
+    assert!(abc > 0, "{seen:?}");
+    assert_all_released(&e);
+}
+
 /// A partition in synthesis counts in the `synth` gauge at the witness it
 /// will hold (its vectors grow where no buffer sees them), and not after.
 #[test]

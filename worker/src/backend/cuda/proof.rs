@@ -17,7 +17,7 @@ use provd_kernels::{
 };
 
 use super::copy_plan::{
-    copy_ahead, page_lock, upload_abc, upload_aux, Ahead, AssignmentOnDevice, Prepared, Vectors,
+    copy_ahead, page_lock, upload_abc, upload_aux, Ahead, AssignmentOnDevice, Freeing, Prepared, Vectors,
 };
 use super::device_key::{h_order, DeviceKey, Large};
 use super::h_chain::{quotient_on_device, Held, Quotient};
@@ -43,7 +43,7 @@ impl CudaBackend {
     /// on the device.
     pub(super) fn start(&self, key: &ProvingKey, witness: Synthesized) -> Result<PendingProof, ProveError> {
         let log_n = key.domain_size().trailing_zeros();
-        let (abc, asg, a_aux_density) = split(witness);
+        let (abc, abc_hold, asg, a_aux_density) = split(witness);
         // The inputs' subset in B is a handful of scalars: filtered here.
         let b_in = filter(&asg.input, &asg.b_input_density);
         let wall = Instant::now();
@@ -115,6 +115,7 @@ impl CudaBackend {
                 quotient_on_device(&self.gpu, &lane, ntts, key.reduction, log_n, vectors, &host_aux, held)
             })
             .map_err(backend_error)?;
+        let freeing = Freeing::start(spent, abc_hold);
         let large = match &resident.bases.large {
             Large::OnDevice(q) => Queries::OnDevice {
                 h: &q.h,
@@ -160,7 +161,8 @@ impl CudaBackend {
         // Naming the bad constraint re-runs the circuit: not while holding the device.
         drop(state);
         // Copied long ago; unlocked and freed now that the device is free.
-        drop((spent, host_aux));
+        drop(host_aux);
+        freeing.wait();
         if let Some(products) = unsatisfied {
             return Err(products.unsatisfied());
         }

@@ -121,6 +121,7 @@ impl CircomCircuit {
             a_aux_density: Density::full(aux_len),
             b_input_density: Density::full(input.len()),
             b_aux_density: Density::full(aux_len),
+            abc_hold: Default::default(),
         })
     }
 
