@@ -176,6 +176,12 @@ impl ShapeStream {
             let h = metrics.stage_duration.with_label_values(&[&self.circuit, s.name()]);
             h.get_sample_sum() / (h.get_sample_count().max(1) as f64)
         };
+        // Where partitions waited: `products` is the wait for the memory of
+        // the a, b and c the host computes after the witness.
+        let wait = |queue: &str| {
+            let h = metrics.partition_wait.with_label_values(&[Priority::Normal.name(), queue]);
+            h.get_sample_sum() / (h.get_sample_count().max(1) as f64)
+        };
         let gib = |b: f64| b / (1u64 << 30) as f64;
         println!(
             "the engine, {} sectors at once, {} permits, {} partitions in prove_start at once a backend ({NOT_PROOFS}):",
@@ -232,6 +238,9 @@ impl ShapeStream {
         for s in Stage::IN_PIPELINE {
             rows.push(vec![format!("mean {} s", s.name()), format!("{:.2}", stage(s))]);
         }
+        for q in WAITS {
+            rows.push(vec![format!("mean wait in the {q} queue, s"), format!("{:.2}", wait(q))]);
+        }
         print_table(&["what", "measured"], &rows);
         Ok(json!({
             "timing_only": NOT_PROOFS,
@@ -256,9 +265,13 @@ impl ShapeStream {
             "memory_budget_bytes": metrics.memory_budget_bytes.get(),
             "memory_limit_bytes": metrics.memory_limit_bytes.get(),
             "mean_stage_s": Stage::IN_PIPELINE.iter().map(|s| (s.name(), stage(*s))).collect::<std::collections::BTreeMap<_, _>>(),
+            "mean_wait_s": WAITS.iter().map(|q| (*q, wait(q))).collect::<std::collections::BTreeMap<_, _>>(),
         }))
     }
 }
+
+/// The queues a partition waits in (`provd_partition_wait_seconds`).
+const WAITS: [&str; 4] = ["admission", "products", "gpu", "finalize"];
 
 /// Seconds since the Unix epoch, now.
 fn unix_seconds() -> f64 {
