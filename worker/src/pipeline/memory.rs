@@ -120,21 +120,27 @@ impl Budget {
     /// queue (received witnesses) keeps room for a partition, so that it
     /// never starves the partitions whose end would free it.
     pub fn try_reserve(self: &Arc<Self>, bytes: u64, keep_free: u64) -> Option<Reservation> {
-        self.try_reserve_promising(bytes, 0, keep_free).map(|(now, _)| now)
+        self.try_reserve_promising(bytes, 0, keep_free, Promised::LeaveFree).map(|(now, _)| now)
     }
 
     /// As [`Budget::try_reserve`], and promises `later` bytes more, to be
     /// reserved by [`Promise::redeem`]: `bytes` are reserved only if
     /// `later` would fit beside them too, and from then on everything else
-    /// leaves the largest promise free.
+    /// leaves the largest promise free (unless `promised` says it may take
+    /// it, and it asks for no promise of its own).
     pub fn try_reserve_promising(
         self: &Arc<Self>,
         bytes: u64,
         later: u64,
         keep_free: u64,
+        promised: Promised,
     ) -> Option<(Reservation, Promise)> {
         let mut held = self.lock();
-        if held.reserved + bytes + keep_free + later.max(held.largest_promise()) > self.total {
+        let leave = match (promised, later) {
+            (Promised::MayTake, 0) => 0,
+            _ => later.max(held.largest_promise()),
+        };
+        if held.reserved + bytes + keep_free + leave > self.total {
             return None;
         }
         held.reserved += bytes;
@@ -175,6 +181,17 @@ impl Budget {
             }
         }
     }
+}
+
+/// Whether a reservation may take memory promised to partitions begun.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Promised {
+    /// Leave the largest promise free.
+    LeaveFree,
+    /// Take it, if need be: for critical work that needs nothing more to
+    /// finish (so the promise is kept once it ends), which then never waits
+    /// for another partition's a, b and c to be freed.
+    MayTake,
 }
 
 /// Bytes a partition was promised at admission, reserved when it needs
@@ -366,15 +383,23 @@ mod tests {
     fn what_is_reserved_later_leaves_the_largest_promise_free() {
         let metrics = Arc::new(Metrics::new());
         let budget = Budget::new(100, metrics.clone());
-        assert!(budget.try_reserve_promising(10, 91, 0).is_none(), "10 now and 91 later exceed 100");
-        let (first, promise) = budget.try_reserve_promising(10, 30, 0).unwrap();
-        let (second, other) = budget.try_reserve_promising(10, 30, 0).unwrap();
+        let leave = Promised::LeaveFree;
+        assert!(budget.try_reserve_promising(10, 91, 0, leave).is_none(), "10 now and 91 later exceed 100");
+        let (first, promise) = budget.try_reserve_promising(10, 30, 0, leave).unwrap();
+        let (second, other) = budget.try_reserve_promising(10, 30, 0, leave).unwrap();
         assert_eq!((budget.reserved(), budget.promised(), metrics.memory_promised_bytes.get()), (20, 60, 60));
         // The largest promise is left free, not their sum: one is kept at a
         // time, and its memory comes back before the next is needed.
         assert!(budget.try_reserve(51, 0).is_none(), "20 + 51 leaves less than 30");
         let third = budget.try_reserve(50, 0).unwrap();
         assert!(budget.reserve_resident(1).is_none(), "keys leave it free too");
+        // Critical work that needs nothing later may take it.
+        let critical = budget.try_reserve_promising(5, 0, 0, Promised::MayTake).map(|(r, _)| r).unwrap();
+        assert!(
+            budget.try_reserve_promising(1, 1, 0, Promised::MayTake).is_none(),
+            "not with a promise of its own"
+        );
+        drop(critical);
         let kept = promise.redeem(0, Duration::from_millis(1), || false).expect("30 fit beside 70");
         assert_eq!((budget.reserved(), budget.promised()), (100, 30));
         drop(other);
@@ -386,7 +411,7 @@ mod tests {
     #[test]
     fn a_promise_is_kept_once_memory_is_released_or_given_up() {
         let budget = Budget::new(100, Arc::new(Metrics::new()));
-        let (witness, promise) = budget.try_reserve_promising(20, 40, 0).unwrap();
+        let (witness, promise) = budget.try_reserve_promising(20, 40, 0, Promised::LeaveFree).unwrap();
         // Taken by a partition that reserved before the promise was made.
         let mut held = Reservation { budget: budget.clone(), bytes: 70, resident: false };
         budget.lock().reserved += 70;
@@ -396,7 +421,7 @@ mod tests {
         drop(held.split(40)); // 50 reserved: 40 fit with 10 kept free
         let kept = waiting.join().unwrap().expect("kept once released");
         assert_eq!((kept.bytes(), budget.reserved(), budget.promised()), (40, 90, 0));
-        let (_more, promise) = budget.try_reserve_promising(0, 10, 0).unwrap();
+        let (_more, promise) = budget.try_reserve_promising(0, 10, 0, Promised::LeaveFree).unwrap();
         let stop = std::sync::atomic::AtomicBool::new(false);
         let gave_up = std::thread::scope(|s| {
             let waiting =

@@ -49,7 +49,7 @@ pub use job::{
 };
 use job::{Job, Ticket};
 use lanes::{Handoff, Ranked, RecvError, Takes};
-use memory::{Budget, Reservation};
+use memory::{Budget, Promised, Reservation};
 use table::JobTable;
 
 /// Counts a partition in one stage for as long as it lives.
@@ -762,13 +762,18 @@ fn dispatch(s: &Arc<Shared>, takes: Takes) {
                 cancelled.extend(q.pop(takes));
                 continue;
             }
-            // Every class but critical leaves the critical lane's headroom free.
-            let keep_free = if priority == Priority::Critical { 0 } else { s.budget.headroom() };
+            // Every class but critical leaves the critical lane's headroom
+            // free, and the memory promised to partitions begun.
+            let (keep_free, promised) = match priority {
+                Priority::Critical => (0, Promised::MayTake),
+                _ => (s.budget.headroom(), Promised::LeaveFree),
+            };
             // The placement is fixed here, with the bytes reserved for it.
             let job = &next.ticket.job;
             let placement = next.attempt.products.unwrap_or_else(|| s.products(&job.key));
             let need = s.admission(&job.key, job.abc_from, placement);
-            if let Some(reserved) = s.budget.try_reserve_promising(need.now, need.later, keep_free) {
+            if let Some(reserved) = s.budget.try_reserve_promising(need.now, need.later, keep_free, promised)
+            {
                 let popped = q.pop(takes).map(|(p, mut item, waited)| {
                     item.attempt.products = Some(placement);
                     (p, item, waited, reserved)
@@ -829,7 +834,7 @@ fn synthesize_partition(
             let stop = || job.is_cancelled() || s.shutdown.load(Ordering::Acquire);
             let Some(r) = promise.redeem(keep_free, Duration::from_millis(200), stop) else {
                 // Cancelled: the guards go first, then the ticket ends it so.
-                drop((synth, in_stage, reservation, made));
+                drop((synth, in_stage, reservation, made, permit));
                 return;
             };
             waited = since.elapsed();
@@ -864,7 +869,7 @@ fn synthesize_partition(
     if job.is_cancelled() {
         // The reservation (an argument, so dropped after the ticket
         // otherwise) goes with the other guards, before the ticket.
-        drop((witness, synth, in_stage, reservation, abc_reserved));
+        drop((witness, synth, in_stage, reservation, abc_reserved, permit));
         return;
     }
     // a, b and c left to the device take no host memory: whatever part of
