@@ -94,6 +94,17 @@ pub struct BufferGuard {
     _reservation: Option<Reservation>,
 }
 
+impl BufferGuard {
+    /// Counts `bytes` more in the buffer (a witness in synthesis once the
+    /// a, b and c it computes next are reserved).
+    pub fn grow(&mut self, bytes: u64) {
+        let i = self.class.index();
+        self.ledger.bytes[i].fetch_add(bytes as i64, Ordering::AcqRel);
+        self.ledger.metrics.buffer_bytes.with_label_values(&[self.class.name()]).add(bytes as i64);
+        self.bytes += bytes;
+    }
+}
+
 impl std::fmt::Debug for BufferGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "BufferGuard({}, {} bytes)", self.class.name(), self.bytes)
@@ -124,6 +135,9 @@ mod tests {
         assert_eq!(ledger.bytes().abc, 128);
         assert_eq!(metrics.buffer_bytes.with_label_values(&["abc"]).get(), 128);
         drop(a);
+        let mut b = b;
+        b.grow(8);
+        assert_eq!((ledger.counts().abc, ledger.bytes().abc), (1, 40), "grown, still one buffer");
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
             let _b = b;
             panic!("a stage fails");

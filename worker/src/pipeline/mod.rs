@@ -814,8 +814,10 @@ fn synthesize_partition(
     let abc_reserved_bytes = if when == AbcReserved::Never { 0 } else { fp.abc };
     // A witness grows as it is synthesized, unseen by any buffer; counted
     // at what it will hold once done, so that the gauges cover the memory
-    // of partitions in synthesis (a 32 GiB partition's is ~4 GiB).
-    let synth = s.ledger.guard(BufferClass::Synth, fp.aux + fp.density + abc_reserved_bytes, None);
+    // of partitions in synthesis (a 32 GiB partition's is ~4 GiB): its a, b
+    // and c too once they are reserved.
+    let abc_in_synth = if when == AbcReserved::AtAdmission { fp.abc } else { 0 };
+    let mut synth = s.ledger.guard(BufferClass::Synth, fp.aux + fp.density + abc_in_synth, None);
     let in_stage = InStage::enter(s, Stage::Synthesis);
     job.set_stage(index, Stage::Synthesis);
     job.record(index, |t| {
@@ -838,6 +840,7 @@ fn synthesize_partition(
                 return;
             };
             waited = since.elapsed();
+            synth.grow(fp.abc);
             s.metrics
                 .partition_wait
                 .with_label_values(&[job.priority.name(), "products"])

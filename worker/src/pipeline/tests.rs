@@ -456,7 +456,7 @@ fn products_left_to_the_devices_reserve_no_host_bytes_for_a_b_and_c() {
 /// waits forever for memory another took), and nothing stays promised.
 #[test]
 fn a_b_and_c_computed_on_the_host_are_reserved_after_the_witness() {
-    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize};
     let fp = Footprint::of(&key());
     let rest = fp.total() - fp.abc;
     let budget = 2 * rest + fp.abc;
@@ -471,16 +471,20 @@ fn a_b_and_c_computed_on_the_host_are_reserved_after_the_witness() {
     let backend = Products::new(ProductsPlacement::Cpu, 0, metrics.clone());
     let e = Engine::start(config, vec![backend.clone()], metrics.clone()).unwrap();
     // The first two witnesses: the first waits (generously, for a loaded
-    // machine) until the second is being made beside it.
+    // machine) until the second is being made beside it. The second notes
+    // the synth gauge then: two witnesses, their a, b and c not reserved yet.
     let (making, met) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+    let synth_seen = Arc::new(AtomicI64::new(0));
     let witness = |seed: u64| -> SynthesisFn {
         let (making, met, inner) =
             (making.clone(), met.clone(), assigned(BenchCircuit::new(K, 2, Some(seed))));
+        let (metrics, synth_seen) = (metrics.clone(), synth_seen.clone());
         if seed >= 2 {
             return inner;
         }
         Arc::new(move || {
             if making.fetch_add(1, Ordering::AcqRel) > 0 {
+                synth_seen.store(metrics.buffer_bytes.with_label_values(&["synth"]).get(), Ordering::Release);
                 met.store(true, Ordering::Release);
             }
             let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -499,6 +503,8 @@ fn a_b_and_c_computed_on_the_host_are_reserved_after_the_witness() {
     verify_all(&st);
     assert_eq!(backend.counts(), (0, 6), "a, b and c computed on the host");
     assert!(met.load(Ordering::Acquire), "two witnesses were never made at once");
+    let witnesses = 2 * (fp.aux + fp.density) as i64;
+    assert_eq!(synth_seen.load(Ordering::Acquire), witnesses, "promised a, b and c are not in `synth` yet");
     assert!(e.budget().peak() <= budget, "peak {} > budget {budget}", e.budget().peak());
     // Each partition held its a, b and c when it reached the backend.
     for held in backend.reserved.lock().unwrap().iter() {
