@@ -59,6 +59,8 @@ export PROVD_BIN=${PROVD_BIN:-$PWD/$bundle/provd}
 echo "commit $(cat $bundle/COMMIT)" | tee "$OUT/machine.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee -a "$OUT/machine.txt"
 nproc | sed 's/^/cpus: /' | tee -a "$OUT/machine.txt"
+# Whether large host vectors get huge pages by default or only when asked (groth16::huge_pages).
+sed 's/^/transparent huge pages: /' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null | tee -a "$OUT/machine.txt" || true
 status=0
 # BALLAST=16GiB: every step runs beside `provd bench ballast`, which takes all of GPU 0's memory but
 # that much (a smaller card's, physically: nothing can quietly use more); it ends with this script.

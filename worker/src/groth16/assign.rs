@@ -116,6 +116,8 @@ impl<C: Circuit<Scalar> + Send> Parts<C> {
             self.parts.into_par_iter().map(|p| witness_of(p, hint)).collect::<Result<_, _>>()?;
         input.reserve(pieces.iter().map(|(i, _)| i.len() - head_inputs.min(i.len())).sum());
         aux.reserve(pieces.iter().map(|(_, a)| a.len() - head_aux.min(a.len())).sum());
+        // The products gather from it at random.
+        super::huge_pages::advise_spare(&mut aux);
         // Each piece is dropped once appended: the peak is the whole
         // assignment and one piece more.
         for (k, (i, a)) in pieces.into_iter().enumerate() {

@@ -7,6 +7,7 @@ mod density;
 pub mod domain;
 mod error;
 pub(crate) mod fixed_base;
+pub mod huge_pages;
 pub mod key;
 pub mod keygen;
 pub mod matrices;

@@ -141,7 +141,9 @@ impl SparseMatrix {
     /// The matrix times the assignment, rows in parallel. Every column must
     /// be within `input` and `aux`.
     pub fn product(&self, input: &[Scalar], aux: &[Scalar]) -> Vec<Scalar> {
-        (0..self.rows()).into_par_iter().with_min_len(4096).map(|r| self.dot(r, input, aux)).collect()
+        let mut out = super::huge_pages::with_capacity(self.rows());
+        out.par_extend((0..self.rows()).into_par_iter().with_min_len(4096).map(|r| self.dot(r, input, aux)));
+        out
     }
 
     /// Whether every column is within `inputs` inputs and `aux` aux variables.
