@@ -8,7 +8,8 @@
 //! (the driver pins and unpins every page: 15.7 GB/s there), so they pay
 //! where they happen while the device is busy with something else: a
 //! streamed key's vectors are locked before the device lock and released
-//! after it.
+//! off the device's thread (a, b and c once copied, the aux assignment
+//! after the lock).
 
 use crate::device::{Gpu, Registration};
 use crate::field::DeviceField;

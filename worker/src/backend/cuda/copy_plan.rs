@@ -64,7 +64,7 @@ pub(super) enum Vector {
 
 impl Vector {
     /// On the device; a host vector is copied (on `lane`) and handed back,
-    /// spent, for the caller to free once it no longer holds the device.
+    /// spent, for the caller to free off the device's thread.
     pub fn on_device(self, lane: &CopyLane, log_n: u32) -> Result<(FrBuffer, Option<HostVector>), GpuError> {
         match self {
             Vector::Host(v) => Ok((FrBuffer::upload_padded_locked(lane, &v, log_n)?, Some(v))),

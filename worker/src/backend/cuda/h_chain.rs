@@ -30,10 +30,11 @@ pub(super) struct Quotient {
     /// H's scalars, in the order of the key's H bases on the device.
     pub h: FrBuffer,
     pub aux: Option<CudaSlice<FrRaw>>,
-    /// Copied, for the caller to drop once it has let go of the device:
-    /// unlocking and freeing one of a 32 GiB partition's (4 GiB) takes the
-    /// host a few hundred milliseconds, page by page, which the device
-    /// would otherwise wait through.
+    /// Copied, for the caller to free off the device's thread
+    /// ([`Freeing`](super::copy_plan::Freeing)): unlocking and freeing one
+    /// of a 32 GiB partition's (4 GiB) takes the host a few hundred
+    /// milliseconds, page by page, which the device would otherwise wait
+    /// through.
     pub spent: Vec<HostVector>,
 }
 

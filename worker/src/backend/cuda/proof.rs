@@ -160,7 +160,8 @@ impl CudaBackend {
         let (device_seconds, steps) = clock.into_parts();
         // Naming the bad constraint re-runs the circuit: not while holding the device.
         drop(state);
-        // Copied long ago; unlocked and freed now that the device is free.
+        // The aux assignment, copied long ago: unlocked now that the device
+        // is free. a, b and c were being freed meanwhile.
         drop(host_aux);
         freeing.wait();
         if let Some(products) = unsatisfied {
