@@ -5,9 +5,10 @@
 //! A partition whose a, b and c are computed on the host after its witness
 //! (the circuit's matrices times the assignment) reserves them only then:
 //! admission reserves the rest and *promises* them ([`Promise`]). Whatever
-//! is reserved afterwards leaves the largest promise free, so that once the
-//! partitions holding their a, b and c have gone on and freed them, every
-//! promise can be kept: no partition waits forever on memory that
+//! is reserved afterwards leaves the largest promise free (critical work
+//! that needs nothing later excepted, [`Promised::MayTake`]), so that once
+//! the partitions holding their a, b and c have gone on and freed them,
+//! every promise can be kept: no partition waits forever on memory that
 //! partitions begun after it took.
 
 use std::collections::BTreeMap;
