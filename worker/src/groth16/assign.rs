@@ -142,7 +142,10 @@ fn witness_of<C: Circuit<Scalar>>(
     circuit: C,
     (inputs, aux): (usize, usize),
 ) -> Result<(Vec<Scalar>, Vec<Scalar>), ProveError> {
-    let mut cs = WitnessOnly { input: Vec::with_capacity(inputs), aux: Vec::with_capacity(aux) };
+    // A part's aux variables fill hundreds of MiB at 32 GiB: on huge pages,
+    // a page fault every 2 MiB rather than every 4 KiB.
+    let mut cs =
+        WitnessOnly { input: Vec::with_capacity(inputs), aux: super::huge_pages::with_capacity(aux) };
     cs.alloc_input(|| "ONE", || Ok(Scalar::ONE)).map_err(ProveError::Synthesis)?;
     circuit.synthesize(&mut cs).map_err(ProveError::Synthesis)?;
     Ok((cs.input, cs.aux))
