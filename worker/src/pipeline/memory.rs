@@ -20,7 +20,7 @@ use crate::telemetry::metrics::Metrics;
 /// The memory budget and what is reserved against it.
 pub struct Budget {
     total: u64,
-    held: Mutex<Held>,
+    tally: Mutex<Tally>,
     /// Signalled whenever memory is released or a promise withdrawn.
     freed: Condvar,
     /// The part of `reserved` held by resident keys.
@@ -34,13 +34,13 @@ pub struct Budget {
 
 /// What is reserved, and what is promised to partitions already begun.
 #[derive(Default)]
-struct Held {
+struct Tally {
     reserved: u64,
     /// Promised sizes, with how many promises of each.
     promised: BTreeMap<u64, usize>,
 }
 
-impl Held {
+impl Tally {
     fn largest_promise(&self) -> u64 {
         self.promised.last_key_value().map_or(0, |(&bytes, _)| bytes)
     }
@@ -55,7 +55,7 @@ impl Budget {
         metrics.memory_budget_bytes.set(total as i64);
         Arc::new(Self {
             total,
-            held: Mutex::new(Held::default()),
+            tally: Mutex::new(Tally::default()),
             freed: Condvar::new(),
             resident: Default::default(),
             headroom: Default::default(),
@@ -77,8 +77,8 @@ impl Budget {
         self.lock().promised_bytes()
     }
 
-    fn lock(&self) -> MutexGuard<'_, Held> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Tally> {
+        self.tally.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Bytes held by resident keys (part of `reserved`).
@@ -101,13 +101,13 @@ impl Budget {
     /// beside what is promised. Partitions are admitted against what the
     /// keys leave.
     pub fn reserve_resident(self: &Arc<Self>, bytes: u64) -> Option<Reservation> {
-        let mut held = self.lock();
-        if held.reserved + bytes + held.largest_promise() > self.total {
+        let mut tally = self.lock();
+        if tally.reserved + bytes + tally.largest_promise() > self.total {
             return None;
         }
-        held.reserved += bytes;
+        tally.reserved += bytes;
         self.resident.fetch_add(bytes, std::sync::atomic::Ordering::AcqRel);
-        self.note_reserved(&held);
+        self.note_reserved(&tally);
         Some(Reservation { budget: self.clone(), bytes, resident: true })
     }
 
@@ -136,46 +136,46 @@ impl Budget {
         keep_free: u64,
         promised: Promised,
     ) -> Option<(Reservation, Promise)> {
-        let mut held = self.lock();
+        let mut tally = self.lock();
         let leave = match (promised, later) {
             (Promised::MayTake, 0) => 0,
-            _ => later.max(held.largest_promise()),
+            _ => later.max(tally.largest_promise()),
         };
-        if held.reserved + bytes + keep_free + leave > self.total {
+        if tally.reserved + bytes + keep_free + leave > self.total {
             return None;
         }
-        held.reserved += bytes;
+        tally.reserved += bytes;
         if later > 0 {
-            *held.promised.entry(later).or_default() += 1;
+            *tally.promised.entry(later).or_default() += 1;
         }
-        self.note_reserved(&held);
+        self.note_reserved(&tally);
         let now = Reservation { budget: self.clone(), bytes, resident: false };
         Some((now, Promise { budget: self.clone(), bytes: later }))
     }
 
     /// Updates the gauges and the peak after a reservation or a promise.
-    fn note_reserved(&self, held: &Held) {
-        let reserved = held.reserved;
+    fn note_reserved(&self, tally: &Tally) {
+        let reserved = tally.reserved;
         let peak = self.peak.fetch_max(reserved, std::sync::atomic::Ordering::AcqRel).max(reserved);
         self.metrics.memory_reserved_bytes.set(reserved as i64);
         self.metrics.memory_reserved_peak_bytes.set(peak as i64);
-        self.metrics.memory_promised_bytes.set(held.promised_bytes() as i64);
+        self.metrics.memory_promised_bytes.set(tally.promised_bytes() as i64);
     }
 
     fn release(&self, bytes: u64, resident: bool) {
-        let mut held = self.lock();
-        held.reserved -= bytes;
+        let mut tally = self.lock();
+        tally.reserved -= bytes;
         if resident {
             self.resident.fetch_sub(bytes, std::sync::atomic::Ordering::AcqRel);
         }
-        self.metrics.memory_reserved_bytes.set(held.reserved as i64);
-        drop(held);
+        self.metrics.memory_reserved_bytes.set(tally.reserved as i64);
+        drop(tally);
         self.freed.notify_all();
     }
 
     /// Withdraws one promise of `bytes` (kept or not).
-    fn withdraw(held: &mut Held, bytes: u64) {
-        if let std::collections::btree_map::Entry::Occupied(mut e) = held.promised.entry(bytes) {
+    fn withdraw(tally: &mut Tally, bytes: u64) {
+        if let std::collections::btree_map::Entry::Occupied(mut e) = tally.promised.entry(bytes) {
             *e.get_mut() -= 1;
             if *e.get() == 0 {
                 e.remove();
@@ -219,19 +219,19 @@ impl Promise {
         give_up: impl Fn() -> bool,
     ) -> Option<Reservation> {
         let budget = self.budget.clone();
-        let mut held = budget.lock();
+        let mut tally = budget.lock();
         loop {
-            if held.reserved + self.bytes + keep_free <= budget.total {
-                Budget::withdraw(&mut held, self.bytes);
-                held.reserved += self.bytes;
-                budget.note_reserved(&held);
+            if tally.reserved + self.bytes + keep_free <= budget.total {
+                Budget::withdraw(&mut tally, self.bytes);
+                tally.reserved += self.bytes;
+                budget.note_reserved(&tally);
                 let bytes = std::mem::take(&mut self.bytes);
                 return Some(Reservation { budget: budget.clone(), bytes, resident: false });
             }
             if give_up() {
                 return None;
             }
-            held = budget.freed.wait_timeout(held, poll).unwrap_or_else(|e| e.into_inner()).0;
+            tally = budget.freed.wait_timeout(tally, poll).unwrap_or_else(|e| e.into_inner()).0;
         }
     }
 }
@@ -239,10 +239,10 @@ impl Promise {
 impl Drop for Promise {
     fn drop(&mut self) {
         if self.bytes > 0 {
-            let mut held = self.budget.lock();
-            Budget::withdraw(&mut held, self.bytes);
-            self.budget.note_reserved(&held);
-            drop(held);
+            let mut tally = self.budget.lock();
+            Budget::withdraw(&mut tally, self.bytes);
+            self.budget.note_reserved(&tally);
+            drop(tally);
             self.budget.freed.notify_all();
         }
     }
@@ -288,7 +288,7 @@ impl Drop for Reservation {
 /// A received witness's bytes, held against the budget and counted in
 /// `provd_witness_bytes` from its arrival until its partition ends (the
 /// value lives in the partition's synthesis job, and so does this).
-#[must_use = "a held witness is released when dropped"]
+#[must_use = "a tally witness is released when dropped"]
 pub struct HeldWitness {
     reservation: Reservation,
     metrics: Arc<Metrics>,
@@ -412,17 +412,19 @@ mod tests {
     #[test]
     fn a_promise_is_kept_once_memory_is_released_or_given_up() {
         let budget = Budget::new(100, Arc::new(Metrics::new()));
-        let (witness, promise) = budget.try_reserve_promising(20, 40, 0, Promised::LeaveFree).unwrap();
-        // Taken by a partition that reserved before the promise was made.
-        let mut held = Reservation { budget: budget.clone(), bytes: 70, resident: false };
-        budget.lock().reserved += 70;
+        let leave = Promised::LeaveFree;
+        let (first, promise) = budget.try_reserve_promising(20, 40, 0, leave).unwrap();
+        let (second, other) = budget.try_reserve_promising(10, 40, 0, leave).unwrap();
+        // The second redeems first: a redemption ignores the other promises
+        // (they are kept once it is released), so the first now waits.
+        let mut taken = other.redeem(0, Duration::from_millis(1), || false).expect("30 + 40 fit");
         let waiting = std::thread::spawn(move || promise.redeem(10, Duration::from_millis(5), || false));
         std::thread::sleep(Duration::from_millis(50));
-        assert!(!waiting.is_finished(), "20 + 70 + 40 exceed 100");
-        drop(held.split(40)); // 50 reserved: 40 fit with 10 kept free
+        assert!(!waiting.is_finished(), "70 + 40 + 10 kept free exceed 100");
+        drop(taken.split(20)); // 50 reserved: 40 fit with 10 kept free
         let kept = waiting.join().unwrap().expect("kept once released");
         assert_eq!((kept.bytes(), budget.reserved(), budget.promised()), (40, 90, 0));
-        let (_more, promise) = budget.try_reserve_promising(0, 10, 0, Promised::LeaveFree).unwrap();
+        let (more, promise) = budget.try_reserve_promising(0, 10, 0, leave).unwrap();
         let stop = std::sync::atomic::AtomicBool::new(false);
         let gave_up = std::thread::scope(|s| {
             let waiting =
@@ -432,7 +434,7 @@ mod tests {
         });
         assert!(gave_up.is_none(), "10 never fit beside 90 with 1 kept free");
         assert_eq!(budget.promised(), 0, "withdrawn when given up");
-        drop((held, kept, witness));
+        drop((first, second, taken, kept, more));
         assert_eq!(budget.reserved(), 0);
     }
 

@@ -72,7 +72,8 @@ impl Drop for InStage {
 /// Estimated bytes of one partition of a circuit, by what frees them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Footprint {
-    /// a/b/c evaluations, padded to the domain: freed after the NTT stage.
+    /// a/b/c evaluations, padded to the domain: freed when the backend is
+    /// done with them (a GPU's once copied, the CPU's once H is made).
     pub abc: u64,
     /// Input and aux assignments.
     pub aux: u64,
