@@ -30,17 +30,22 @@ pub fn advise_spare<T>(v: &mut Vec<T>) {
     advise(v.as_mut_ptr().wrapping_add(v.len()).cast(), spare);
 }
 
+/// Huge pages' size on x86-64 and (with 4 KiB base pages) aarch64.
+const HUGE: usize = 2 << 20;
+
+/// The whole huge pages within `bytes` from `start`, if any.
+fn huge_pages_within(start: usize, bytes: usize) -> Option<std::ops::Range<usize>> {
+    let begin = start.next_multiple_of(HUGE);
+    let end = (start + bytes) / HUGE * HUGE;
+    (begin < end).then_some(begin..end)
+}
+
 #[cfg(target_os = "linux")]
 fn advise(start: *mut u8, bytes: usize) {
-    const HUGE: usize = 2 << 20;
-    let begin = (start as usize).next_multiple_of(HUGE);
-    let end = (start as usize + bytes) / HUGE * HUGE;
-    if end <= begin {
-        return;
-    }
-    // SAFETY: [begin, end) lies inside the vector's allocation, which this
+    let Some(pages) = huge_pages_within(start as usize, bytes) else { return };
+    // SAFETY: the range lies inside the vector's allocation, which this
     // function's caller owns; the advice changes no contents.
-    let r = unsafe { libc::madvise(begin as *mut libc::c_void, end - begin, libc::MADV_HUGEPAGE) };
+    let r = unsafe { libc::madvise(pages.start as *mut libc::c_void, pages.len(), libc::MADV_HUGEPAGE) };
     if r != 0 {
         tracing::debug!(error = %std::io::Error::last_os_error(), "huge pages not given for a large vector");
     }
@@ -53,7 +58,28 @@ fn advise(_: *mut u8, _: usize) {}
 mod tests {
     use super::*;
 
-    /// The advice changes nothing a vector holds, whatever its size.
+    /// Only whole huge pages inside the spare capacity are advised: never
+    /// a byte outside the allocation, nothing where none fits.
+    #[test]
+    fn only_whole_huge_pages_within_are_advised() {
+        let mib = 1 << 20;
+        assert_eq!(huge_pages_within(0, 8 * mib), Some(0..8 * mib));
+        assert_eq!(
+            huge_pages_within(mib, 8 * mib),
+            Some(2 * mib..8 * mib),
+            "the first and last partial pages left"
+        );
+        assert_eq!(huge_pages_within(mib, 3 * mib), Some(2 * mib..4 * mib));
+        assert_eq!(huge_pages_within(mib, 2 * mib), None, "no whole page inside");
+        assert_eq!(
+            huge_pages_within(3 * mib + 1, 2 * mib),
+            None,
+            "unaligned: one page's worth, no whole page"
+        );
+    }
+
+    /// Vectors asked for huge pages, before and after some of them is
+    /// filled, have the room asked for and keep what they hold.
     #[test]
     fn advised_vectors_hold_what_is_put_in_them() {
         for n in [0, 1, 1000, (64 << 20) / 8 + 3] {
