@@ -26,7 +26,7 @@ use crate::circuits::filecoin::{PorepCircuit, WitnessPass};
 use crate::groth16::synthesis::{Evaluations, Products};
 use crate::groth16::{AbcFrom, Matrices, ProvingKey, SynthesisFn, WitnessCheck};
 use crate::pipeline::{Door, Engine, JobSpec, Outcome, PipelineConfig};
-use crate::telemetry::labels::{BufferClass, Priority, Stage};
+use crate::telemetry::labels::{BufferClass, Priority, Stage, WaitQueue};
 use crate::telemetry::memory::rss_bytes;
 use crate::telemetry::metrics::Metrics;
 
@@ -178,8 +178,8 @@ impl ShapeStream {
         };
         // Where partitions waited: `products` is the wait for the memory of
         // the a, b and c the host computes after the witness.
-        let wait = |queue: &str| {
-            let h = metrics.partition_wait.with_label_values(&[Priority::Normal.name(), queue]);
+        let wait = |queue: WaitQueue| {
+            let h = metrics.partition_wait.with_label_values(&[Priority::Normal.name(), queue.name()]);
             h.get_sample_sum() / (h.get_sample_count().max(1) as f64)
         };
         let gib = |b: f64| b / (1u64 << 30) as f64;
@@ -238,8 +238,8 @@ impl ShapeStream {
         for s in Stage::IN_PIPELINE {
             rows.push(vec![format!("mean {} s", s.name()), format!("{:.2}", stage(s))]);
         }
-        for q in WAITS {
-            rows.push(vec![format!("mean wait in the {q} queue, s"), format!("{:.2}", wait(q))]);
+        for q in WaitQueue::ALL {
+            rows.push(vec![format!("mean wait in the {} queue, s", q.name()), format!("{:.2}", wait(q))]);
         }
         print_table(&["what", "measured"], &rows);
         Ok(json!({
@@ -265,13 +265,10 @@ impl ShapeStream {
             "memory_budget_bytes": metrics.memory_budget_bytes.get(),
             "memory_limit_bytes": metrics.memory_limit_bytes.get(),
             "mean_stage_s": Stage::IN_PIPELINE.iter().map(|s| (s.name(), stage(*s))).collect::<std::collections::BTreeMap<_, _>>(),
-            "mean_wait_s": WAITS.iter().map(|q| (*q, wait(q))).collect::<std::collections::BTreeMap<_, _>>(),
+            "mean_wait_s": WaitQueue::ALL.iter().map(|q| (q.name(), wait(*q))).collect::<std::collections::BTreeMap<_, _>>(),
         }))
     }
 }
-
-/// The queues a partition waits in (`provd_partition_wait_seconds`).
-const WAITS: [&str; 4] = ["admission", "products", "gpu", "finalize"];
 
 /// Seconds since the Unix epoch, now.
 fn unix_seconds() -> f64 {

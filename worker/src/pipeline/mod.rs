@@ -36,8 +36,8 @@ use crate::backend::{Backend, ProductsPlacement};
 use crate::groth16::AbcHold;
 pub use crate::groth16::{AbcFrom, SynthesisFn, WitnessCheck};
 use crate::groth16::{Blinding, PendingProof, ProveError, ProvingKey, Synthesized};
-use crate::telemetry::labels::FailureReason;
 pub use crate::telemetry::labels::{Door, Outcome, Priority, Stage};
+use crate::telemetry::labels::{FailureReason, WaitQueue};
 use crate::telemetry::Metrics;
 use buffers::{BufferClass, BufferGuard, Ledger};
 pub use config::{MemoryBudget, PipelineConfig};
@@ -791,7 +791,7 @@ fn dispatch(s: &Arc<Shared>, takes: Takes) {
         let Some((priority, next, waited, (reservation, promise))) = admitted else { continue };
         s.metrics
             .partition_wait
-            .with_label_values(&[priority.name(), "admission"])
+            .with_label_values(&[priority.name(), WaitQueue::Admission.name()])
             .observe(waited.as_secs_f64());
         let pool = if priority == Priority::Critical { &s.critical_pool } else { &s.synthesis_pool };
         let s2 = s.clone();
@@ -844,7 +844,7 @@ fn synthesize_partition(
             synth.grow(fp.abc);
             s.metrics
                 .partition_wait
-                .with_label_values(&[job.priority.name(), "products"])
+                .with_label_values(&[job.priority.name(), WaitQueue::Products.name()])
                 .observe(waited.as_secs_f64());
             transition(s, job.id, index, "a, b, c reserved");
             r
@@ -952,7 +952,7 @@ fn gpu_worker(s: &Arc<Shared>, device: Arc<Device>) {
         }
         let waited = enqueued.elapsed().as_secs_f64();
         s.metrics.stage_duration.with_label_values(&[&job.circuit, Stage::GpuQueue.name()]).observe(waited);
-        s.metrics.partition_wait.with_label_values(&[priority.name(), "gpu"]).observe(waited);
+        s.metrics.partition_wait.with_label_values(&[priority.name(), WaitQueue::Gpu.name()]).observe(waited);
         job.record(index, |t| t.gpu_queue = Some(waited));
         if job.is_cancelled() {
             continue; // dropping the item frees its buffers and memory
@@ -1092,7 +1092,7 @@ fn finalizer(s: &Shared, takes: Takes) {
             Ok((priority, item, waited)) => {
                 s.metrics
                     .partition_wait
-                    .with_label_values(&[priority.name(), "finalize"])
+                    .with_label_values(&[priority.name(), WaitQueue::Finalize.name()])
                     .observe(waited.as_secs_f64());
                 finish_partition(s, item)
             }

@@ -172,6 +172,33 @@ impl Priority {
     }
 }
 
+/// Where a partition waits, the `queue` label of
+/// `provd_partition_wait_seconds`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitQueue {
+    /// For a permit and its memory, before synthesis.
+    Admission,
+    /// For the memory of the a, b and c the host computes after the witness.
+    Products,
+    /// For a GPU worker.
+    Gpu,
+    /// For a finalize thread.
+    Finalize,
+}
+
+impl WaitQueue {
+    pub const ALL: [WaitQueue; 4] = [Self::Admission, Self::Products, Self::Gpu, Self::Finalize];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Admission => "admission",
+            Self::Products => "products",
+            Self::Gpu => "gpu",
+            Self::Finalize => "finalize",
+        }
+    }
+}
+
 /// The front door a job came through: its job document's `door`, and the
 /// label of `provd_requests_total`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
