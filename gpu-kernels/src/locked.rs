@@ -67,4 +67,10 @@ impl<V> PageLocked<V> {
     pub fn data(&self) -> &V {
         &self.data
     }
+
+    /// `data` to write in place, between copies (each is complete when its
+    /// call returns); locked or not, the pages stay where they are.
+    pub fn data_mut(&mut self) -> &mut V {
+        &mut self.data
+    }
 }

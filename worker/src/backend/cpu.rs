@@ -2,7 +2,7 @@
 
 use crate::groth16::domain::Domain;
 use crate::groth16::prover::{split, PendingProof};
-use crate::groth16::{ProveError, ProvingKey, Synthesized};
+use crate::groth16::{HostProducts, ProveError, ProvingKey, Synthesized};
 
 use super::Backend;
 
@@ -19,7 +19,8 @@ impl Backend for CpuBackend {
         key.check_matches(&witness)?;
         let domain = Domain::for_constraints(witness.num_constraints(), key.reduction.root())?;
         let (abc, abc_hold, assignment, a_aux_density) = split(witness);
-        let [a, b, c] = abc.on_host(&assignment.input, &assignment.aux)?;
+        // The quotient holds the three at once: c left as a·b is made here.
+        let [a, b, c] = abc.on_host(&assignment.input, &assignment.aux, HostProducts::Abc)?.into_abc();
         let h = key.reduction.quotient(&domain, a, b, c);
         // a, b and c are H now.
         drop(abc_hold);

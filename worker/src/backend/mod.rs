@@ -12,7 +12,7 @@ pub use cpu::CpuBackend;
 pub use cuda::{CudaBackend, KeyResidency, ResidentKey};
 
 use crate::groth16::prover::{Blinding, Finished, PendingProof};
-use crate::groth16::{synthesize, Proof, ProveError, ProvingKey, Synthesized};
+use crate::groth16::{synthesize, HostProducts, Proof, ProveError, ProvingKey, Synthesized};
 
 /// A proving backend: the CPU, or one CUDA device.
 pub trait Backend: Send + Sync {
@@ -81,6 +81,13 @@ pub trait Backend: Send + Sync {
     /// `prove_start`.
     fn products(&self, _key: &ProvingKey) -> ProductsPlacement {
         ProductsPlacement::Cpu
+    }
+
+    /// What this backend takes of a, b and c computed on the host from
+    /// recorded matrices: all three, checked (the CPU's quotient holds
+    /// them at once), or a and b alone, c left for it to make as a·b.
+    fn host_products(&self) -> HostProducts {
+        HostProducts::Abc
     }
 }
 
@@ -251,12 +258,13 @@ pub enum ProductsPlacement {
 impl ProductsPlacement {
     /// `witness` as a backend with this placement takes it: a, b and c that
     /// are still products of recorded matrices are computed here, on the
-    /// host's cores (and checked), unless the backend computes them on its
-    /// device. Called at the end of synthesis.
-    pub fn ready(self, witness: Synthesized) -> Result<Synthesized, ProveError> {
+    /// host's cores, as `host` says (all three, checked, or a and b alone),
+    /// unless the backend computes them on its device. Called at the end of
+    /// synthesis.
+    pub fn ready(self, witness: Synthesized, host: HostProducts) -> Result<Synthesized, ProveError> {
         match self {
             ProductsPlacement::Gpu => Ok(witness),
-            ProductsPlacement::Cpu => witness.evaluated(),
+            ProductsPlacement::Cpu => witness.evaluated_as(host),
         }
     }
 }

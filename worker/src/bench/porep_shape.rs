@@ -11,7 +11,9 @@
 //!   whole circuit on one thread as storage-proofs runs it, checked to be
 //!   the same assignment value for value;
 //! - a, b and c by sparse products on the host (what `gpu.products = "cpu"`
-//!   does; a GPU worker computes them on its device);
+//!   does; a GPU worker computes them on its device, and where it has no
+//!   room for the matrices, takes a and b alone from the host and makes c
+//!   as a·b: [`HostProducts::Ab`]);
 //! - with `--prove-runs`, the partition proved on the backend under a
 //!   timing key of the circuit's shape, each step's wall and device time,
 //!   with a, b and c where the service computes them (`--products`: on the
@@ -44,6 +46,7 @@ use crate::groth16::domain::{Domain, TwoAdicRoot};
 use crate::groth16::matrix_store::{MatrixStore, Origin};
 use crate::groth16::synthesis::{Evaluations, Products};
 use crate::groth16::{Blinding, Matrices, ProvingKey, Reduction, StepTime, Synthesized, VerifyingKey};
+use crate::groth16::{HostAbc, HostProducts};
 use blstrs::{G1Projective, G2Projective};
 
 pub struct PorepShapeBench {
@@ -178,8 +181,28 @@ impl PorepShapeBench {
             }
             false => None,
         };
-        let (abc, products) = measure("a, b and c by sparse products on the host", || {
-            Ok(matrices.products(&parted.input_assignment, &parted.aux_assignment))
+        // As the backend takes them from the host: a and b alone where it
+        // makes c as a·b itself (a GPU's).
+        let host = backend.host_products();
+        let (what, note) = match host {
+            HostProducts::Abc => ("a, b and c by sparse products on the host", "3 sparse products"),
+            HostProducts::Ab => {
+                ("a and b by sparse products on the host", "2 sparse products (c left as a*b)")
+            }
+        };
+        let (abc, products) = measure(what, || {
+            let (input, aux) = (&parted.input_assignment, &parted.aux_assignment);
+            // Not checked: the witness is random.
+            Ok(match host {
+                HostProducts::Abc => {
+                    let [a, b, c] = matrices.products(input, aux);
+                    HostAbc { a, b, c: Some(c) }
+                }
+                HostProducts::Ab => {
+                    let [a, b] = matrices.products_ab(input, aux);
+                    HostAbc { a, b, c: None }
+                }
+            })
         })?;
         let assignment_bytes = ((parted.input_assignment.len() + parted.aux_assignment.len()) * 32) as u64;
         let census = ScalarCensus::of(&parted);
@@ -205,10 +228,7 @@ impl PorepShapeBench {
                         drop(abc);
                         Evaluations::Products(Products::time_only(matrices.clone()))
                     }
-                    ProductsPlacement::Cpu => {
-                        let [a, b, c] = abc;
-                        Evaluations::Host { a, b, c }
-                    }
+                    ProductsPlacement::Cpu => Evaluations::Host(abc),
                 };
                 (prove_steps(backend, key, witness, runs)?, Some(placement))
             }
@@ -257,7 +277,7 @@ impl PorepShapeBench {
                 format!("{:.1}x the time in parts; the same assignment", whole.wall_s / parts.wall_s),
             ));
         }
-        rows.push(row("a, b, c on the host", &products, "3 sparse products".into()));
+        rows.push(row("a, b, c on the host", &products, note.into()));
         println!("{:?} at its real shape, on {cores} cores (measured in this run):", self.proof);
         print_table(&["piece", "wall s", "cores busy", "peak RSS above GiB", "note"], &rows);
 

@@ -78,7 +78,9 @@ impl ProveBench {
             let t = Instant::now();
             // a, b and c by sparse products: here, or on the device where the
             // backend computes them there (a step of `prove_start` then)
-            let w = backend.products(key).ready(matrices.assign(self.circuit.circuit(seed))?)?;
+            let w = backend
+                .products(key)
+                .ready(matrices.assign(self.circuit.circuit(seed))?, backend.host_products())?;
             let t_synth = t.elapsed();
             let public = w.public_inputs().to_vec();
             let pending = backend.prove_start(key, w)?;

@@ -96,6 +96,22 @@ impl Matrices {
             rayon::join(|| product(&self.a), || rayon::join(|| product(&self.b), || product(&self.c)));
         [a, b, c]
     }
+
+    /// A and B times the assignment, rows in parallel: a and b, c left as
+    /// a·b ([`HostProducts::Ab`](super::synthesis::HostProducts::Ab)).
+    pub fn products_ab(&self, input: &[Scalar], aux: &[Scalar]) -> [Vec<Scalar>; 2] {
+        let (a, b) = rayon::join(|| self.a.product(input, aux), || self.b.product(input, aux));
+        [a, b]
+    }
+
+    /// The first constraint whose a·b = c does not hold at the assignment,
+    /// every row's three products evaluated in parallel and none kept.
+    pub fn first_unsatisfied(&self, input: &[Scalar], aux: &[Scalar]) -> Option<usize> {
+        use rayon::prelude::*;
+        (0..self.num_constraints()).into_par_iter().with_min_len(4096).find_first(|&r| {
+            self.a.dot(r, input, aux) * self.b.dot(r, input, aux) != self.c.dot(r, input, aux)
+        })
+    }
 }
 
 /// A linear combination's terms as matrix columns.
@@ -236,16 +252,14 @@ impl<S: RowSink> ConstraintSystem<Scalar> for Recording<S> {
 mod tests {
     use super::*;
     use crate::circuits::BenchCircuit;
-    use crate::groth16::synthesis::{Evaluations, Products, Synthesized};
+    use crate::groth16::synthesis::{Evaluations, HostAbc, HostProducts, Products, Synthesized};
     use std::sync::Arc;
 
     fn same(got: &Synthesized, want: &Synthesized, what: &str) {
-        let (Evaluations::Host { a, b, c }, Evaluations::Host { a: a2, b: b2, c: c2 }) =
-            (&got.abc, &want.abc)
-        else {
+        let (Evaluations::Host(got_abc), Evaluations::Host(want_abc)) = (&got.abc, &want.abc) else {
             panic!("{what}: a, b, c on the host")
         };
-        assert_eq!((a, b, c), (a2, b2, c2), "{what}: a, b, c");
+        assert_eq!(got_abc, want_abc, "{what}: a, b, c");
         assert_eq!(got.input_assignment, want.input_assignment, "{what}: inputs");
         assert_eq!(got.aux_assignment, want.aux_assignment, "{what}: aux");
         assert_eq!(got.a_aux_density, want.a_aux_density, "{what}: A density");
@@ -309,6 +323,41 @@ mod tests {
         timing.abc = Evaluations::Products(Products::time_only(m.clone()));
         let evaluated = timing.evaluated().expect("a timing-only witness is not refused");
         assert_eq!(evaluated.abc_host_bytes(), 3 * m.num_constraints() * 32);
+    }
+
+    /// a and b alone are the checked a and b, and c made from them (in a
+    /// third vector, or in place of b) is the checked c.
+    #[test]
+    fn ab_products_leave_c_as_a_times_b() {
+        let m = Arc::new(Matrices::record(BenchCircuit::new(12, 4, None)).unwrap());
+        let w = m.assign(BenchCircuit::new(12, 4, Some(5))).unwrap();
+        let Evaluations::Host(checked) = w.clone().evaluated().unwrap().abc else { panic!("on the host") };
+        let Evaluations::Host(ab) = w.evaluated_as(HostProducts::Ab).unwrap().abc else {
+            panic!("on the host")
+        };
+        assert_eq!((&ab.a, &ab.b, &ab.c), (&checked.a, &checked.b, &None));
+        assert_eq!(ab.bytes() * 3, checked.bytes() * 2);
+        let HostAbc { a, mut b, .. } = ab.clone();
+        super::super::synthesis::c_in_place_of_b(&a, &mut b);
+        assert_eq!(Some(b), checked.c);
+        assert_eq!(ab.into_abc(), checked.into_abc());
+    }
+
+    /// Left as a·b, a bad witness is not refused when a and b are made;
+    /// checking it afresh names its bad constraint as the recorder does,
+    /// and passes an honest one.
+    #[test]
+    fn a_witness_left_unchecked_is_checked_afresh_by_its_constraints() {
+        let (m, bad) = matrices_and_a_bad_witness();
+        assert!(bad.clone().evaluated_as(HostProducts::Ab).is_ok(), "nothing checks a and b alone");
+        let err = bad.check().unwrap_err();
+        assert!(err.to_string().contains("'out1'"), "{err}");
+        let honest = m.assign(BenchCircuit::new(8, 2, Some(3))).unwrap();
+        assert!(honest.check().is_ok());
+        assert!(honest.evaluated().unwrap().check().is_ok(), "evaluated: checked as it was made");
+        let mut timing = bad;
+        timing.abc = Evaluations::Products(Products::time_only(m));
+        assert!(timing.check().is_ok(), "a timing-only witness refuses nothing");
     }
 
     /// Products whose host memory was released are not computed on the host;

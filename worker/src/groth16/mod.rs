@@ -30,7 +30,9 @@ pub use proof::{Proof, ProofDecodeError};
 pub use prover::{Blinding, Finished, PendingProof, StepTime};
 pub use qap::Reduction;
 pub use scalar_text::{format_scalar, parse_scalar};
-pub use synthesis::{synthesize, AbcFrom, AbcHold, Density, SynthesisFn, Synthesized, WitnessCheck};
+pub use synthesis::{
+    synthesize, AbcFrom, AbcHold, Density, HostAbc, HostProducts, SynthesisFn, Synthesized, WitnessCheck,
+};
 pub use verify::{Verifier, VerifyError};
 
 #[cfg(test)]

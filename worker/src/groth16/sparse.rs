@@ -128,7 +128,7 @@ impl SparseMatrix {
     }
 
     /// Row `r`'s dot product with the assignment.
-    fn dot(&self, r: usize, input: &[Scalar], aux: &[Scalar]) -> Scalar {
+    pub(crate) fn dot(&self, r: usize, input: &[Scalar], aux: &[Scalar]) -> Scalar {
         let (lo, hi) = (self.row_start[r], self.row_start[r + 1]);
         let mut acc = Scalar::ZERO;
         for (&col, c) in self.cols[lo..hi].iter().zip(&self.coeffs[lo..hi]) {

@@ -25,8 +25,11 @@ pub type SynthesisFn = Arc<dyn Fn() -> Result<Synthesized, ProveError> + Send + 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WitnessCheck {
     /// Every constraint is checked before the proof is made (in synthesis,
-    /// or on the device right after it computes a, b and c there): a proof
-    /// that then fails verification is the device's fault.
+    /// or on the device right after it computes a, b and c there), or,
+    /// where the host left c as a·b ([`HostProducts::Ab`]), once its proof
+    /// fails verification, by making the witness again
+    /// ([`Synthesized::check`]): a proof that fails verification from a
+    /// witness that satisfies the circuit is the device's fault.
     #[default]
     BySynthesis,
     /// Nothing checks the witness before proving (a circom circuit served
@@ -94,14 +97,81 @@ impl std::fmt::Debug for AbcHold {
 /// anyway) instead of on the host's cores.
 #[derive(Clone, Debug)]
 pub enum Evaluations {
-    /// One entry per constraint (the `input · 0 = 0` constraints appended
-    /// for the inputs included), not yet padded to the domain. Whoever
-    /// computed them checked a·b = c (the recorder, [`Evaluations::on_host`];
-    /// circom's kind makes c as a·b and checks it against the r1cs's C when
-    /// it has it).
-    Host { a: Vec<Scalar>, b: Vec<Scalar>, c: Vec<Scalar> },
+    /// Evaluated on the host ([`HostAbc`]).
+    Host(HostAbc),
     /// Not computed yet, and a·b = c not checked yet.
     Products(Products),
+}
+
+/// a, b and c on the host: one entry per constraint (the `input · 0 = 0`
+/// constraints appended for the inputs included), not yet padded to the
+/// domain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostAbc {
+    pub a: Vec<Scalar>,
+    pub b: Vec<Scalar>,
+    /// `Some`: whoever computed it checked a·b = c (the recorder,
+    /// [`Evaluations::on_host`]; circom's kind makes c as a·b and checks it
+    /// against the r1cs's C when it has it). `None`: left as a·b row by
+    /// row, what it is for a witness that satisfies the circuit, for the
+    /// backend to make ([`HostProducts::Ab`]); nothing checked the witness.
+    pub c: Option<Vec<Scalar>>,
+}
+
+impl HostAbc {
+    /// a, b and c as evaluated and checked.
+    pub fn checked(a: Vec<Scalar>, b: Vec<Scalar>, c: Vec<Scalar>) -> Self {
+        Self { a, b, c: Some(c) }
+    }
+
+    /// All three, c made as a·b where it was left so (a third vector: for
+    /// a backend that holds the three at once anyway, the CPU's).
+    pub fn into_abc(self) -> [Vec<Scalar>; 3] {
+        let HostAbc { a, b, c } = self;
+        let c = c.unwrap_or_else(|| a.par_iter().zip(&b).with_min_len(4096).map(|(a, b)| a * b).collect());
+        [a, b, c]
+    }
+
+    /// Host bytes the vectors hold.
+    pub fn bytes(&self) -> usize {
+        let c = self.c.as_ref().map_or(0, Vec::len);
+        (self.a.len() + self.b.len() + c) * std::mem::size_of::<Scalar>()
+    }
+}
+
+/// Overwrites `b` with c = a·b row by row: c made in place of b's host copy
+/// once b is on the device ([`HostProducts::Ab`]), in parallel.
+pub fn c_in_place_of_b(a: &[Scalar], b: &mut [Scalar]) {
+    assert_eq!(a.len(), b.len(), "a and b of one witness");
+    b.par_iter_mut().zip(a).with_min_len(4096).for_each(|(b, a)| *b *= a);
+}
+
+/// What a backend takes of a, b and c computed on the host from recorded
+/// matrices.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HostProducts {
+    /// a, b and c, with a·b = c checked row by row: for a backend that
+    /// holds the three at once (the CPU's quotient).
+    #[default]
+    Abc,
+    /// a and b alone, c left as a·b row by row for the backend to make
+    /// (a GPU's: in place of b's host copy once b is on the device). The
+    /// host skips C's product (nearly half the terms of a PoRep
+    /// partition's matrices) and holds two vectors, not three. Nothing
+    /// checks the witness before proving: a witness that does not satisfy
+    /// the circuit gives a proof that fails verification, and is then told
+    /// from a device fault by checking it afresh ([`Synthesized::check`]).
+    Ab,
+}
+
+impl HostProducts {
+    /// Of the bytes a, b and c hold together (`abc`), what this takes.
+    pub fn bytes_of(self, abc: u64) -> u64 {
+        match self {
+            HostProducts::Abc => abc,
+            HostProducts::Ab => abc / 3 * 2,
+        }
+    }
 }
 
 /// a, b and c left as products of recorded matrices with the assignment.
@@ -178,7 +248,7 @@ impl Synthesized {
     /// Number of constraints, input constraints included.
     pub fn num_constraints(&self) -> usize {
         match &self.abc {
-            Evaluations::Host { a, .. } => a.len(),
+            Evaluations::Host(h) => h.a.len(),
             Evaluations::Products(p) => p.matrices.num_constraints(),
         }
     }
@@ -191,7 +261,7 @@ impl Synthesized {
     /// Host bytes that a, b and c hold (none while they are products to compute).
     pub fn abc_host_bytes(&self) -> usize {
         match &self.abc {
-            Evaluations::Host { a, b, c } => (a.len() + b.len() + c.len()) * std::mem::size_of::<Scalar>(),
+            Evaluations::Host(h) => h.bytes(),
             Evaluations::Products(_) => 0,
         }
     }
@@ -205,37 +275,75 @@ impl Synthesized {
                 p.host = HostBytes::Released;
                 true
             }
-            Evaluations::Host { .. } => false,
+            Evaluations::Host(_) => false,
         }
     }
 
-    /// The witness with a, b and c on the host ([`Evaluations::on_host`]).
-    pub fn evaluated(mut self) -> Result<Self, ProveError> {
+    /// The witness with a, b and c on the host, checked
+    /// ([`Synthesized::evaluated_as`] with [`HostProducts::Abc`]).
+    pub fn evaluated(self) -> Result<Self, ProveError> {
+        self.evaluated_as(HostProducts::Abc)
+    }
+
+    /// The witness with a, b and c on the host as `host` says
+    /// ([`Evaluations::on_host`]).
+    pub fn evaluated_as(mut self, host: HostProducts) -> Result<Self, ProveError> {
         if matches!(self.abc, Evaluations::Products(_)) {
-            let placeholder = Evaluations::Host { a: Vec::new(), b: Vec::new(), c: Vec::new() };
-            let [a, b, c] = std::mem::replace(&mut self.abc, placeholder)
-                .on_host(&self.input_assignment, &self.aux_assignment)?;
-            self.abc = Evaluations::Host { a, b, c };
+            let placeholder = Evaluations::Host(HostAbc { a: Vec::new(), b: Vec::new(), c: None });
+            let abc = std::mem::replace(&mut self.abc, placeholder).on_host(
+                &self.input_assignment,
+                &self.aux_assignment,
+                host,
+            )?;
+            self.abc = Evaluations::Host(abc);
         }
         Ok(self)
+    }
+
+    /// Whether the witness satisfies its circuit, where its a, b and c are
+    /// still products of the recorded matrices: every constraint evaluated
+    /// row by row, with no vector kept (the error names the first that
+    /// fails). For a proof that failed verification with c left as a·b
+    /// ([`HostProducts::Ab`]): the witness's fault, or the device's. a, b
+    /// and c evaluated already were checked as they were made.
+    pub fn check(&self) -> Result<(), ProveError> {
+        match &self.abc {
+            Evaluations::Products(p) => {
+                match p.matrices.first_unsatisfied(&self.input_assignment, &self.aux_assignment) {
+                    Some(_) if p.refuses_unsatisfied() => Err(p.unsatisfied()),
+                    _ => Ok(()),
+                }
+            }
+            Evaluations::Host(_) => Ok(()),
+        }
     }
 }
 
 impl Evaluations {
     /// a, b and c on the host: products still to compute are computed here,
-    /// on the host's cores, from the assignment (`input`, `aux`), and checked;
-    /// unless their host memory was released ([`HostBytes::Released`]).
-    pub fn on_host(self, input: &[Scalar], aux: &[Scalar]) -> Result<[Vec<Scalar>; 3], ProveError> {
+    /// on the host's cores, from the assignment (`input`, `aux`): all three,
+    /// checked, or a and b alone, as `host` says; unless their host memory
+    /// was released ([`HostBytes::Released`]).
+    pub fn on_host(
+        self,
+        input: &[Scalar],
+        aux: &[Scalar],
+        host: HostProducts,
+    ) -> Result<HostAbc, ProveError> {
         match self {
-            Evaluations::Host { a, b, c } => Ok([a, b, c]),
+            Evaluations::Host(h) => Ok(h),
             Evaluations::Products(p) if p.host == HostBytes::Released => Err(ProveError::NoRoomForProducts),
+            Evaluations::Products(p) if host == HostProducts::Ab => {
+                let [a, b] = p.matrices.products_ab(input, aux);
+                Ok(HostAbc { a, b, c: None })
+            }
             Evaluations::Products(p) => {
                 let [a, b, c] = p.matrices.products(input, aux);
                 let bad =
                     (0..a.len()).into_par_iter().with_min_len(4096).find_first(|&i| a[i] * b[i] != c[i]);
                 match bad {
                     Some(_) if p.refuses_unsatisfied() => Err(p.unsatisfied()),
-                    _ => Ok([a, b, c]),
+                    _ => Ok(HostAbc::checked(a, b, c)),
                 }
             }
         }
@@ -263,7 +371,7 @@ where
         cs.enforce(|| "", |lc| lc + Variable::new_unchecked(Index::Input(i)), |lc| lc, |lc| lc);
     }
     let [a, b, c] = cs.abc;
-    Ok(Synthesized { abc: Evaluations::Host { a, b, c }, ..cs.out })
+    Ok(Synthesized { abc: Evaluations::Host(HostAbc::checked(a, b, c)), ..cs.out })
 }
 
 struct Recorder {
@@ -279,7 +387,7 @@ impl Default for Recorder {
     fn default() -> Self {
         Self {
             out: Synthesized {
-                abc: Evaluations::Host { a: Vec::new(), b: Vec::new(), c: Vec::new() },
+                abc: Evaluations::Host(HostAbc::checked(Vec::new(), Vec::new(), Vec::new())),
                 input_assignment: Vec::new(),
                 aux_assignment: Vec::new(),
                 a_aux_density: Density::default(),
@@ -432,7 +540,9 @@ mod tests {
         let s = synthesize(Square { x: 3, claimed: 9 }).unwrap();
         // one circuit constraint + one per input (ONE and y)
         assert_eq!(s.num_constraints(), 3);
-        let Evaluations::Host { a, c, .. } = &s.abc else { panic!("the recorder evaluates a, b, c") };
+        let Evaluations::Host(HostAbc { a, c: Some(c), .. }) = &s.abc else {
+            panic!("the recorder evaluates a, b, c")
+        };
         assert_eq!(a[0], Scalar::from(3));
         assert_eq!(c[0], Scalar::from(9));
         assert_eq!(s.public_inputs(), &[Scalar::from(9)]);

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{Backend, ProductsPlacement};
 use crate::groth16::AbcHold;
 pub use crate::groth16::{AbcFrom, SynthesisFn, WitnessCheck};
-use crate::groth16::{Blinding, PendingProof, ProveError, ProvingKey, Synthesized};
+use crate::groth16::{Blinding, HostProducts, PendingProof, ProveError, ProvingKey, Synthesized};
 pub use crate::telemetry::labels::{Door, Outcome, Priority, Stage};
 use crate::telemetry::labels::{FailureReason, WaitQueue};
 use crate::telemetry::Metrics;
@@ -274,10 +274,31 @@ impl Shared {
         let rest = fp.total() - fp.abc;
         let (now, later) = match AbcReserved::of(abc_from, placement) {
             AbcReserved::AtAdmission => (fp.total(), 0),
-            AbcReserved::BeforeProducts => (rest, fp.abc),
+            AbcReserved::BeforeProducts => (rest, self.host_products().bytes_of(fp.abc)),
             AbcReserved::Never => (rest, 0),
         };
         Admission { now, later }
+    }
+
+    /// What the devices take of a, b and c computed on the host: a and b
+    /// alone where every backend makes c as a·b itself, else all three.
+    fn host_products(&self) -> HostProducts {
+        let all_ab = !self.devices.is_empty()
+            && self.devices.iter().all(|d| d.backend.host_products() == HostProducts::Ab);
+        if all_ab {
+            HostProducts::Ab
+        } else {
+            HostProducts::Abc
+        }
+    }
+
+    /// Whether a partition of `job` tried as `attempt` reached its device
+    /// with its witness unchecked: c left as a·b on the host
+    /// ([`HostProducts::Ab`]).
+    fn left_unchecked(&self, job: &Job, attempt: &Attempt) -> bool {
+        job.abc_from == AbcFrom::Matrices
+            && attempt.products == Some(ProductsPlacement::Cpu)
+            && self.host_products() == HostProducts::Ab
     }
 
     /// Where `key`'s a, b and c still to compute are computed: on the
@@ -812,7 +833,12 @@ fn synthesize_partition(
     let products = attempt.products.unwrap_or_else(|| s.products(&job.key));
     // What a, b and c will hold on the host (see `Shared::admission`).
     let when = AbcReserved::of(job.abc_from, products);
-    let abc_reserved_bytes = if when == AbcReserved::Never { 0 } else { fp.abc };
+    let host = s.host_products();
+    let abc_reserved_bytes = match when {
+        AbcReserved::AtAdmission => fp.abc,
+        AbcReserved::BeforeProducts => host.bytes_of(fp.abc),
+        AbcReserved::Never => 0,
+    };
     // A witness grows as it is synthesized, unseen by any buffer; counted
     // at what it will hold once done, so that the gauges cover the memory
     // of partitions in synthesis (a 32 GiB partition's is ~4 GiB): its a, b
@@ -841,7 +867,7 @@ fn synthesize_partition(
                 return;
             };
             waited = since.elapsed();
-            synth.grow(fp.abc);
+            synth.grow(abc_reserved_bytes);
             s.metrics
                 .partition_wait
                 .with_label_values(&[job.priority.name(), WaitQueue::Products.name()])
@@ -852,7 +878,7 @@ fn synthesize_partition(
         _ => reservation.split(abc_reserved_bytes),
     };
     let result = made.and_then(|made| {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| made.and_then(|w| products.ready(w))))
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| made.and_then(|w| products.ready(w, host))))
     });
     let secs = (t.elapsed() - waited).as_secs_f64();
     s.metrics.stage_duration.with_label_values(&[&job.circuit, Stage::Synthesis.name()]).observe(secs);
@@ -1118,7 +1144,10 @@ fn finish_partition(s: &Shared, item: ToFinish) {
     let secs = t.elapsed().as_secs_f64();
     s.metrics.stage_duration.with_label_values(&[&job.circuit, Stage::ProveFinish.name()]).observe(secs);
     job.record(index, |t| t.prove_finish = Some(secs));
-    drop((held, pending_guard, stage));
+    // Where the witness went unchecked, its memory stays reserved through
+    // verification: a proof that fails has it made again to be checked.
+    let held = s.left_unchecked(&job, &attempt).then_some(held);
+    drop((pending_guard, stage));
     transition(s, job.id, index, "dealloc");
     let proof = match result {
         Ok(Ok(finished)) => {
@@ -1157,6 +1186,12 @@ fn finish_partition(s: &Shared, item: ToFinish) {
                 );
                 return ticket.fail(FailureReason::InvalidProof, what);
             }
+            if held.is_some() {
+                if let Some(bad) = witness_fault(&attempt) {
+                    tracing::warn!(job = %job.id, partition = index, "the witness, checked afresh: {bad}");
+                    return ticket.fail(bad.reason(), bad.to_string());
+                }
+            }
             let what = format!(
                 "the proof from backend {} failed verification ({e}); it was not returned",
                 backend.name()
@@ -1164,8 +1199,22 @@ fn finish_partition(s: &Shared, item: ToFinish) {
             return device_fault(s, &device, FailureReason::InvalidProof, what, attempt, ticket);
         }
     }
+    drop(held);
     device.succeeded();
     ticket.succeed(proof, public)
+}
+
+/// What is wrong with a partition's witness that went to its device
+/// unchecked, if anything: made again and checked constraint by constraint
+/// ([`Synthesized::check`]). `None` where it satisfies its circuit (the
+/// device is at fault) or its synthesis fails for another reason than its
+/// input this time.
+fn witness_fault(attempt: &Attempt) -> Option<ProveError> {
+    let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (attempt.synthesize)())).ok()?;
+    match made.and_then(|w| w.check()) {
+        Err(e) if e.is_bad_input() => Some(e),
+        _ => None,
+    }
 }
 
 /// A counting semaphore whose permits release on drop; `in_use` is the

@@ -9,7 +9,7 @@ use rand::SeedableRng;
 use super::*;
 use crate::backend::{Backend, CpuBackend, ProductsPlacement};
 use crate::circuits::BenchCircuit;
-use crate::groth16::{keygen, synthesize, PendingProof, Proof, ProveError};
+use crate::groth16::{keygen, synthesize, HostAbc, HostProducts, PendingProof, Proof, ProveError};
 
 const K: u32 = 8;
 
@@ -335,11 +335,87 @@ impl Backend for Products {
         if (0..a.len()).any(|i| a[i] * b[i] != c[i]) {
             return Err(p.unsatisfied());
         }
-        CpuBackend.prove_start(key, Synthesized { abc: Evaluations::Host { a, b, c }, ..w })
+        CpuBackend.prove_start(key, Synthesized { abc: Evaluations::Host(HostAbc::checked(a, b, c)), ..w })
     }
     fn products(&self, _: &ProvingKey) -> ProductsPlacement {
         self.placement
     }
+}
+
+/// The CPU backend taking a and b alone from the host, as a GPU's does
+/// (c made as a·b: [`HostProducts::Ab`]), counting the witnesses that
+/// reach it so and the bytes reserved then.
+struct AbOnly {
+    ab: std::sync::atomic::AtomicUsize,
+    metrics: Arc<Metrics>,
+    reserved: Mutex<Vec<i64>>,
+}
+
+impl Backend for AbOnly {
+    fn name(&self) -> &str {
+        "ab"
+    }
+    fn prove_start(&self, key: &ProvingKey, w: Synthesized) -> Result<PendingProof, ProveError> {
+        use crate::groth16::synthesis::Evaluations;
+        self.reserved.lock().unwrap().push(self.metrics.memory_reserved_bytes.get());
+        if matches!(w.abc, Evaluations::Host(HostAbc { c: None, .. })) {
+            self.ab.fetch_add(1, Ordering::Relaxed);
+        }
+        CpuBackend.prove_start(key, w)
+    }
+    fn host_products(&self) -> HostProducts {
+        HostProducts::Ab
+    }
+}
+
+/// A backend that makes c as a·b itself gets a and b alone from the host,
+/// which reserves two vectors for them, not three; a witness that breaks
+/// its circuit then goes unchecked to the device, and its proof fails
+/// verification: checked afresh, it fails its partition as the input's
+/// fault, named as the recorder names it, never the device's.
+#[test]
+fn a_and_b_alone_from_the_host_reserve_two_vectors_and_a_bad_witness_stays_the_inputs_fault() {
+    let fp = Footprint::of(&key());
+    let rest = fp.total() - fp.abc;
+    let metrics = Arc::new(Metrics::new());
+    let backend =
+        Arc::new(AbOnly { ab: Default::default(), metrics: metrics.clone(), reserved: Mutex::default() });
+    let config = PipelineConfig { device_fault_limit: 1, ..Default::default() };
+    let e = Engine::start(config, vec![backend.clone()], metrics.clone()).unwrap();
+    assert_eq!(e.admission_bytes(&key(), AbcFrom::Matrices), rest + fp.abc / 3 * 2, "two vectors of three");
+    let verifier = Some(Arc::new(crate::groth16::Verifier::new(&key().vk)));
+    let spec = |seeds: Vec<BenchCircuit>| JobSpec {
+        abc_from: AbcFrom::Matrices,
+        verifier: verifier.clone(),
+        ..job(seeds.into_iter().map(assigned).collect())
+    };
+    let st =
+        e.wait(e.submit(spec((0..3).map(|s| BenchCircuit::new(K, 2, Some(s))).collect())).unwrap(), None);
+    let st = st.unwrap();
+    assert_eq!(st.outcome, Some(Outcome::Succeeded), "{:?}", st.error);
+    verify_all(&st);
+    assert_eq!(backend.ab.load(Ordering::Relaxed), 3, "each with c left as a·b");
+    for held in backend.reserved.lock().unwrap().iter() {
+        assert!(*held as u64 >= rest + fp.abc / 3 * 2, "{held} reserved");
+    }
+
+    let honest = synthesize(BenchCircuit::new(K, 2, Some(1))).unwrap();
+    let mut wrong = honest.public_inputs().to_vec();
+    wrong[1] += blstrs::Scalar::from(1u64);
+    for _ in 0..2 {
+        let st = e.wait(
+            e.submit(spec(vec![BenchCircuit::new(K, 2, Some(1)).claiming(wrong.clone())])).unwrap(),
+            None,
+        );
+        let st = st.unwrap();
+        assert_eq!(st.outcome, Some(Outcome::Failed));
+        assert!(st.error.as_deref().unwrap().contains("'out1'"), "{:?}", st.error);
+        assert!(st.partitions[0].faults.is_empty(), "no device fault, no retry");
+    }
+    assert_eq!(backend.ab.load(Ordering::Relaxed), 5, "the bad witnesses reached the device unchecked");
+    assert_eq!(metrics.proofs_invalid.with_label_values(&["ab"]).get(), 2);
+    assert!(e.none_in_service().is_none(), "the device stays in service");
+    assert_all_released(&e);
 }
 
 /// Each partition of bench-K, assigned from the circuit's recorded matrices.

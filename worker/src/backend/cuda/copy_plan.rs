@@ -8,12 +8,18 @@
 //! instead ([`PageLocked`]), so that their copies after the lock are one DMA
 //! each at the link's rate, not a pass of the host's cores through the
 //! staging slots while the device waits.
+//!
+//! a and b computed on the host come without c
+//! ([`HostProducts::Ab`](crate::groth16::HostProducts::Ab)): c is
+//! a·b row by row, made on the host in place of b's copy once b is on the
+//! device, then copied as c. The host holds two vectors, never three.
 
 use blstrs::Scalar;
 use provd_kernels::{CopyLane, CudaSlice, FrBuffer, FrRaw, Gpu, GpuError, PageLocked};
 
 use super::InFlight;
-use crate::groth16::AbcHold;
+use crate::groth16::synthesis::c_in_place_of_b;
+use crate::groth16::{AbcHold, HostAbc};
 
 /// What [`copy_ahead`] may copy before the device lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,8 +58,36 @@ pub(super) type HostVector = PageLocked<Vec<Scalar>>;
 
 /// A proof's a/b/c and aux assignment, on the host or on the device.
 pub(super) enum Vectors {
-    OnHost([HostVector; 3]),
+    OnHost(HostVectors),
     OnDevice { abc: [FrBuffer; 3], aux: Option<CudaSlice<FrRaw>> },
+}
+
+/// a, b and c on the host; c `None`: to be made in place of b's copy once
+/// b is on the device ([`HostVectors::c_after_b`]).
+pub(super) struct HostVectors {
+    pub a: HostVector,
+    pub b: HostVector,
+    pub c: Option<HostVector>,
+}
+
+impl HostVectors {
+    /// `abc` as it is, pageable.
+    pub fn pageable(abc: HostAbc) -> Self {
+        let HostAbc { a, b, c } = abc;
+        Self { a: PageLocked::pageable(a), b: PageLocked::pageable(b), c: c.map(PageLocked::pageable) }
+    }
+
+    /// c for a proof whose host left it as a·b, once a and b are copied
+    /// (the last two of `spent`, in that order): b's host vector,
+    /// overwritten with a·b row by row, taken out of `spent` to be copied
+    /// as c (and spent again then).
+    pub fn c_after_b(spent: &mut Vec<HostVector>) -> Result<HostVector, GpuError> {
+        let (Some(mut b), Some(a)) = (spent.pop(), spent.last()) else {
+            return Err(GpuError::Invalid("c is made from a and b, copied first".into()));
+        };
+        c_in_place_of_b(a.data(), b.data_mut());
+        Ok(b)
+    }
 }
 
 /// One of a, b, c: on the host, or copied (zero-padded to the domain).
@@ -127,11 +161,11 @@ pub(super) fn copy_ahead(
             };
             return Ok(Prepared::Products { products, assignment });
         }
-        Evaluations::Host { a, b, c } => [a, b, c],
+        Evaluations::Host(abc) => abc,
     };
     Ok(Prepared::Evaluated(match ahead {
         Ahead::Nothing => Vectors::OnHost(page_lock(gpu, abc)),
-        Ahead::As(InFlight::One) => Vectors::OnHost(abc.map(PageLocked::pageable)),
+        Ahead::As(InFlight::One) => Vectors::OnHost(HostVectors::pageable(abc)),
         Ahead::As(InFlight::Two) => {
             let aux = upload_aux(lane, &PageLocked::pageable(aux))?;
             Vectors::OnDevice { abc: upload_abc(lane, abc, log_n)?, aux }
@@ -140,23 +174,33 @@ pub(super) fn copy_ahead(
 }
 
 /// a, b and c on the device, each zero-padded to 2^log_n and its host copy
-/// freed once copied (on `lane`).
-pub(super) fn upload_abc(
-    lane: &CopyLane,
-    abc: [Vec<Scalar>; 3],
-    log_n: u32,
-) -> Result<[FrBuffer; 3], GpuError> {
-    let [a, b, c] = abc;
-    let up = |v: Vec<Scalar>| FrBuffer::upload_padded_async(lane, &v, log_n);
-    Ok([up(a)?, up(b)?, up(c)?])
+/// freed once copied (on `lane`); c left as a·b is made in place of b's
+/// copy once b is copied.
+pub(super) fn upload_abc(lane: &CopyLane, abc: HostAbc, log_n: u32) -> Result<[FrBuffer; 3], GpuError> {
+    let HostAbc { a, mut b, c } = abc;
+    let up = |v: &[Scalar]| FrBuffer::upload_padded_async(lane, v, log_n);
+    let (a_on, b_on) = (up(&a)?, up(&b)?);
+    let c_on = match c {
+        Some(c) => up(&c)?,
+        None => {
+            c_in_place_of_b(&a, &mut b);
+            up(&b)?
+        }
+    };
+    Ok([a_on, b_on, c_on])
 }
 
-/// a, b and c page-locked in place, each on a thread of its own (the
-/// driver pins a vector's pages one by one).
-pub(super) fn page_lock(gpu: &Gpu, abc: [Vec<Scalar>; 3]) -> [HostVector; 3] {
+/// a, b and c (where it came) page-locked in place, each on a thread of its
+/// own (the driver pins a vector's pages one by one).
+pub(super) fn page_lock(gpu: &Gpu, abc: HostAbc) -> HostVectors {
+    let HostAbc { a, b, c } = abc;
     std::thread::scope(|s| {
-        abc.map(|v| s.spawn(move || PageLocked::new(gpu, v)))
-            .map(|locking| locking.join().expect("page-locking does not panic"))
+        let lock = |v: Vec<Scalar>| s.spawn(move || PageLocked::new(gpu, v));
+        let (a, b, c) = (lock(a), lock(b), c.map(lock));
+        let join = |locking: std::thread::ScopedJoinHandle<'_, HostVector>| {
+            locking.join().expect("page-locking does not panic")
+        };
+        HostVectors { a: join(a), b: join(b), c: c.map(join) }
     })
 }
 

@@ -9,7 +9,7 @@ use blstrs::Scalar;
 use provd_kernels::ntt::TwoAdicRoot;
 use provd_kernels::{CopyLane, CudaSlice, FrBuffer, FrRaw, Gpu, GpuError, HChain, Ntt, PageLocked};
 
-use super::copy_plan::{upload_aux, HostVector, Vector, Vectors};
+use super::copy_plan::{upload_aux, HostVector, HostVectors, Vector, Vectors};
 use super::device_key::h_order;
 use crate::groth16::Reduction;
 
@@ -60,20 +60,29 @@ pub(super) fn quotient_on_device(
         Reduction::Bellperson => HChain::Quotient,
         Reduction::Snarkjs => HChain::OddCoset,
     };
-    let (abc, copied_aux) = match vectors {
-        Vectors::OnHost(abc) => (abc.map(Vector::Host), None),
-        Vectors::OnDevice { abc, aux } => (abc.map(Vector::Device), Some(aux)),
+    // c `None`: made on the host in place of b's copy once b is copied
+    // (while the device transforms b), then copied itself.
+    let (a, b, c, copied_aux) = match vectors {
+        Vectors::OnHost(HostVectors { a, b, c }) => {
+            (Vector::Host(a), Vector::Host(b), c.map(Vector::Host), None)
+        }
+        Vectors::OnDevice { abc: [a, b, c], aux } => {
+            (Vector::Device(a), Vector::Device(b), Some(Vector::Device(c)), Some(aux))
+        }
     };
     let mut spent = Vec::new();
-    let mut on_coset = |ntt: &mut Ntt, v: Vector| {
+    let mut on_coset = |ntt: &mut Ntt, v: Option<Vector>| {
+        let v = match v {
+            Some(v) => v,
+            None => Vector::Host(HostVectors::c_after_b(&mut spent)?),
+        };
         let (mut d, host) = v.on_device(lane, log_n)?;
         spent.extend(host);
         ntt.to_coset(chain, &mut d)?;
         Ok::<_, GpuError>(d)
     };
-    let [a, b, c] = abc;
-    let mut a = on_coset(ntt, a)?;
-    let b = on_coset(ntt, b)?;
+    let mut a = on_coset(ntt, Some(a))?;
+    let b = on_coset(ntt, Some(b))?;
     let (order, aux) = match (held, copied_aux) {
         (Held::Two, None) => {
             let order = ntt.h_from_coset_two_at_a_time(chain, &mut a, b, |ntt| on_coset(ntt, c))?;

@@ -28,7 +28,7 @@ use provd_kernels::{Gpu, GpuError, Msm, Ntt, Timer};
 
 use super::{Backend, BasesLayout, CudaOptions, G2Placement, InFlight, ProductsPlacement};
 use crate::groth16::prover::{Blinding, Finished, PendingProof, StepTime};
-use crate::groth16::{ProveError, ProvingKey, Synthesized};
+use crate::groth16::{HostProducts, ProveError, ProvingKey, Synthesized};
 use residency::{Residency, Rules};
 
 // The device's sparse products read columns as the host's matrices encode them.
@@ -180,6 +180,13 @@ impl Backend for CudaBackend {
             ProductsPlacement::Gpu if no_room() => ProductsPlacement::Cpu,
             placement => placement,
         }
+    }
+
+    /// a and b: c is made as a·b in place of b's host copy once b is on
+    /// the device ([`copy_plan`]), so the host never computes C's product
+    /// nor holds a third vector.
+    fn host_products(&self) -> HostProducts {
+        HostProducts::Ab
     }
 
     fn resident_keys(&self) -> KeyResidency {

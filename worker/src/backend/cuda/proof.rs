@@ -26,7 +26,7 @@ use crate::groth16::msm::filter;
 use crate::groth16::pinned::PinnedQueries;
 use crate::groth16::prover::{split, Assignment, G1Parts, PendingProof, StepTime};
 use crate::groth16::synthesis::{Density, Evaluations, Products};
-use crate::groth16::{ProveError, ProvingKey, Synthesized};
+use crate::groth16::{HostProducts, ProveError, ProvingKey, Synthesized};
 
 /// a, b, c computed on the device, and their a·b = c check, read once the
 /// MSMs are queued behind it.
@@ -200,7 +200,7 @@ impl CudaBackend {
         let streamed = state.residency.get(slot).layout == BasesLayout::Streamed;
         drop(state);
         let wall = Instant::now();
-        let abc = Evaluations::Products(products).on_host(&asg.input, &asg.aux)?;
+        let abc = Evaluations::Products(products).on_host(&asg.input, &asg.aux, HostProducts::Ab)?;
         steps.push(StepTime::on_host_since(StepTime::PRODUCTS_ON_HOST, wall));
         let wall = Instant::now();
         let vectors = match streamed {

@@ -4,29 +4,31 @@
 use blstrs::Scalar;
 use provd_kernels::{Order, PageLocked};
 
-use super::copy_plan::Vectors;
+use super::copy_plan::{HostVectors, Vectors};
 use super::device_key::h_order;
 use super::h_chain::{quotient_on_device, Held};
 use super::residency::{key_bytes, matrices_bytes};
 use super::*;
 use crate::backend::{prove, CpuBackend};
 use crate::circuits::{BenchCircuit, Builtin, Shape};
-use crate::groth16::synthesis::Evaluations;
+use crate::groth16::synthesis::{Evaluations, HostAbc};
 use crate::groth16::{domain::Domain, keygen, synthesize, Blinding};
 use crate::groth16::{Matrices, Reduction};
 use ff::Field;
 use rand::SeedableRng;
 
-/// H's scalars in natural order, as the CPU reference returns them.
+/// H's scalars in natural order, as the CPU reference returns them; c
+/// `None`: left as a·b, made in place of b's host copy.
 fn quotient(
     gpu: &CudaBackend,
     r: Reduction,
     log_n: u32,
-    [a, b, c]: [&[Scalar]; 3],
+    (a, b, c): (&[Scalar], &[Scalar], Option<&[Scalar]>),
     held: Held,
 ) -> Vec<Scalar> {
     let mut state = gpu.state.lock().unwrap();
-    let abc = Vectors::OnHost([a, b, c].map(|v| PageLocked::pageable(v.to_vec())));
+    let abc = HostAbc { a: a.to_vec(), b: b.to_vec(), c: c.map(<[Scalar]>::to_vec) };
+    let abc = Vectors::OnHost(HostVectors::pageable(abc));
     let lane = gpu.gpu.copy_lane().unwrap();
     let mut h =
         quotient_on_device(&gpu.gpu, &lane, &mut state.ntts, r, log_n, abc, &PageLocked::pageable(&[]), held)
@@ -63,12 +65,17 @@ fn gpu_quotient_matches_cpu() {
             (0..len).map(|_| Scalar::random(&mut *rng)).collect::<Vec<_>>()
         };
         let (a, b, c) = (v(&mut rng), v(&mut rng), v(&mut rng));
+        let ab: Vec<Scalar> = a.iter().zip(&b).map(|(a, b)| a * b).collect();
         for r in [Reduction::Bellperson, Reduction::Snarkjs] {
             let domain = Domain::on(log_n, r.root());
             let want = r.quotient(&domain, a.clone(), b.clone(), c.clone());
+            // c left as a·b: the quotient of c = a·b given whole
+            let want_ab = r.quotient(&domain, a.clone(), b.clone(), ab.clone());
             for held in [Held::Three, Held::Two] {
-                let got = quotient(&gpu, r, log_n, [&a, &b, &c], held);
+                let got = quotient(&gpu, r, log_n, (&a, &b, Some(&c)), held);
                 assert_eq!(got, want, "{r:?}, {held:?}, n=2^{log_n}");
+                let got = quotient(&gpu, r, log_n, (&a, &b, None), held);
+                assert_eq!(got, want_ab, "{r:?}, {held:?}, n=2^{log_n}, c as a·b");
             }
         }
     }
@@ -216,10 +223,22 @@ fn gpu_products_on_the_device_prove_what_the_cpu_proves() {
     assert!(steps.iter().any(|s| s.starts_with("products on the host")), "{steps:?}");
     // from then on synthesis computes them, and the device proves as usual
     assert_eq!(gpu.products(key), ProductsPlacement::Cpu);
-    let w = gpu.products(key).ready(matrices.assign(b.circuit(Some(6))).unwrap()).unwrap();
-    assert!(matches!(w.abc, Evaluations::Host { .. }));
+    let w =
+        gpu.products(key).ready(matrices.assign(b.circuit(Some(6))).unwrap(), gpu.host_products()).unwrap();
+    assert!(matches!(w.abc, Evaluations::Host(HostAbc { c: None, .. })), "a and b alone: c made as a·b");
     let steps = prove_both(&gpu, key, w, &mut rng);
     assert!(!steps.iter().any(|s| s.starts_with("products")), "{steps:?}");
+    // a bad witness, left unchecked as a and b, gives a proof that fails
+    // verification; checked afresh, it is named as the recorder names it
+    let mut wrong = honest.public_inputs().to_vec();
+    wrong[1] += Scalar::ONE;
+    let bad = matrices.assign(b.circuit(Some(3)).claiming(wrong.clone())).unwrap();
+    let w = gpu.products(key).ready(bad.clone(), HostProducts::Ab).unwrap();
+    let pending = gpu.prove_start(key, w).unwrap();
+    let proof = gpu.prove_finish(key, pending, Blinding::random(&mut rng)).unwrap().proof;
+    assert!(!proof.verify(&key.vk, &wrong), "a witness that fails its circuit never gives a proof");
+    let err = bad.check().unwrap_err();
+    assert!(err.to_string().contains("'out1'"), "{err}");
 
     // a, b, c with no host memory held for them (the pipeline's, once
     // synthesis left them to the device) are refused, not computed on the
@@ -317,7 +336,13 @@ fn gpu_streamed_keys_prove_what_resident_keys_prove() {
         let limited =
             CudaOptions { key_memory_limit: Some(key.resident_bytes() as u64 / 4), ..CudaOptions::default() };
         let limited = backend(limited).unwrap();
+        // c left as a·b, as a GPU's host products leave it
+        let mut ab = w.clone();
+        let Evaluations::Host(abc) = &mut ab.abc else { panic!("the recorder evaluates a, b, c") };
+        abc.c = None;
         for (name, gpu) in [("streamed", &streamed), ("over the limit", &limited)] {
+            let ours = gpu.prove_start(&key, ab.clone()).unwrap();
+            assert_eq!(ours.g1, want.g1, "{name}, 2^{log}: G1 parts, c made as a·b");
             let ours = gpu.prove_start(&key, w.clone()).unwrap();
             assert_eq!(ours.g1, want.g1, "{name}, 2^{log}: G1 parts");
             assert_eq!(ours.b_g2, want.b_g2, "{name}, 2^{log}: B in G2, streamed too");

@@ -35,7 +35,7 @@ pub use zkey::{Zkey, ZkeyError};
 
 use super::{CircuitKind, KeySource, LoadError, VkEncoding, WitnessError};
 use crate::groth16::sparse::{Column, SparseMatrix};
-use crate::groth16::synthesis::Evaluations;
+use crate::groth16::synthesis::{Evaluations, HostAbc};
 use crate::groth16::SynthesisFn;
 use crate::groth16::{Density, PointCheck, Proof, ProveError, ProvingKey, Synthesized};
 
@@ -114,7 +114,7 @@ impl CircomCircuit {
         }
         let aux_len = aux.len();
         Ok(Synthesized {
-            abc: Evaluations::Host { a, b, c },
+            abc: Evaluations::Host(HostAbc::checked(a, b, c)),
             input_assignment: input.to_vec(),
             aux_assignment: aux.to_vec(),
             // snarkjs's A and B points cover every signal (zero points where unused).
