@@ -289,10 +289,18 @@ impl PorepShapeBench {
                 (ProductsPlacement::Gpu, false) => {
                     "a, b, c computed on the device (its a*b = c check timed, not enforced)"
                 }
-                (ProductsPlacement::Gpu, true) => {
-                    "a, b, c computed on the host (the device had no room for the matrices)"
-                }
-                (ProductsPlacement::Cpu, _) => "a, b, c from the host",
+                (ProductsPlacement::Gpu, true) => match host {
+                    HostProducts::Abc => {
+                        "a, b, c computed on the host (the device had no room for the matrices)"
+                    }
+                    HostProducts::Ab => {
+                        "a and b computed on the host, c as a*b (the device had no room for the matrices)"
+                    }
+                },
+                (ProductsPlacement::Cpu, _) => match host {
+                    HostProducts::Abc => "a, b, c from the host",
+                    HostProducts::Ab => "a and b from the host, c made as a*b",
+                },
             };
             println!(
                 "{} with a timing key (repeated points: nothing it proves is a proof), {abc}; \
