@@ -183,8 +183,8 @@ impl Backend for CudaBackend {
     }
 
     /// a and b: c is made as a·b in place of b's host copy once b is on
-    /// the device ([`copy_plan`]), so the host never computes C's product
-    /// nor holds a third vector.
+    /// the device, so the host never computes C's product nor holds a
+    /// third vector.
     fn host_products(&self) -> HostProducts {
         HostProducts::Ab
     }
