@@ -148,6 +148,14 @@ impl PorepShapeBench {
             gib(heap),
             gib(on_disk)
         );
+        // 32 bytes a term's coefficient, of few distinct values.
+        let coefficients = matrices.coefficient_census();
+        for (name, c) in ["A", "B", "C"].iter().zip(&coefficients) {
+            eprintln!(
+                "{name}: {} terms, {} of coefficient one, {} distinct coefficients",
+                c.terms, c.ones, c.distinct
+            );
+        }
 
         let ids = Ids { prover_id: prover_id_of_miner(1000), sector_id: 1 };
         let (partitions, drawn) = measure("drawing a synthetic C1", || circuit.synthetic_partitions(ids, 1))?;
@@ -370,6 +378,7 @@ impl PorepShapeBench {
                 "read": read,
                 "bytes_on_disk": on_disk,
                 "bytes_resident": heap,
+                "coefficients": { "a": coefficients[0], "b": coefficients[1], "c": coefficients[2] },
             },
             "synthetic_c1": drawn,
             "witness_in_parts": { "median": parts, "runs": in_parts },

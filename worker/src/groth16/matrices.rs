@@ -12,7 +12,7 @@ use ff::Field;
 
 use super::density::Density;
 use super::error::ProveError;
-use super::sparse::{Column, SparseMatrix};
+use super::sparse::{CoefficientCensus, Column, SparseMatrix};
 
 /// A circuit's recorded R1CS: A, B, C (the `input · 0 = 0` constraints
 /// appended, as the recorder and the key generator do) and the densities.
@@ -76,6 +76,11 @@ impl Matrices {
     /// The A query's aux density, and the B query's input and aux densities.
     pub fn densities(&self) -> [&Density; 3] {
         [&self.a_aux_density, &self.b_input_density, &self.b_aux_density]
+    }
+
+    /// A, B and C's terms by coefficient, on every core.
+    pub fn coefficient_census(&self) -> [CoefficientCensus; 3] {
+        [&self.a, &self.b, &self.c].map(SparseMatrix::coefficient_census)
     }
 
     /// Host bytes the matrices hold (resident as long as the circuit is served).

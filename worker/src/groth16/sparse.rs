@@ -38,6 +38,16 @@ impl Column {
     }
 }
 
+/// A matrix's terms by coefficient ([`SparseMatrix::coefficient_census`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CoefficientCensus {
+    pub terms: usize,
+    /// Terms whose coefficient is one.
+    pub ones: usize,
+    /// Distinct coefficients.
+    pub distinct: usize,
+}
+
 /// One sparse matrix in compressed rows.
 #[derive(Clone, Debug, Default)]
 pub struct SparseMatrix {
@@ -177,6 +187,29 @@ impl SparseMatrix {
         (&self.row_start, &self.cols, &self.coeffs)
     }
 
+    /// How many terms there are, how many of them have coefficient one,
+    /// and how many distinct coefficients they have: what a compact
+    /// encoding (a small table of values, an index a term) would save.
+    pub fn coefficient_census(&self) -> CoefficientCensus {
+        use std::collections::HashSet;
+        let one = Scalar::ONE;
+        let (ones, distinct) = self
+            .coeffs
+            .par_chunks(1 << 16)
+            .map(|chunk| {
+                let ones = chunk.iter().filter(|c| **c == one).count();
+                (ones, chunk.iter().map(|c| c.to_bytes_le()).collect::<HashSet<_>>())
+            })
+            .reduce(
+                || (0, HashSet::new()),
+                |(n, mut a), (m, b)| {
+                    a.extend(b);
+                    (n + m, a)
+                },
+            );
+        CoefficientCensus { terms: self.coeffs.len(), ones, distinct: distinct.len() }
+    }
+
     pub fn heap_bytes(&self) -> usize {
         self.row_start.len() * 8 + self.cols.len() * 4 + self.coeffs.len() * 32
     }
@@ -205,5 +238,15 @@ mod tests {
         assert_eq!(built.product(&input, &aux), pushed.product(&input, &aux));
         assert!(built.columns_within(1, 2));
         assert!(!built.columns_within(1, 1));
+        let census = pushed.coefficient_census();
+        assert_eq!(census, CoefficientCensus { terms: 3, ones: 0, distinct: 3 });
+        let mut m = SparseMatrix::default();
+        m.push_row([(Column::Input(0), s(1)), (Column::Aux(0), s(2)), (Column::Aux(1), s(2))]);
+        m.push_row([(Column::Aux(0), s(1)), (Column::Aux(1), s(0))]);
+        assert_eq!(
+            m.coefficient_census(),
+            CoefficientCensus { terms: 4, ones: 2, distinct: 2 },
+            "zeros dropped"
+        );
     }
 }
