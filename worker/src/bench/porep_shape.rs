@@ -189,29 +189,36 @@ impl PorepShapeBench {
             }
             false => None,
         };
-        // As the backend takes them from the host: a and b alone where it
-        // makes c as a·b itself (a GPU's).
+        // Both forms, the one the backend does not take first (dropped at
+        // once): a and b alone where it makes c as a·b itself (a GPU's),
+        // all three otherwise. The other is the baseline in the same run.
         let host = backend.host_products();
-        let (what, note) = match host {
-            HostProducts::Abc => ("a, b and c by sparse products on the host", "3 sparse products"),
-            HostProducts::Ab => {
-                ("a and b by sparse products on the host", "2 sparse products (c left as a*b)")
-            }
+        let other = match host {
+            HostProducts::Abc => HostProducts::Ab,
+            HostProducts::Ab => HostProducts::Abc,
         };
-        let (abc, products) = measure(what, || {
-            let (input, aux) = (&parted.input_assignment, &parted.aux_assignment);
-            // Not checked: the witness is random.
-            Ok(match host {
-                HostProducts::Abc => {
-                    let [a, b, c] = matrices.products(input, aux);
-                    HostAbc { a, b, c: Some(c) }
-                }
-                HostProducts::Ab => {
-                    let [a, b] = matrices.products_ab(input, aux);
-                    HostAbc { a, b, c: None }
-                }
+        let products_as = |form: HostProducts| {
+            let what = match form {
+                HostProducts::Abc => "a, b and c by sparse products on the host",
+                HostProducts::Ab => "a and b by sparse products on the host (c left as a*b)",
+            };
+            measure(what, || {
+                let (input, aux) = (&parted.input_assignment, &parted.aux_assignment);
+                // Not checked: the witness is random.
+                Ok(match form {
+                    HostProducts::Abc => {
+                        let [a, b, c] = matrices.products(input, aux);
+                        HostAbc { a, b, c: Some(c) }
+                    }
+                    HostProducts::Ab => {
+                        let [a, b] = matrices.products_ab(input, aux);
+                        HostAbc { a, b, c: None }
+                    }
+                })
             })
-        })?;
+        };
+        let other_products = products_as(other)?.1;
+        let (abc, products) = products_as(host)?;
         let assignment_bytes = ((parted.input_assignment.len() + parted.aux_assignment.len()) * 32) as u64;
         let census = ScalarCensus::of(&parted);
 
@@ -285,7 +292,14 @@ impl PorepShapeBench {
                 format!("{:.1}x the time in parts; the same assignment", whole.wall_s / parts.wall_s),
             ));
         }
-        rows.push(row("a, b, c on the host", &products, note.into()));
+        for (form, piece) in [(host, &products), (other, &other_products)] {
+            let (what, note) = match form {
+                HostProducts::Abc => ("a, b, c on the host", "3 sparse products"),
+                HostProducts::Ab => ("a, b on the host", "2 sparse products (c left as a*b)"),
+            };
+            let whose = if form == host { "; the backend's" } else { "" };
+            rows.push(row(what, piece, format!("{note}{whose}")));
+        }
         println!("{:?} at its real shape, on {cores} cores (measured in this run):", self.proof);
         print_table(&["piece", "wall s", "cores busy", "peak RSS above GiB", "note"], &rows);
 
@@ -387,6 +401,8 @@ impl PorepShapeBench {
             "assignment_bytes": assignment_bytes,
             "aux_scalars": census,
             "host_products": products,
+            "host_products_form": format!("{host:?}").to_lowercase(),
+            "host_products_other_form": other_products,
             "abc_computed_on": abc_on.map(|p| format!("{p:?}").to_lowercase()),
             "prove_steps": steps.iter().map(|(step, wall_ms, device_ms)| json!({
                 "step": step, "wall_ms": wall_ms, "device_ms": device_ms,
