@@ -1146,7 +1146,8 @@ fn finish_partition(s: &Shared, item: ToFinish) {
     job.record(index, |t| t.prove_finish = Some(secs));
     // Where the witness went unchecked, its memory stays reserved through
     // verification: a proof that fails has it made again to be checked.
-    let held = s.left_unchecked(&job, &attempt).then_some(held);
+    let unchecked = s.left_unchecked(&job, &attempt);
+    let held = unchecked.then_some(held);
     drop((pending_guard, stage));
     transition(s, job.id, index, "dealloc");
     let proof = match result {
@@ -1186,7 +1187,7 @@ fn finish_partition(s: &Shared, item: ToFinish) {
                 );
                 return ticket.fail(FailureReason::InvalidProof, what);
             }
-            if held.is_some() {
+            if unchecked {
                 if let Some(bad) = witness_fault(&attempt) {
                     tracing::warn!(job = %job.id, partition = index, "the witness, checked afresh: {bad}");
                     return ticket.fail(bad.reason(), bad.to_string());
