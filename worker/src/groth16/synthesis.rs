@@ -128,7 +128,7 @@ impl HostAbc {
     /// a backend that holds the three at once anyway, the CPU's).
     pub fn into_abc(self) -> [Vec<Scalar>; 3] {
         let HostAbc { a, b, c } = self;
-        let c = c.unwrap_or_else(|| a.par_iter().zip(&b).with_min_len(4096).map(|(a, b)| a * b).collect());
+        let c = c.unwrap_or_else(|| a_times_b(&a, &b));
         [a, b, c]
     }
 
@@ -137,6 +137,12 @@ impl HostAbc {
         let c = self.c.as_ref().map_or(0, Vec::len);
         (self.a.len() + self.b.len() + c) * std::mem::size_of::<Scalar>()
     }
+}
+
+/// a·b row by row, in a new vector, in parallel: c for a witness that
+/// satisfies its circuit.
+pub fn a_times_b(a: &[Scalar], b: &[Scalar]) -> Vec<Scalar> {
+    a.par_iter().zip(b).with_min_len(4096).map(|(a, b)| a * b).collect()
 }
 
 /// Overwrites `b` with c = a·b row by row: c made in place of b's host copy
@@ -301,11 +307,13 @@ impl Synthesized {
     }
 
     /// Whether the witness satisfies its circuit, where its a, b and c are
-    /// still products of the recorded matrices: every constraint evaluated
-    /// row by row, with no vector kept (the error names the first that
-    /// fails). For a proof that failed verification with c left as a·b
-    /// ([`HostProducts::Ab`]): the witness's fault, or the device's. a, b
-    /// and c evaluated already were checked as they were made.
+    /// still products of the recorded matrices, as synthesis leaves them:
+    /// every constraint evaluated row by row, with no vector kept (the error
+    /// names the first that fails). For a proof that failed verification
+    /// with c left as a·b ([`HostProducts::Ab`]): the witness's fault, or
+    /// the device's. A witness evaluated already is taken as its evaluator
+    /// left it: checked where c was made, and not checkable without the
+    /// matrices where c was left as a·b (make it again to check it).
     pub fn check(&self) -> Result<(), ProveError> {
         match &self.abc {
             Evaluations::Products(p) => {

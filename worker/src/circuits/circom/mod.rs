@@ -103,7 +103,7 @@ impl CircomCircuit {
         debug_assert_eq!(w.values.len(), self.n_vars);
         let (input, aux) = w.values.split_at(self.n_public + 1);
         let (a, b) = rayon::join(|| self.a.product(input, aux), || self.b.product(input, aux));
-        let c: Vec<Scalar> = a.par_iter().zip(&b).with_min_len(4096).map(|(a, b)| a * b).collect();
+        let c = crate::groth16::synthesis::a_times_b(&a, &b);
         if let Some(cm) = &self.c {
             let want = cm.product(input, aux);
             if let Some(index) =
