@@ -8,6 +8,7 @@
 
 use blstrs::Scalar;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use ff::Field;
 
 use crate::device::Gpu;
 use crate::error::{During, GpuError};
@@ -22,11 +23,25 @@ pub const AUX_COLUMN: u32 = 1 << 31;
 /// (`sparse_product_long`), the others by a thread each.
 pub const SHORT_ROW_TERMS: u64 = 32;
 
+/// Each term's index into its matrix's coefficients: 2 bytes where the
+/// matrix has at most 65536 of them (Filecoin's circuits have a few
+/// thousand), else 4.
+enum CoefficientIndex {
+    Narrow(CudaSlice<u16>),
+    Wide(CudaSlice<u32>),
+}
+
+/// Most terms a device matrix holds: its row starts are u32, and a warp
+/// steps 32 terms past its row's end before it stops.
+pub const MAX_TERMS: usize = u32::MAX as usize - 32;
+
 /// One constraint matrix in compressed rows, resident on the device.
 pub struct DeviceMatrix {
-    row_start: CudaSlice<u64>,
+    row_start: CudaSlice<u32>,
     cols: CudaSlice<u32>,
-    coeffs: CudaSlice<FrRaw>,
+    /// The distinct coefficients, one first.
+    values: CudaSlice<FrRaw>,
+    coefficient_of: CoefficientIndex,
     rows: usize,
     /// The rows of more than [`SHORT_ROW_TERMS`] terms, in order, if any.
     long_rows: Option<CudaSlice<u32>>,
@@ -34,46 +49,68 @@ pub struct DeviceMatrix {
 
 impl DeviceMatrix {
     /// Uploads a matrix of `row_start.len() − 1` rows: row r's terms are
-    /// `cols[k]`, `coeffs[k]` for k in `row_start[r]..row_start[r + 1]`.
-    pub fn upload(gpu: &Gpu, row_start: &[u64], cols: &[u32], coeffs: &[Scalar]) -> Result<Self, GpuError> {
+    /// k in `row_start[r]..row_start[r + 1]`, each the column `cols[k]`
+    /// and the coefficient `values[coefficient_of[k]]`; `values[0]` must
+    /// be one (the kernels add a term of index 0 without multiplying).
+    pub fn upload(
+        gpu: &Gpu,
+        row_start: &[usize],
+        cols: &[u32],
+        values: &[Scalar],
+        coefficient_of: &[u32],
+    ) -> Result<Self, GpuError> {
         let rows = row_start.len().saturating_sub(1);
         let terms = row_start.last().copied().unwrap_or(0);
-        if cols.len() != coeffs.len() || terms != cols.len() as u64 || rows > u32::MAX as usize {
+        if cols.len() != coefficient_of.len() || terms != cols.len() || rows > u32::MAX as usize {
             return Err(GpuError::Invalid(format!(
-                "a matrix of {rows} rows ending at term {terms}, with {} columns and {} coefficients",
+                "a matrix of {rows} rows ending at term {terms}, with {} columns and {} coefficient indices",
                 cols.len(),
-                coeffs.len()
+                coefficient_of.len()
             )));
+        }
+        if cols.len() > MAX_TERMS {
+            return Err(GpuError::Invalid(format!(
+                "{} terms, over the {MAX_TERMS} a device matrix holds",
+                cols.len()
+            )));
+        }
+        if values.first() != Some(&Scalar::ONE) {
+            return Err(GpuError::Invalid("a coefficient table that does not start with one".into()));
         }
         if row_start.windows(2).any(|w| w[0] > w[1]) {
             return Err(GpuError::Invalid("row starts that decrease".into()));
         }
+        if coefficient_of.iter().any(|&i| i as usize >= values.len()) {
+            return Err(GpuError::Invalid(format!("a coefficient index beyond the {} values", values.len())));
+        }
         let stream = gpu.stream();
-        // One element at least each, so that an empty matrix still has buffers.
-        let some = |n: usize| n.max(1);
-        let row_start = if row_start.is_empty() { &[0][..] } else { row_start };
+        let copying = "copying a matrix";
+        let row_start: Vec<u32> = match row_start.is_empty() {
+            true => vec![0],
+            false => row_start.iter().map(|&r| r as u32).collect(),
+        };
         let long_rows: Vec<u32> = (0..rows)
-            .filter(|&r| row_start[r + 1] - row_start[r] > SHORT_ROW_TERMS)
+            .filter(|&r| u64::from(row_start[r + 1] - row_start[r]) > SHORT_ROW_TERMS)
             .map(|r| r as u32)
             .collect();
         let long_rows = match long_rows.is_empty() {
             true => None,
-            false => Some(stream.clone_htod(&long_rows).during("copying a matrix")?),
+            false => Some(stream.clone_htod(&long_rows).during(copying)?),
         };
-        let mut d = Self {
-            row_start: stream.clone_htod(row_start).during("copying a matrix")?,
-            cols: gpu.zeros(some(cols.len()))?,
-            coeffs: gpu.zeros(some(coeffs.len()))?,
+        let coefficient_of = if values.len() <= 1 << 16 {
+            let narrow: Vec<u16> = coefficient_of.iter().map(|&i| i as u16).collect();
+            CoefficientIndex::Narrow(copy_at_least_one(gpu, &narrow)?)
+        } else {
+            CoefficientIndex::Wide(copy_at_least_one(gpu, coefficient_of)?)
+        };
+        Ok(Self {
+            row_start: stream.clone_htod(&row_start).during(copying)?,
+            cols: copy_at_least_one(gpu, cols)?,
+            values: stream.clone_htod(as_raw(values)).during(copying)?,
+            coefficient_of,
             rows,
             long_rows,
-        };
-        if !cols.is_empty() {
-            stream.memcpy_htod(cols, &mut d.cols.slice_mut(..cols.len())).during("copying a matrix")?;
-            stream
-                .memcpy_htod(as_raw(coeffs), &mut d.coeffs.slice_mut(..coeffs.len()))
-                .during("copying a matrix")?;
-        }
-        Ok(d)
+        })
     }
 
     pub fn rows(&self) -> usize {
@@ -82,19 +119,27 @@ impl DeviceMatrix {
 
     /// Device bytes held (at most [`DeviceMatrix::bytes_for`]).
     pub fn bytes(&self) -> usize {
-        Self::bytes_of(self.rows, self.cols.len(), self.long_rows.as_ref().map_or(0, |l| l.len()))
+        Self::bytes_of(
+            self.rows,
+            self.cols.len(),
+            self.values.len(),
+            self.long_rows.as_ref().map_or(0, |l| l.len()),
+        )
     }
 
-    /// Device bytes a matrix of `rows` rows and `terms` terms takes once
-    /// uploaded, at most (before uploading it): its list of long rows is
-    /// counted at its longest, every row just over [`SHORT_ROW_TERMS`].
-    pub fn bytes_for(rows: usize, terms: usize) -> usize {
-        Self::bytes_of(rows, terms.max(1), terms / (SHORT_ROW_TERMS as usize + 1))
+    /// Device bytes a matrix of `rows` rows, `terms` terms and `values`
+    /// distinct coefficients takes once uploaded, at most (before uploading
+    /// it): its list of long rows is counted at its longest, every row just
+    /// over [`SHORT_ROW_TERMS`].
+    pub fn bytes_for(rows: usize, terms: usize, values: usize) -> usize {
+        Self::bytes_of(rows, terms.max(1), values, terms / (SHORT_ROW_TERMS as usize + 1))
     }
 
-    fn bytes_of(rows: usize, terms: usize, long_rows: usize) -> usize {
-        (rows + 1) * std::mem::size_of::<u64>()
-            + terms * (std::mem::size_of::<u32>() + 32)
+    fn bytes_of(rows: usize, terms: usize, values: usize, long_rows: usize) -> usize {
+        let index = if values <= 1 << 16 { std::mem::size_of::<u16>() } else { std::mem::size_of::<u32>() };
+        (rows + 1) * std::mem::size_of::<u32>()
+            + terms * (std::mem::size_of::<u32>() + index)
+            + values * 32
             + long_rows * std::mem::size_of::<u32>()
     }
 
@@ -115,37 +160,32 @@ impl DeviceMatrix {
         let mut out = gpu.zeros::<FrRaw>(1 << log_n)?;
         // Without aux variables no column is tagged: `input` stands in.
         let aux = aux.unwrap_or(input);
+        let (short, long) = match &self.coefficient_of {
+            CoefficientIndex::Narrow(_) => ("sparse_product_u16", "sparse_product_long_u16"),
+            CoefficientIndex::Wide(_) => ("sparse_product_u32", "sparse_product_long_u32"),
+        };
         if self.rows > 0 {
             let (rows, short_max) = (self.rows as u32, SHORT_ROW_TERMS as u32);
-            let f = gpu.function("sparse_product")?;
+            let f = gpu.function(short)?;
             let mut b = gpu.stream().launch_builder(&f);
-            b.arg(&self.row_start)
-                .arg(&self.cols)
-                .arg(&self.coeffs)
-                .arg(&rows)
-                .arg(&short_max)
-                .arg(input)
-                .arg(aux)
-                .arg(&mut out);
-            // SAFETY: argument types and order match the kernel's signature;
-            // row r < rows reads terms below row_start[rows] = cols.len(), and
-            // writes out[r], r < 2^log_n.
+            b.arg(&self.row_start).arg(&self.cols);
+            self.coefficient_of.arg(&mut b);
+            b.arg(&self.values).arg(&rows).arg(&short_max).arg(input).arg(aux).arg(&mut out);
+            // SAFETY: argument types and order match the kernel's signature
+            // (its index type is the one `coefficient_of` holds); row r < rows
+            // reads terms below row_start[rows] = cols.len(), each index below
+            // values.len() (checked at upload), and writes out[r], r < 2^log_n.
             unsafe { b.launch(LaunchConfig::for_num_elems(rows)) }
                 .map(drop)
                 .during("launching sparse_product")?;
         }
         if let Some(long_rows) = &self.long_rows {
             let count = long_rows.len() as u32;
-            let f = gpu.function("sparse_product_long")?;
+            let f = gpu.function(long)?;
             let mut b = gpu.stream().launch_builder(&f);
-            b.arg(&self.row_start)
-                .arg(&self.cols)
-                .arg(&self.coeffs)
-                .arg(long_rows)
-                .arg(&count)
-                .arg(input)
-                .arg(aux)
-                .arg(&mut out);
+            b.arg(&self.row_start).arg(&self.cols);
+            self.coefficient_of.arg(&mut b);
+            b.arg(&self.values).arg(long_rows).arg(&count).arg(input).arg(aux).arg(&mut out);
             const THREADS: u32 = 256;
             let warps_per_block = THREADS / 32;
             let config = LaunchConfig {
@@ -158,6 +198,29 @@ impl DeviceMatrix {
             unsafe { b.launch(config) }.map(drop).during("launching sparse_product_long")?;
         }
         Ok(FrBuffer::from_device(out, log_n))
+    }
+}
+
+/// `v` on the device, in a buffer of one element at least, so that an
+/// empty matrix still has buffers to pass.
+fn copy_at_least_one<T>(gpu: &Gpu, v: &[T]) -> Result<CudaSlice<T>, GpuError>
+where
+    T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
+{
+    let mut d = gpu.zeros(v.len().max(1))?;
+    if !v.is_empty() {
+        gpu.stream().memcpy_htod(v, &mut d.slice_mut(..v.len())).during("copying a matrix")?;
+    }
+    Ok(d)
+}
+
+impl CoefficientIndex {
+    /// Passes the index to a kernel of its width.
+    fn arg<'a>(&'a self, b: &mut cudarc::driver::LaunchArgs<'a>) {
+        match self {
+            CoefficientIndex::Narrow(i) => b.arg(i),
+            CoefficientIndex::Wide(i) => b.arg(i),
+        };
     }
 }
 

@@ -387,19 +387,31 @@ fn density_selection_matches_a_host_filter() {
     assert!(select_by_density(&gpu, &src, 11, &[1]).is_err(), "more scalars than the buffer holds");
 }
 
+/// A matrix in compressed rows, as [`DeviceMatrix::upload`] takes it.
+struct RandomMatrix {
+    row_start: Vec<usize>,
+    cols: Vec<u32>,
+    values: Vec<Scalar>,
+    coefficient_of: Vec<u32>,
+}
+
 /// A matrix of `rows` rows with 0 to 7 terms each over `inputs` inputs and
-/// `aux` aux variables, about half its coefficients one (the cheap path),
-/// in compressed rows; and its product with (input, aux) on the host.
+/// `aux` aux variables, about half its coefficients one (the cheap path) and
+/// the others drawn from `pool` random values (0: a new value each); and
+/// its product with (input, aux) on the host.
 fn random_matrix(
     rows: usize,
-    inputs: usize,
-    aux: usize,
+    (inputs, aux): (usize, usize),
+    pool: usize,
     seed: u64,
     input: &[Scalar],
     aux_values: &[Scalar],
-) -> (Vec<u64>, Vec<u32>, Vec<Scalar>, Vec<Scalar>) {
+) -> (RandomMatrix, Vec<Scalar>) {
     let mut r = rng(seed);
-    let (mut row_start, mut cols, mut coeffs, mut product) = (vec![0u64], vec![], vec![], vec![]);
+    let mut m =
+        RandomMatrix { row_start: vec![0], cols: vec![], values: vec![Scalar::ONE], coefficient_of: vec![] };
+    m.values.extend((0..pool).map(|_| Scalar::random(&mut r)));
+    let mut product = vec![];
     for row in 0..rows {
         // Mostly short rows; every 97th a long one (summed by a warp), some
         // of them at the bound between the two.
@@ -417,15 +429,22 @@ fn random_matrix(
                 let i = r.next_u32() % inputs as u32;
                 (i, input[i as usize])
             };
-            let c = if r.next_u32().is_multiple_of(2) { Scalar::ONE } else { Scalar::random(&mut r) };
-            acc += v * c;
-            cols.push(col);
-            coeffs.push(c);
+            let index = match (r.next_u32().is_multiple_of(2), pool) {
+                (true, _) => 0,
+                (false, 0) => {
+                    m.values.push(Scalar::random(&mut r));
+                    m.values.len() - 1
+                }
+                (false, _) => 1 + r.next_u32() as usize % pool,
+            };
+            acc += v * m.values[index];
+            m.cols.push(col);
+            m.coefficient_of.push(index as u32);
         }
-        row_start.push(cols.len() as u64);
+        m.row_start.push(m.cols.len());
         product.push(acc);
     }
-    (row_start, cols, coeffs, product)
+    (m, product)
 }
 
 /// The device's sparse products give the host's, zero-padded to the domain;
@@ -435,14 +454,16 @@ fn random_matrix(
 #[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn sparse_products_match_the_host_and_the_check_finds_the_first_bad_row() {
     let Some(gpu) = gpu_for_tests() else { return };
-    for (rows, inputs, aux, log_n) in
-        [(1usize, 1usize, 0usize, 0u32), (1000, 3, 700, 10), (100_003, 5, 80_000, 17)]
+    // The second matrix reuses 300 values (2-byte indices); the third has a
+    // new value for each of its ~200k other terms (over 65536: 4-byte indices).
+    for (rows, inputs, aux, pool, log_n) in
+        [(1usize, 1usize, 0usize, 1usize, 0u32), (1000, 3, 700, 300, 10), (100_003, 5, 80_000, 0, 17)]
     {
         let input = random_scalars(inputs, 1);
         let aux_values = random_scalars(aux, 2);
-        let (row_start, cols, coeffs, want) =
-            random_matrix(rows, inputs, aux, rows as u64, &input, &aux_values);
-        let m = DeviceMatrix::upload(&gpu, &row_start, &cols, &coeffs).unwrap();
+        let (mm, want) = random_matrix(rows, (inputs, aux), pool, rows as u64, &input, &aux_values);
+        let m = DeviceMatrix::upload(&gpu, &mm.row_start, &mm.cols, &mm.values, &mm.coefficient_of).unwrap();
+        assert!(m.bytes() <= DeviceMatrix::bytes_for(rows, mm.cols.len(), mm.values.len()), "{rows} rows");
         assert_eq!(m.rows(), rows);
         let input_d = gpu.upload(&input).unwrap();
         let aux_d = (aux > 0).then(|| gpu.upload(&aux_values).unwrap());
@@ -466,10 +487,17 @@ fn sparse_products_match_the_host_and_the_check_finds_the_first_bad_row() {
         assert_eq!(check(&c).unwrap(), Some(bad[0]), "{rows} rows");
     }
     // a matrix whose rows end past its terms is refused before any copy
-    assert!(DeviceMatrix::upload(&gpu, &[0, 2], &[0], &[Scalar::ONE]).is_err());
+    let one = [Scalar::ONE];
+    assert!(DeviceMatrix::upload(&gpu, &[0, 2], &[0], &one, &[0]).is_err());
     assert!(
-        DeviceMatrix::upload(&gpu, &[0, 2, 1], &[0], &[Scalar::ONE]).is_err(),
+        DeviceMatrix::upload(&gpu, &[0, 2, 1], &[0], &one, &[0]).is_err(),
         "rows that end before they start"
+    );
+    assert!(DeviceMatrix::upload(&gpu, &[0, 1], &[0], &one, &[1]).is_err(), "an index beyond the values");
+    let two = Scalar::ONE.double();
+    assert!(
+        DeviceMatrix::upload(&gpu, &[0, 1], &[0], &[two], &[0]).is_err(),
+        "values that do not start with one"
     );
 }
 

@@ -7,10 +7,11 @@
 //!
 //! One directory per circuit, named by its identity (for Filecoin, the
 //! parameter cache's id, which changes with the circuit); in it, per matrix,
-//! `a.rows` (the row starts, u64 LE) and `a.terms` (a u32 LE column and the
-//! coefficient's 32-byte canonical encoding per term), `densities` (the
-//! three bitmaps' u64 LE words) and `meta.json` (the format, the identity,
-//! every count and each file's SHA-256). A store is written under a
+//! `a.rows` (the row starts, u64 LE), `a.values` (its distinct coefficients'
+//! 32-byte canonical encodings, one first) and `a.terms` (per term a u32 LE
+//! column and the u32 LE index of its coefficient in `a.values`),
+//! `densities` (the three bitmaps' u64 LE words) and `meta.json` (the
+//! format, the identity, every count and each file's SHA-256). A store is written under a
 //! temporary name and renamed when complete; loading checks the identity,
 //! the counts and every digest, and a store that fails them is recorded
 //! again.
@@ -30,13 +31,16 @@ use sha2::{Digest, Sha256};
 use super::density::Density;
 use super::error::ProveError;
 use super::matrices::{record_into, Matrices, RowSink};
-use super::sparse::{Column, SparseMatrix};
+use super::sparse::{CoefficientTable, Column, SparseMatrix};
 
 /// The on-disk layout's version; a store of another is recorded again.
-const FORMAT: u32 = 1;
+/// Format 1 kept each term's coefficient whole (36 bytes a term).
+const FORMAT: u32 = 2;
 const MATRICES: [&str; 3] = ["a", "b", "c"];
-/// Bytes of one stored term: a column and a coefficient.
-const TERM: usize = 4 + 32;
+/// Bytes of one stored term: a column and its coefficient's index.
+const TERM: usize = 4 + 4;
+/// Bytes of one stored coefficient.
+const VALUE: usize = 32;
 
 /// Why a store could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +77,8 @@ struct Meta {
     rows: usize,
     /// Terms of A, B and C.
     terms: [usize; 3],
+    /// Distinct coefficients of A, B and C (one included).
+    values: [usize; 3],
     /// Hex SHA-256 of each file, by name.
     sha256: std::collections::BTreeMap<String, String>,
 }
@@ -144,12 +150,14 @@ impl MatrixStore {
             aux: recorded.aux,
             rows: 0,
             terms: [0; 3],
+            values: [0; 3],
             sha256: Default::default(),
         };
         for (i, w) in recorded.rows.into_iter().enumerate() {
             let written = w.finish()?;
             meta.rows = written.rows;
             meta.terms[i] = written.terms;
+            meta.values[i] = written.values;
             meta.sha256.extend(written.digests);
         }
         let mut densities = HashingFile::create(&staging_dir.join("densities"))?;
@@ -241,19 +249,23 @@ impl HashingFile {
     }
 }
 
-/// What a [`MatrixWriter`] wrote: rows, terms, and (file name, SHA-256) of
-/// its two files.
+/// What a [`MatrixWriter`] wrote: rows, terms, distinct coefficients, and
+/// (file name, SHA-256) of its three files.
 struct Written {
     rows: usize,
     terms: usize,
-    digests: [(String, String); 2],
+    values: usize,
+    digests: [(String, String); 3],
 }
 
-/// One matrix's rows, streamed to `x.rows` and `x.terms`.
+/// One matrix's rows, streamed to `x.rows` and `x.terms`; its coefficients
+/// go to `x.values` at the end, when all are known.
 struct MatrixWriter {
     name: &'static str,
+    dir: PathBuf,
     rows: HashingFile,
     terms: HashingFile,
+    table: CoefficientTable,
     row_count: usize,
     term_count: usize,
 }
@@ -263,15 +275,33 @@ impl MatrixWriter {
         let mut rows = HashingFile::create(&dir.join(format!("{name}.rows")))?;
         rows.write(&0u64.to_le_bytes());
         let terms = HashingFile::create(&dir.join(format!("{name}.terms")))?;
-        Ok(Self { name, rows, terms, row_count: 0, term_count: 0 })
+        Ok(Self {
+            name,
+            dir: dir.to_path_buf(),
+            rows,
+            terms,
+            table: CoefficientTable::default(),
+            row_count: 0,
+            term_count: 0,
+        })
     }
 
-    /// Rows and terms written, and the files' digests.
+    /// Rows, terms and values written, and the files' digests.
     fn finish(self) -> Result<Written, StoreError> {
         let name = self.name;
+        let mut values = HashingFile::create(&self.dir.join(format!("{name}.values")))?;
+        for v in self.table.values() {
+            values.write(&v.to_repr());
+        }
         let rows = (format!("{name}.rows"), self.rows.finish()?);
         let terms = (format!("{name}.terms"), self.terms.finish()?);
-        Ok(Written { rows: self.row_count, terms: self.term_count, digests: [rows, terms] })
+        let digests = [rows, terms, (format!("{name}.values"), values.finish()?)];
+        Ok(Written {
+            rows: self.row_count,
+            terms: self.term_count,
+            values: self.table.values().len(),
+            digests,
+        })
     }
 }
 
@@ -279,7 +309,7 @@ impl RowSink for MatrixWriter {
     fn push_row(&mut self, terms: &[(Column, Scalar)]) {
         for &(col, c) in terms {
             self.terms.write(&col.encode().to_le_bytes());
-            self.terms.write(&c.to_repr());
+            self.terms.write(&self.table.index_of(c).to_le_bytes());
         }
         self.term_count += terms.len();
         self.row_count += 1;
@@ -316,13 +346,26 @@ fn load(path: &Path, identity: &str) -> Result<Matrices, StoreError> {
                 true
             },
         )?;
+        let values = read_file(
+            &path.join(format!("{name}.values")),
+            meta.values[i],
+            VALUE,
+            &digest(&format!("{name}.values"))?,
+            |b, out: &mut [Scalar]| {
+                out.iter_mut().zip(b.chunks_exact(VALUE)).all(|(o, c)| {
+                    let repr: [u8; 32] = c.try_into().expect("32 bytes");
+                    Scalar::from_repr_vartime(repr).map(|v| *o = v).is_some()
+                })
+            },
+        )?;
+        let table = CoefficientTable::from_values(values)
+            .ok_or_else(|| corrupt(format!("matrix {name}'s values do not start with one or repeat")))?;
         let terms = meta.terms[i];
-        let mut cols = vec![0u32; terms];
-        let mut coeffs = vec![Scalar::from(0u64); terms];
-        let parts = (&mut cols[..], &mut coeffs[..]);
+        let (mut cols, mut coefficient_of) = (vec![0u32; terms], vec![0u32; terms]);
+        let parts = (&mut cols[..], &mut coefficient_of[..]);
         read_terms(&path.join(format!("{name}.terms")), parts, &digest(&format!("{name}.terms"))?)?;
-        SparseMatrix::from_compressed(row_start, cols, coeffs)
-            .ok_or_else(|| corrupt(format!("matrix {name}'s rows and terms do not agree")))
+        SparseMatrix::from_compressed(row_start, cols, table, coefficient_of)
+            .ok_or_else(|| corrupt(format!("matrix {name}'s rows, terms and values do not agree")))
     };
     let mut matrices: Vec<_> = MATRICES.into_par_iter().enumerate().map(read).collect::<Result<_, _>>()?;
     let words = [meta.aux, meta.inputs, meta.aux].map(|n| n.div_ceil(64));
@@ -371,26 +414,28 @@ fn read_file<T: Clone + Default + Send>(
     Ok(out)
 }
 
-/// Reads a terms file into columns and coefficients, decoding on every core.
+/// Reads a terms file into columns and coefficient indices, decoding on
+/// every core (the indices are checked against the table after).
 fn read_terms(
     path: &Path,
-    (cols, coeffs): (&mut [u32], &mut [Scalar]),
+    (cols, coefficient_of): (&mut [u32], &mut [u32]),
     digest: &str,
 ) -> Result<(), StoreError> {
     let n = cols.len();
     stream(path, n * TERM, digest, |offset, bytes| {
         let first = offset / TERM;
         let count = bytes.len() / TERM;
-        let (cols, coeffs) = (&mut cols[first..first + count], &mut coeffs[first..first + count]);
-        bytes.par_chunks(TERM * 4096).zip(cols.par_chunks_mut(4096).zip(coeffs.par_chunks_mut(4096))).all(
-            |(b, (cols, coeffs))| {
-                b.chunks_exact(TERM).zip(cols.iter_mut().zip(coeffs)).all(|(t, (col, coeff))| {
+        let (cols, indices) = (&mut cols[first..first + count], &mut coefficient_of[first..first + count]);
+        bytes
+            .par_chunks(TERM * 4096)
+            .zip(cols.par_chunks_mut(4096).zip(indices.par_chunks_mut(4096)))
+            .for_each(|(b, (cols, indices))| {
+                for (t, (col, index)) in b.chunks_exact(TERM).zip(cols.iter_mut().zip(indices)) {
                     *col = u32::from_le_bytes(t[..4].try_into().expect("4 bytes"));
-                    let repr: [u8; 32] = t[4..].try_into().expect("32 bytes");
-                    Scalar::from_repr_vartime(repr).map(|c| *coeff = c).is_some()
-                })
-            },
-        )
+                    *index = u32::from_le_bytes(t[4..].try_into().expect("4 bytes"));
+                }
+            });
+        true
     })
 }
 
@@ -409,8 +454,8 @@ fn stream(
     if actual != len as u64 {
         return Err(corrupt(format!("{actual} bytes, not the {len} its counts give")));
     }
-    // A whole number of terms (36 bytes) and of words (8) per chunk.
-    let step = CHUNK - CHUNK % (TERM * 8);
+    // A whole number of values (32 bytes), terms (8) and words (8) per chunk.
+    let step = CHUNK - CHUNK % VALUE;
     let mut buf = vec![0u8; step.min(len)];
     let mut hash = Sha256::new();
     let mut offset = 0;
@@ -473,16 +518,19 @@ mod tests {
         store.load_or_record("bench-8", blank).unwrap();
         let path = store.path_of("bench-8");
 
-        // One flipped bit of a coefficient: the digest catches it.
-        let terms = path.join("b.terms");
-        let mut bytes = std::fs::read(&terms).unwrap();
-        bytes[40] ^= 1;
-        std::fs::write(&terms, &bytes).unwrap();
-        let e = load(&path, "bench-8").expect_err("a damaged store");
-        assert!(e.to_string().contains("SHA-256"), "{e}");
-        let (got, origin) = store.load_or_record("bench-8", blank).unwrap();
-        assert!(matches!(origin, Origin::Recorded { .. }));
-        same(&got, &want);
+        // One flipped bit of a coefficient, or of a term's index: the digest
+        // catches it, and the store is recorded again.
+        for (file, at) in [("b.values", 0), ("a.terms", 4)] {
+            let file = path.join(file);
+            let mut bytes = std::fs::read(&file).unwrap();
+            bytes[at] ^= 1;
+            std::fs::write(&file, &bytes).unwrap();
+            let e = load(&path, "bench-8").expect_err("a damaged store");
+            assert!(e.to_string().contains("SHA-256"), "{e}");
+            let (got, origin) = store.load_or_record("bench-8", blank).unwrap();
+            assert!(matches!(origin, Origin::Recorded { .. }));
+            same(&got, &want);
+        }
 
         // A file cut short.
         let rows = path.join("c.rows");
@@ -502,7 +550,18 @@ mod tests {
         store.load_or_record("bench-8", blank).unwrap();
         std::fs::rename(&path, store.path_of("bench-9")).unwrap();
         let e = load(&store.path_of("bench-9"), "bench-9").expect_err("a foreign store");
-        assert!(e.to_string().contains("not format 1 of 'bench-9'"), "{e}");
+        assert!(e.to_string().contains(&format!("not format {FORMAT} of 'bench-9'")), "{e}");
+
+        // A store of format 1 (each term's coefficient whole): recorded again in this format.
+        store.load_or_record("bench-8", blank).unwrap();
+        let meta = path.join("meta.json");
+        let text = std::fs::read_to_string(&meta).unwrap();
+        std::fs::write(&meta, text.replace(&format!("\"format\": {FORMAT}"), "\"format\": 1")).unwrap();
+        let e = load(&path, "bench-8").expect_err("an older format");
+        assert!(e.to_string().contains(&format!("format 1 of 'bench-8', not format {FORMAT}")), "{e}");
+        let (got, origin) = store.load_or_record("bench-8", blank).unwrap();
+        assert!(matches!(origin, Origin::Recorded { .. }));
+        same(&got, &want);
     }
 
     /// A circuit whose synthesis fails part way, after recording a row.

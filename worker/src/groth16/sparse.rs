@@ -48,12 +48,93 @@ pub struct CoefficientCensus {
     pub distinct: usize,
 }
 
-/// One sparse matrix in compressed rows.
+/// A matrix's distinct coefficients, each once; a term names its value by
+/// its place here. Circuits made of gadgets reuse a few constants over
+/// hundreds of millions of terms (a 32 GiB PoRep partition: A's 309M terms
+/// over 1331 values, B's over 12), so a term costs a 4-byte index instead
+/// of a 32-byte value, and the table stays in cache while it is read.
+#[derive(Clone, Debug)]
+pub struct CoefficientTable {
+    /// `values[0]` is one, whether or not a term uses it: most terms do,
+    /// and a product tells them by their index alone.
+    values: Vec<Scalar>,
+    place: std::collections::HashMap<[u64; 4], u32>,
+}
+
+impl Default for CoefficientTable {
+    fn default() -> Self {
+        Self::from_values(vec![Scalar::ONE]).expect("one is first")
+    }
+}
+
+impl CoefficientTable {
+    /// The index of one's value.
+    pub const ONE: u32 = 0;
+
+    /// A table of `values` as stored; `None` unless one comes first and no
+    /// value is repeated (an index would be ambiguous), or for more values
+    /// than a `u32` index names.
+    pub fn from_values(values: Vec<Scalar>) -> Option<Self> {
+        if values.first() != Some(&Scalar::ONE) || values.len() > u32::MAX as usize {
+            return None;
+        }
+        let place: std::collections::HashMap<_, _> =
+            values.iter().enumerate().map(|(i, &v)| (Self::key(v), i as u32)).collect();
+        (place.len() == values.len()).then_some(Self { values, place })
+    }
+
+    /// The index of `value`, added to the table if it is new.
+    pub fn index_of(&mut self, value: Scalar) -> u32 {
+        if value == Scalar::ONE {
+            return Self::ONE;
+        }
+        let next = self.values.len() as u32;
+        let at = *self.place.entry(Self::key(value)).or_insert(next);
+        if at == next {
+            assert!(next < u32::MAX, "more distinct coefficients than a u32 names");
+            self.values.push(value);
+        }
+        at
+    }
+
+    /// The values, one's first.
+    pub fn values(&self) -> &[Scalar] {
+        &self.values
+    }
+
+    /// The value's Montgomery limbs: equal values, equal keys (a canonical
+    /// encoding would cost a reduction per term).
+    fn key(value: Scalar) -> [u64; 4] {
+        blst::blst_fr::from(value).l
+    }
+}
+
+impl PartialEq for CoefficientTable {
+    fn eq(&self, other: &Self) -> bool {
+        self.values == other.values
+    }
+}
+
+/// A matrix in compressed rows, as stored and as uploaded: row r's terms
+/// are k in `row_start[r]..row_start[r + 1]`, each a column `cols[k]`
+/// (encoded, aux tagged in the top bit) and the coefficient
+/// `values[coefficient_of[k]]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CompressedRows<'a> {
+    pub row_start: &'a [usize],
+    pub cols: &'a [u32],
+    pub values: &'a [Scalar],
+    pub coefficient_of: &'a [u32],
+}
+
+/// One sparse matrix in compressed rows, its coefficients in a table.
 #[derive(Clone, Debug, Default)]
 pub struct SparseMatrix {
     row_start: Vec<usize>,
     cols: Vec<u32>,
-    coeffs: Vec<Scalar>,
+    table: CoefficientTable,
+    /// Per term, the index of its coefficient in `table`.
+    coefficient_of: Vec<u32>,
 }
 
 impl SparseMatrix {
@@ -65,7 +146,7 @@ impl SparseMatrix {
         for (col, c) in terms {
             if !bool::from(c.is_zero()) {
                 self.cols.push(col.encode());
-                self.coeffs.push(c);
+                self.coefficient_of.push(self.table.index_of(c));
             }
         }
         self.row_start.push(self.cols.len());
@@ -78,8 +159,10 @@ impl SparseMatrix {
         if self.row_start.is_empty() {
             self.row_start.push(0);
         }
-        self.cols.extend(terms.iter().map(|(col, _)| col.encode()));
-        self.coeffs.extend(terms.iter().map(|&(_, c)| c));
+        for &(col, c) in terms {
+            self.cols.push(col.encode());
+            self.coefficient_of.push(self.table.index_of(c));
+        }
         self.row_start.push(self.cols.len());
     }
 
@@ -95,40 +178,54 @@ impl SparseMatrix {
         }
         let mut next = row_start.clone();
         let mut cols = vec![0u32; terms.len()];
-        let mut coeffs = vec![Scalar::ZERO; terms.len()];
+        let mut coefficient_of = vec![0u32; terms.len()];
+        let mut table = CoefficientTable::default();
         for &(r, col, c) in terms {
             let at = &mut next[r as usize];
             cols[*at] = col.encode();
-            coeffs[*at] = c;
+            coefficient_of[*at] = table.index_of(c);
             *at += 1;
         }
-        Self { row_start, cols, coeffs }
+        Self { row_start, cols, table, coefficient_of }
     }
 
     /// A matrix from its compressed rows (as [`SparseMatrix::compressed_rows`]
     /// gives them); `None` unless the row starts run from 0 to the number
-    /// of terms without going back.
+    /// of terms without going back and every term's coefficient is in the
+    /// table. The indices are checked on every core (720M at 32 GiB).
     pub(crate) fn from_compressed(
         row_start: Vec<usize>,
         cols: Vec<u32>,
-        coeffs: Vec<Scalar>,
+        table: CoefficientTable,
+        coefficient_of: Vec<u32>,
     ) -> Option<Self> {
-        let fits = cols.len() == coeffs.len()
+        let values = table.values.len();
+        let fits = cols.len() == coefficient_of.len()
             && row_start.first() == Some(&0)
             && row_start.last() == Some(&cols.len())
-            && row_start.windows(2).all(|w| w[0] <= w[1]);
-        fits.then_some(Self { row_start, cols, coeffs })
+            && row_start.windows(2).all(|w| w[0] <= w[1])
+            && coefficient_of.par_iter().all(|&i| (i as usize) < values);
+        fits.then_some(Self { row_start, cols, table, coefficient_of })
     }
 
     pub fn rows(&self) -> usize {
         self.row_start.len().saturating_sub(1)
     }
 
+    /// How many terms the rows hold.
+    pub fn term_count(&self) -> usize {
+        self.cols.len()
+    }
+
+    fn coefficient(&self, k: usize) -> Scalar {
+        self.table.values[self.coefficient_of[k] as usize]
+    }
+
     /// Every term, row by row: (row, column, coefficient).
     pub fn terms(&self) -> impl Iterator<Item = (usize, Column, Scalar)> + '_ {
         (0..self.rows()).flat_map(move |r| {
             let (lo, hi) = (self.row_start[r], self.row_start[r + 1]);
-            (lo..hi).map(move |k| (r, Column::decode(self.cols[k]), self.coeffs[k]))
+            (lo..hi).map(move |k| (r, Column::decode(self.cols[k]), self.coefficient(k)))
         })
     }
 
@@ -137,13 +234,15 @@ impl SparseMatrix {
         self.cols.iter().map(|&c| Column::decode(c))
     }
 
-    /// Row `r`'s dot product with the assignment.
+    /// Row `r`'s dot product with the assignment. A term whose coefficient
+    /// is one (most, in bit-heavy circuits) costs an addition only.
     pub(crate) fn dot(&self, r: usize, input: &[Scalar], aux: &[Scalar]) -> Scalar {
         let (lo, hi) = (self.row_start[r], self.row_start[r + 1]);
+        let values = &self.table.values[..];
         let mut acc = Scalar::ZERO;
-        for (&col, c) in self.cols[lo..hi].iter().zip(&self.coeffs[lo..hi]) {
+        for (&col, &i) in self.cols[lo..hi].iter().zip(&self.coefficient_of[lo..hi]) {
             let v = if col & AUX != 0 { aux[(col & !AUX) as usize] } else { input[col as usize] };
-            acc += if *c == Scalar::ONE { v } else { v * c };
+            acc += if i == CoefficientTable::ONE { v } else { v * values[i as usize] };
         }
         acc
     }
@@ -180,38 +279,27 @@ impl SparseMatrix {
         (by_input, by_aux)
     }
 
-    /// The compressed rows as they are stored: row r's terms are `cols[k]`
-    /// (columns encoded with the aux tag in the top bit) and `coeffs[k]` for
-    /// k in `row_start[r]..row_start[r + 1]`.
-    pub fn compressed_rows(&self) -> (&[usize], &[u32], &[Scalar]) {
-        (&self.row_start, &self.cols, &self.coeffs)
+    /// The compressed rows as they are stored and uploaded.
+    pub fn compressed_rows(&self) -> CompressedRows<'_> {
+        CompressedRows {
+            row_start: &self.row_start,
+            cols: &self.cols,
+            values: &self.table.values,
+            coefficient_of: &self.coefficient_of,
+        }
     }
 
     /// How many terms there are, how many of them have coefficient one,
-    /// and how many distinct coefficients they have: what a compact
-    /// encoding (a small table of values, an index a term) would save.
+    /// and how many distinct coefficients they have.
     pub fn coefficient_census(&self) -> CoefficientCensus {
-        use std::collections::HashSet;
-        let one = Scalar::ONE;
-        let (ones, distinct) = self
-            .coeffs
-            .par_chunks(1 << 16)
-            .map(|chunk| {
-                let ones = chunk.iter().filter(|c| **c == one).count();
-                (ones, chunk.iter().map(|c| c.to_bytes_le()).collect::<HashSet<_>>())
-            })
-            .reduce(
-                || (0, HashSet::new()),
-                |(n, mut a), (m, b)| {
-                    a.extend(b);
-                    (n + m, a)
-                },
-            );
-        CoefficientCensus { terms: self.coeffs.len(), ones, distinct: distinct.len() }
+        let ones = self.coefficient_of.par_iter().filter(|&&i| i == CoefficientTable::ONE).count();
+        // The table holds one whether or not a term uses it, and every other value because one does.
+        let distinct = self.table.values.len() - usize::from(ones == 0);
+        CoefficientCensus { terms: self.cols.len(), ones, distinct: distinct.min(self.cols.len()) }
     }
 
     pub fn heap_bytes(&self) -> usize {
-        self.row_start.len() * 8 + self.cols.len() * 4 + self.coeffs.len() * 32
+        self.row_start.len() * 8 + self.cols.len() * (4 + 4) + self.table.values.len() * (32 + 16)
     }
 }
 
@@ -248,5 +336,44 @@ mod tests {
             CoefficientCensus { terms: 4, ones: 2, distinct: 2 },
             "zeros dropped"
         );
+    }
+
+    #[test]
+    fn a_coefficient_is_kept_once_and_one_is_always_first() {
+        let s = |v: u64| Scalar::from(v);
+        let mut table = CoefficientTable::default();
+        assert_eq!(table.index_of(s(1)), CoefficientTable::ONE);
+        assert_eq!(table.index_of(s(5)), 1);
+        assert_eq!(table.index_of(-s(5)), 2);
+        assert_eq!(table.index_of(s(5)), 1, "found, not added again");
+        assert_eq!(table.values(), [s(1), s(5), -s(5)]);
+        let stored = CoefficientTable::from_values(table.values().to_vec()).expect("as stored");
+        assert_eq!(stored, table);
+        assert!(CoefficientTable::from_values(vec![s(5), s(1)]).is_none(), "one not first");
+        assert!(CoefficientTable::from_values(vec![s(1), s(5), s(5)]).is_none(), "a value twice");
+        assert!(CoefficientTable::from_values(vec![]).is_none());
+
+        let mut m = SparseMatrix::default();
+        m.push_row([(Column::Aux(0), s(5)), (Column::Aux(1), s(1))]);
+        m.push_row([(Column::Input(0), s(5))]);
+        let rows = m.compressed_rows();
+        assert_eq!(rows.values, [s(1), s(5)]);
+        assert_eq!(rows.coefficient_of, [1, 0, 1]);
+        let again = SparseMatrix::from_compressed(
+            rows.row_start.to_vec(),
+            rows.cols.to_vec(),
+            CoefficientTable::from_values(rows.values.to_vec()).unwrap(),
+            rows.coefficient_of.to_vec(),
+        )
+        .expect("its own rows");
+        assert_eq!(again.compressed_rows(), rows);
+        let beyond = SparseMatrix::from_compressed(
+            rows.row_start.to_vec(),
+            rows.cols.to_vec(),
+            CoefficientTable::from_values(rows.values.to_vec()).unwrap(),
+            vec![1, 0, 2],
+        );
+        assert!(beyond.is_none(), "an index beyond the table");
+        assert_eq!(m.product(&[s(3)], &[s(7), s(11)]), [s(5 * 7 + 11), s(15)]);
     }
 }

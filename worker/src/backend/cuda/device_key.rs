@@ -155,9 +155,8 @@ impl DeviceMemory for Gpu {
     fn upload_matrices(&self, matrices: &Matrices) -> Result<DeviceMatrices, GpuError> {
         let ([a, b, c], _, _) = matrices.parts();
         let one = |m: &crate::groth16::sparse::SparseMatrix| {
-            let (rows, cols, coeffs) = m.compressed_rows();
-            let rows: Vec<u64> = rows.iter().map(|&r| r as u64).collect();
-            DeviceMatrix::upload(self, &rows, cols, coeffs)
+            let rows = m.compressed_rows();
+            DeviceMatrix::upload(self, rows.row_start, rows.cols, rows.values, rows.coefficient_of)
         };
         Ok(DeviceMatrices([one(a)?, one(b)?, one(c)?]))
     }

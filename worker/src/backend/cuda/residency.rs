@@ -178,7 +178,9 @@ pub(super) fn streams(rules: &Rules, key: &ProvingKey, device_bytes: u64) -> boo
 /// Device bytes of `matrices` uploaded, before uploading them.
 pub(super) fn matrices_bytes(matrices: &Matrices) -> u64 {
     let (abc, _, _) = matrices.parts();
-    abc.iter().map(|m| DeviceMatrix::bytes_for(m.rows(), m.compressed_rows().1.len()) as u64).sum()
+    abc.iter()
+        .map(|m| DeviceMatrix::bytes_for(m.rows(), m.term_count(), m.compressed_rows().values.len()) as u64)
+        .sum()
 }
 
 /// A resident key: its bases and, once uploaded, its circuit's matrices.
