@@ -29,18 +29,36 @@ DEVICE fr_t sparse_term(const u32* __restrict__ cols, const I* __restrict__ coef
     return i == 0 ? v : v * values[i];
 }
 
+// What a row's sum becomes: written out (a product), or compared with
+// a[r]·b[r] (C's rows checked against a and b without a vector for c: a
+// device that holds two vectors of the domain at a time has no room for
+// it), the least row that differs kept in *first.
+struct RowsTo {
+    fr_t* out;
+    const fr_t* a;
+    const fr_t* b;
+    u32* first;
+    DEVICE void operator()(u32 r, const fr_t& sum) const {
+        if (out) {
+            out[r] = sum;
+        } else if (!(a[r] * b[r] == sum)) {
+            atomicMin(first, r);
+        }
+    }
+};
+
 template <typename I>
 DEVICE void sparse_rows(const u32* __restrict__ row_start, const u32* __restrict__ cols,
                         const I* __restrict__ coefficient_of, const fr_t* __restrict__ values, u32 rows,
                         u32 short_max, const fr_t* __restrict__ input, const fr_t* __restrict__ aux,
-                        fr_t* __restrict__ out) {
+                        const RowsTo to) {
     const u32 r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
     const u32 start = row_start[r], end = row_start[r + 1];
     if (end - start > short_max) return;
     fr_t acc = fr_t::zero();
     for (u32 k = start; k < end; k++) acc += sparse_term(cols, coefficient_of, values, k, input, aux);
-    out[r] = acc;
+    to(r, acc);
 }
 
 // The rows listed in long_rows[0..count), a warp each: the lanes take every
@@ -49,7 +67,7 @@ template <typename I>
 DEVICE void sparse_long_rows(const u32* __restrict__ row_start, const u32* __restrict__ cols,
                              const I* __restrict__ coefficient_of, const fr_t* __restrict__ values,
                              const u32* __restrict__ long_rows, u32 count, const fr_t* __restrict__ input,
-                             const fr_t* __restrict__ aux, fr_t* __restrict__ out) {
+                             const fr_t* __restrict__ aux, const RowsTo to) {
     const u32 w = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
     if (w >= count) return;  // the same for every lane of the warp
     const u32 r = long_rows[w];
@@ -63,23 +81,41 @@ DEVICE void sparse_long_rows(const u32* __restrict__ row_start, const u32* __res
         for (int i = 0; i < fr_t::N; i++) other.v[i] = __shfl_down_sync(0xffffffffu, acc.v[i], d);
         acc += other;
     }
-    if (lane == 0) out[r] = acc;
+    if (lane == 0) to(r, acc);
 }
 
 // The kernels, by the width of a term's coefficient index: 2 bytes where a
-// matrix has at most 65536 distinct coefficients, else 4.
-#define SPARSE_KERNELS(SUFFIX, I)                                                                             \
-    extern "C" __global__ void sparse_product_##SUFFIX(                                                       \
-        const u32* __restrict__ row_start, const u32* __restrict__ cols, const I* __restrict__ coefficient_of, \
-        const fr_t* __restrict__ values, u32 rows, u32 short_max, const fr_t* __restrict__ input,             \
-        const fr_t* __restrict__ aux, fr_t* __restrict__ out) {                                               \
-        sparse_rows<I>(row_start, cols, coefficient_of, values, rows, short_max, input, aux, out);            \
-    }                                                                                                         \
-    extern "C" __global__ void sparse_product_long_##SUFFIX(                                                  \
-        const u32* __restrict__ row_start, const u32* __restrict__ cols, const I* __restrict__ coefficient_of, \
-        const fr_t* __restrict__ values, const u32* __restrict__ long_rows, u32 count,                        \
-        const fr_t* __restrict__ input, const fr_t* __restrict__ aux, fr_t* __restrict__ out) {               \
-        sparse_long_rows<I>(row_start, cols, coefficient_of, values, long_rows, count, input, aux, out);      \
+// matrix has at most 65536 distinct coefficients, else 4. `sparse_product*`
+// write the rows' sums to out; `sparse_unsatisfied*` compare them with
+// a[r]·b[r] and keep the least row that differs in *first (set to
+// 0xffffffff by the caller).
+#define SPARSE_MATRIX_ARGS(I)                                                                       \
+    const u32 *__restrict__ row_start, const u32 *__restrict__ cols, const I *__restrict__ coefficient_of, \
+        const fr_t *__restrict__ values
+#define SPARSE_KERNELS(SUFFIX, I)                                                                              \
+    extern "C" __global__ void sparse_product_##SUFFIX(SPARSE_MATRIX_ARGS(I), u32 rows, u32 short_max,         \
+                                                       const fr_t* __restrict__ input,                         \
+                                                       const fr_t* __restrict__ aux, fr_t* __restrict__ out) { \
+        sparse_rows<I>(row_start, cols, coefficient_of, values, rows, short_max, input, aux,                   \
+                       RowsTo{out, nullptr, nullptr, nullptr});                                               \
+    }                                                                                                          \
+    extern "C" __global__ void sparse_product_long_##SUFFIX(                                                   \
+        SPARSE_MATRIX_ARGS(I), const u32* __restrict__ long_rows, u32 count, const fr_t* __restrict__ input,   \
+        const fr_t* __restrict__ aux, fr_t* __restrict__ out) {                                                \
+        sparse_long_rows<I>(row_start, cols, coefficient_of, values, long_rows, count, input, aux,             \
+                            RowsTo{out, nullptr, nullptr, nullptr});                                          \
+    }                                                                                                          \
+    extern "C" __global__ void sparse_unsatisfied_##SUFFIX(                                                    \
+        SPARSE_MATRIX_ARGS(I), u32 rows, u32 short_max, const fr_t* __restrict__ input,                        \
+        const fr_t* __restrict__ aux, const fr_t* __restrict__ a, const fr_t* __restrict__ b, u32* first) {    \
+        sparse_rows<I>(row_start, cols, coefficient_of, values, rows, short_max, input, aux,                   \
+                       RowsTo{nullptr, a, b, first});                                                          \
+    }                                                                                                          \
+    extern "C" __global__ void sparse_unsatisfied_long_##SUFFIX(                                               \
+        SPARSE_MATRIX_ARGS(I), const u32* __restrict__ long_rows, u32 count, const fr_t* __restrict__ input,   \
+        const fr_t* __restrict__ aux, const fr_t* __restrict__ a, const fr_t* __restrict__ b, u32* first) {    \
+        sparse_long_rows<I>(row_start, cols, coefficient_of, values, long_rows, count, input, aux,             \
+                            RowsTo{nullptr, a, b, first});                                                     \
     }
 SPARSE_KERNELS(u16, unsigned short)
 SPARSE_KERNELS(u32, u32)

@@ -158,47 +158,103 @@ impl DeviceMatrix {
             return Err(GpuError::Invalid(format!("{} rows do not fit 2^{log_n}", self.rows)));
         }
         let mut out = gpu.zeros::<FrRaw>(1 << log_n)?;
-        // Without aux variables no column is tagged: `input` stands in.
-        let aux = aux.unwrap_or(input);
-        let (short, long) = match &self.coefficient_of {
-            CoefficientIndex::Narrow(_) => ("sparse_product_u16", "sparse_product_long_u16"),
-            CoefficientIndex::Wide(_) => ("sparse_product_u32", "sparse_product_long_u32"),
-        };
-        if self.rows > 0 {
-            let (rows, short_max) = (self.rows as u32, SHORT_ROW_TERMS as u32);
-            let f = gpu.function(short)?;
-            let mut b = gpu.stream().launch_builder(&f);
-            b.arg(&self.row_start).arg(&self.cols);
-            self.coefficient_of.arg(&mut b);
-            b.arg(&self.values).arg(&rows).arg(&short_max).arg(input).arg(aux).arg(&mut out);
-            // SAFETY: argument types and order match the kernel's signature
-            // (its index type is the one `coefficient_of` holds); row r < rows
-            // reads terms below row_start[rows] = cols.len(), each index below
-            // values.len() (checked at upload), and writes out[r], r < 2^log_n.
-            unsafe { b.launch(LaunchConfig::for_num_elems(rows)) }
-                .map(drop)
-                .during("launching sparse_product")?;
-        }
-        if let Some(long_rows) = &self.long_rows {
-            let count = long_rows.len() as u32;
-            let f = gpu.function(long)?;
-            let mut b = gpu.stream().launch_builder(&f);
-            b.arg(&self.row_start).arg(&self.cols);
-            self.coefficient_of.arg(&mut b);
-            b.arg(&self.values).arg(long_rows).arg(&count).arg(input).arg(aux).arg(&mut out);
-            const THREADS: u32 = 256;
-            let warps_per_block = THREADS / 32;
-            let config = LaunchConfig {
-                grid_dim: (count.div_ceil(warps_per_block), 1, 1),
-                block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: as above; warp w < count sums the listed row
-            // long_rows[w] < rows, its lanes together, and writes its out[r].
-            unsafe { b.launch(config) }.map(drop).during("launching sparse_product_long")?;
-        }
+        self.rows_to(gpu, input, aux, RowsTo::Out(&mut out))?;
         Ok(FrBuffer::from_device(out, log_n))
     }
+
+    /// Queues the check of this matrix's rows times the assignment against
+    /// a·b, row by row, without a vector for the product: C's rows against
+    /// a and b (natural order, before any transform), on a device that has
+    /// no room for c beside them. As [`Unsatisfied::check`] with c = C·z.
+    pub fn unsatisfied(
+        &self,
+        gpu: &Gpu,
+        input: &CudaSlice<FrRaw>,
+        aux: Option<&CudaSlice<FrRaw>>,
+        a: &FrBuffer,
+        b: &FrBuffer,
+    ) -> Result<Unsatisfied, GpuError> {
+        if self.rows > a.len().min(b.len()) {
+            return Err(GpuError::Invalid(format!(
+                "a check of {} rows over vectors of {}",
+                self.rows,
+                a.len()
+            )));
+        }
+        let mut first = gpu.stream().clone_htod(&[u32::MAX]).during("copying a flag")?;
+        self.rows_to(gpu, input, aux, RowsTo::Check { a: a.raw(), b: b.raw(), first: &mut first })?;
+        Ok(Unsatisfied { first })
+    }
+
+    /// Launches the kernels that sum each row's terms times the assignment
+    /// (a thread a short row, a warp a long one) and hand the sums `to`.
+    fn rows_to(
+        &self,
+        gpu: &Gpu,
+        input: &CudaSlice<FrRaw>,
+        aux: Option<&CudaSlice<FrRaw>>,
+        mut to: RowsTo<'_>,
+    ) -> Result<(), GpuError> {
+        // Without aux variables no column is tagged: `input` stands in.
+        let aux = aux.unwrap_or(input);
+        let (what, width) = match (&to, &self.coefficient_of) {
+            (RowsTo::Out(_), CoefficientIndex::Narrow(_)) => ("product", "u16"),
+            (RowsTo::Out(_), CoefficientIndex::Wide(_)) => ("product", "u32"),
+            (RowsTo::Check { .. }, CoefficientIndex::Narrow(_)) => ("unsatisfied", "u16"),
+            (RowsTo::Check { .. }, CoefficientIndex::Wide(_)) => ("unsatisfied", "u32"),
+        };
+        let (rows, short_max) = (self.rows as u32, SHORT_ROW_TERMS as u32);
+        let count = self.long_rows.as_ref().map_or(0, |l| l.len() as u32);
+        for long in [false, true] {
+            let name = match long {
+                false => format!("sparse_{what}_{width}"),
+                true => format!("sparse_{what}_long_{width}"),
+            };
+            let f = gpu.function(&name)?;
+            let mut b = gpu.stream().launch_builder(&f);
+            b.arg(&self.row_start).arg(&self.cols);
+            self.coefficient_of.arg(&mut b);
+            b.arg(&self.values);
+            let config = match (long, &self.long_rows) {
+                (false, _) if rows > 0 => {
+                    b.arg(&rows).arg(&short_max);
+                    LaunchConfig::for_num_elems(rows)
+                }
+                (true, Some(long_rows)) => {
+                    b.arg(long_rows).arg(&count);
+                    const THREADS: u32 = 256;
+                    LaunchConfig {
+                        grid_dim: (count.div_ceil(THREADS / 32), 1, 1),
+                        block_dim: (THREADS, 1, 1),
+                        shared_mem_bytes: 0,
+                    }
+                }
+                _ => continue,
+            };
+            b.arg(input).arg(aux);
+            match &mut to {
+                RowsTo::Out(out) => b.arg(&mut **out),
+                RowsTo::Check { a, b: bb, first } => b.arg(*a).arg(*bb).arg(&mut **first),
+            };
+            // SAFETY: argument types and order match the kernel's signature
+            // (its index type is the one `coefficient_of` holds). Row r < rows
+            // (thread r; or warp w < count, its lanes together, for the listed
+            // row long_rows[w] < rows) reads terms below row_start[rows] =
+            // cols.len(), each index below values.len() (checked at upload),
+            // and writes out[r] or reads a[r] and b[r]: r < rows ≤ their
+            // lengths (checked by the callers).
+            unsafe { b.launch(config) }.map(drop).during("launching a sparse product")?;
+        }
+        Ok(())
+    }
+}
+
+/// Where [`DeviceMatrix::rows_to`] puts the rows' sums.
+enum RowsTo<'a> {
+    /// Written to the vector.
+    Out(&'a mut CudaSlice<FrRaw>),
+    /// Compared with a·b, the least row that differs kept in `first`.
+    Check { a: &'a CudaSlice<FrRaw>, b: &'a CudaSlice<FrRaw>, first: &'a mut CudaSlice<u32> },
 }
 
 /// `v` on the device, in a buffer of one element at least, so that an

@@ -472,6 +472,21 @@ fn sparse_products_match_the_host_and_the_check_finds_the_first_bad_row() {
         assert!(got[..rows] == want[..], "{rows} rows");
         assert!(got[rows..].iter().all(|v| bool::from(v.is_zero())), "{rows} rows: padding");
 
+        // The matrix's rows checked against a·b without a vector for them:
+        // a = 1, b = the product, then b off at two rows.
+        let ones = FrBuffer::upload_padded(&gpu, &vec![Scalar::ONE; rows], log_n).unwrap();
+        let mut b = want.clone();
+        let against = |b: &[Scalar]| {
+            let b = FrBuffer::upload_padded(&gpu, b, log_n).unwrap();
+            m.unsatisfied(&gpu, &input_d, aux_d.as_ref(), &ones, &b).unwrap().first(&gpu).unwrap()
+        };
+        assert_eq!(against(&b), None, "{rows} rows: the rows against a·b");
+        let off = [rows / 3, rows - 1];
+        for &i in off.iter().rev() {
+            b[i] += Scalar::ONE;
+        }
+        assert_eq!(against(&b), Some(off[0]), "{rows} rows: the rows against a·b");
+
         // c = a·b except at two rows: the first of them is reported.
         let a = random_scalars(rows, 3);
         let b = random_scalars(rows, 4);

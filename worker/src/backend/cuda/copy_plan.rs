@@ -15,7 +15,7 @@
 //! device, then copied as c. The host holds two vectors, never three.
 
 use blstrs::Scalar;
-use provd_kernels::{CopyLane, CudaSlice, FrBuffer, FrRaw, Gpu, GpuError, PageLocked};
+use provd_kernels::{CopyLane, CudaSlice, DeviceMatrix, FrBuffer, FrRaw, Gpu, GpuError, PageLocked};
 
 use super::InFlight;
 use crate::groth16::synthesis::c_in_place_of_b;
@@ -34,7 +34,7 @@ use crate::groth16::synthesis::{Evaluations, Products};
 /// A proof's vectors as [`copy_ahead`] leaves them for the device lock.
 pub(super) enum Prepared {
     /// a, b and c evaluated on the host.
-    Evaluated(Vectors),
+    Evaluated(Vectors<'static>),
     /// a, b and c still to compute, the assignment copied (`None`: still
     /// on the host, copied once the device has room for it).
     Products { products: Products, assignment: Option<AssignmentOnDevice> },
@@ -48,8 +48,10 @@ pub(super) struct AssignmentOnDevice {
 }
 
 impl AssignmentOnDevice {
-    pub fn upload(lane: &CopyLane, input: &[Scalar], aux: &[Scalar]) -> Result<Self, GpuError> {
-        Ok(Self { input: lane.upload(input)?, aux: upload_aux(lane, &PageLocked::pageable(aux))? })
+    /// The assignment copied on `lane`, its aux part out of page-locked
+    /// memory where it is (a streamed key's: one DMA at the link's rate).
+    pub fn upload(lane: &CopyLane, input: &[Scalar], aux: &PageLocked<&[Scalar]>) -> Result<Self, GpuError> {
+        Ok(Self { input: lane.upload(input)?, aux: upload_aux(lane, aux)? })
     }
 }
 
@@ -57,9 +59,21 @@ impl AssignmentOnDevice {
 pub(super) type HostVector = PageLocked<Vec<Scalar>>;
 
 /// A proof's a/b/c and aux assignment, on the host or on the device.
-pub(super) enum Vectors {
+pub(super) enum Vectors<'m> {
     OnHost(HostVectors),
-    OnDevice { abc: [FrBuffer; 3], aux: Option<CudaSlice<FrRaw>> },
+    OnDevice {
+        abc: [FrBuffer; 3],
+        aux: Option<CudaSlice<FrRaw>>,
+    },
+    /// a and b computed on the device; c to compute there from C's rows
+    /// and the assignment once a·b has freed b: on a device that holds two
+    /// vectors of the domain at a time (a streamed key's), with the
+    /// assignment beside them for the products.
+    ProductsTwoAtATime {
+        ab: [FrBuffer; 2],
+        c_rows: &'m DeviceMatrix,
+        assignment: AssignmentOnDevice,
+    },
 }
 
 /// a, b and c on the host; c `None`: to be made in place of b's copy once
@@ -157,7 +171,7 @@ pub(super) fn copy_ahead(
         Evaluations::Products(products) => {
             let assignment = match ahead {
                 Ahead::Nothing => None,
-                Ahead::As(_) => Some(AssignmentOnDevice::upload(lane, input, aux)?),
+                Ahead::As(_) => Some(AssignmentOnDevice::upload(lane, input, &PageLocked::pageable(aux))?),
             };
             return Ok(Prepared::Products { products, assignment });
         }

@@ -7,9 +7,11 @@ use std::sync::Arc;
 
 use blstrs::Scalar;
 use provd_kernels::ntt::TwoAdicRoot;
-use provd_kernels::{CopyLane, CudaSlice, FrBuffer, FrRaw, Gpu, GpuError, HChain, Ntt, PageLocked};
+use provd_kernels::{
+    CopyLane, CudaSlice, DeviceMatrix, FrBuffer, FrRaw, Gpu, GpuError, HChain, Ntt, PageLocked,
+};
 
-use super::copy_plan::{upload_aux, HostVector, HostVectors, Vector, Vectors};
+use super::copy_plan::{upload_aux, AssignmentOnDevice, HostVector, HostVectors, Vector, Vectors};
 use super::device_key::h_order;
 use crate::groth16::Reduction;
 
@@ -42,7 +44,8 @@ pub(super) struct Quotient {
 /// are copied (on `lane`) while the one before them transforms; `aux` is
 /// copied out of page-locked memory where it is. `ntts` keeps an engine
 /// per root of unity. Vectors already on the device are all three there,
-/// whatever `held` says.
+/// whatever `held` says; a and b computed there with c left to C's rows
+/// are two at a time, whatever it says.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn quotient_on_device(
     gpu: &Arc<Gpu>,
@@ -60,36 +63,47 @@ pub(super) fn quotient_on_device(
         Reduction::Bellperson => HChain::Quotient,
         Reduction::Snarkjs => HChain::OddCoset,
     };
-    // c `None`: made on the host in place of b's copy once b is copied
-    // (while the device transforms b), then copied itself.
-    let (a, b, c, copied_aux) = match vectors {
+    let (a, b, c, copied_aux, held) = match vectors {
         Vectors::OnHost(HostVectors { a, b, c }) => {
-            (Vector::Host(a), Vector::Host(b), c.map(Vector::Host), None)
+            let c = c.map_or(C::AfterB, |c| C::Vector(Vector::Host(c)));
+            (Vector::Host(a), Vector::Host(b), c, None, held)
         }
         Vectors::OnDevice { abc: [a, b, c], aux } => {
-            (Vector::Device(a), Vector::Device(b), Some(Vector::Device(c)), Some(aux))
+            (Vector::Device(a), Vector::Device(b), C::Vector(Vector::Device(c)), Some(aux), Held::Three)
+        }
+        Vectors::ProductsTwoAtATime { ab: [a, b], c_rows, assignment } => {
+            let AssignmentOnDevice { input, aux } = assignment;
+            let c = C::Rows { matrix: c_rows, input };
+            (Vector::Device(a), Vector::Device(b), c, Some(aux), Held::Two)
         }
     };
     let mut spent = Vec::new();
-    let mut on_coset = |ntt: &mut Ntt, v: Option<Vector>| {
+    let mut on_coset = |ntt: &mut Ntt, v: C, aux: Option<&CudaSlice<FrRaw>>| {
         let v = match v {
-            Some(v) => v,
-            None => Vector::Host(HostVectors::c_after_b(&mut spent)?),
+            C::Vector(v) => v,
+            C::AfterB => Vector::Host(HostVectors::c_after_b(&mut spent)?),
+            C::Rows { matrix, input } => Vector::Device(matrix.product(gpu, &input, aux, log_n)?),
         };
         let (mut d, host) = v.on_device(lane, log_n)?;
         spent.extend(host);
         ntt.to_coset(chain, &mut d)?;
         Ok::<_, GpuError>(d)
     };
-    let mut a = on_coset(ntt, Some(a))?;
-    let b = on_coset(ntt, Some(b))?;
+    let mut a = on_coset(ntt, C::Vector(a), None)?;
+    let b = on_coset(ntt, C::Vector(b), None)?;
     let (order, aux) = match (held, copied_aux) {
-        (Held::Two, None) => {
-            let order = ntt.h_from_coset_two_at_a_time(chain, &mut a, b, |ntt| on_coset(ntt, c))?;
-            (order, upload_aux(lane, aux)?)
+        (Held::Two, copied) => {
+            let copied = copied.flatten();
+            let order =
+                ntt.h_from_coset_two_at_a_time(chain, &mut a, b, |ntt| on_coset(ntt, c, copied.as_ref()))?;
+            let aux = match copied {
+                Some(copied) => Some(copied),
+                None => upload_aux(lane, aux)?,
+            };
+            (order, aux)
         }
-        (_, copied) => {
-            let c = on_coset(ntt, c)?;
+        (Held::Three, copied) => {
+            let c = on_coset(ntt, c, None)?;
             let aux = match copied {
                 Some(copied) => copied,
                 None => upload_aux(lane, aux)?,
@@ -99,4 +113,18 @@ pub(super) fn quotient_on_device(
     };
     debug_assert_eq!(order, h_order(reduction));
     Ok(Quotient { h: a, aux, spent })
+}
+
+/// Where c comes from.
+enum C<'m> {
+    Vector(Vector),
+    /// Made on the host in place of b's copy once b is copied (while the
+    /// device transforms b), then copied itself.
+    AfterB,
+    /// C's rows times the assignment, on the device (its aux part passed
+    /// when the product is made).
+    Rows {
+        matrix: &'m DeviceMatrix,
+        input: CudaSlice<FrRaw>,
+    },
 }

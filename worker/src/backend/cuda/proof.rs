@@ -88,7 +88,9 @@ impl CudaBackend {
             Prepared::Products { products, assignment } => {
                 let AssignmentOnDevice { input, aux } = match assignment {
                     Some(copied) => copied,
-                    None => AssignmentOnDevice::upload(&lane, &asg.input, &asg.aux).map_err(backend_error)?,
+                    None => {
+                        AssignmentOnDevice::upload(&lane, &asg.input, &host_aux).map_err(backend_error)?
+                    }
                 };
                 let Some((_, matrices)) = &resident.matrices else {
                     let left = GpuError::Invalid("the circuit's matrices left the device".into());
@@ -96,17 +98,28 @@ impl CudaBackend {
                 };
                 let gpu = &*self.gpu;
                 let rows = products.matrices.num_constraints();
-                let (abc, unsatisfied) = clock
+                let [a_rows, b_rows, c_rows] = &matrices.0;
+                let (vectors, unsatisfied) = clock
                     .time("products", || {
-                        let [a, b, c] = &matrices.0;
-                        let a = a.product(gpu, &input, aux.as_ref(), log_n)?;
-                        let b = b.product(gpu, &input, aux.as_ref(), log_n)?;
-                        let c = c.product(gpu, &input, aux.as_ref(), log_n)?;
-                        let unsatisfied = Unsatisfied::check(gpu, &a, &b, &c, rows)?;
-                        Ok(([a, b, c], unsatisfied))
+                        let a = a_rows.product(gpu, &input, aux.as_ref(), log_n)?;
+                        let b = b_rows.product(gpu, &input, aux.as_ref(), log_n)?;
+                        Ok(match held {
+                            // c from C's rows in the chain, once a·b has freed b;
+                            // checked here against a and b without a vector.
+                            Held::Two => {
+                                let unsatisfied = c_rows.unsatisfied(gpu, &input, aux.as_ref(), &a, &b)?;
+                                let assignment = AssignmentOnDevice { input, aux };
+                                (Vectors::ProductsTwoAtATime { ab: [a, b], c_rows, assignment }, unsatisfied)
+                            }
+                            Held::Three => {
+                                let c = c_rows.product(gpu, &input, aux.as_ref(), log_n)?;
+                                let unsatisfied = Unsatisfied::check(gpu, &a, &b, &c, rows)?;
+                                (Vectors::OnDevice { abc: [a, b, c], aux }, unsatisfied)
+                            }
+                        })
                     })
                     .map_err(backend_error)?;
-                (Vectors::OnDevice { abc, aux }, Some(Check { unsatisfied, products }))
+                (vectors, Some(Check { unsatisfied, products }))
             }
             Prepared::Evaluated(v) => (v, None),
         };

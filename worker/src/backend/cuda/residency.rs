@@ -124,6 +124,18 @@ impl Rules {
             }
         }
     }
+
+    /// What a proof of `key` laid out as `layout` needs beyond
+    /// [`Rules::working_bytes`] where its a, b and c are computed on the
+    /// device: for a streamed key, the aux assignment beside the chain's
+    /// two vectors (copied before the products, not after the chain);
+    /// nothing for a resident one, whose working buffers hold it already.
+    pub fn products_bytes(&self, key: &ProvingKey, layout: BasesLayout) -> u64 {
+        match layout {
+            BasesLayout::Plain | BasesLayout::Shifted => 0,
+            BasesLayout::Streamed => key.domain_size() as u64 * 32,
+        }
+    }
 }
 
 /// Device bytes `key`'s bases take laid out as `layout`, before uploading
@@ -296,9 +308,18 @@ impl<D: DeviceMemory> Residency<D> {
     fn resident_slot(&mut self, dev: &D, key: &ProvingKey, b_inputs: usize) -> Result<usize, ProveError> {
         let fingerprint = key.fingerprint();
         if let Some(i) = self.keys.iter().position(|k| k.fingerprint == fingerprint) {
-            let k = self.keys.remove(i);
+            let mut k = self.keys.remove(i);
             if k.layout == BasesLayout::Streamed {
-                // Keys made resident since may have taken its working room.
+                // Keys made resident since may have taken its working room,
+                // and more of it where its matrices are beside it: they go
+                // first (a, b and c on the host from then on).
+                let products = self.rules.products_bytes(key, BasesLayout::Streamed);
+                if k.matrices.is_some() && self.room_to_stream(dev, key, products).is_err() {
+                    k.matrices = None;
+                    tracing::warn!(device = %self.device,
+                        "no room left for a streamed proof's products: the circuit's matrices leave the device");
+                    self.no_room.lock().unwrap_or_else(|e| e.into_inner()).insert(fingerprint);
+                }
                 self.room_to_stream(dev, key, 0)?;
             }
             self.keys.push(k);
@@ -389,11 +410,16 @@ impl<D: DeviceMemory> Residency<D> {
     /// the key memory limit, and with the working buffers of `key`'s
     /// partitions in flight to spare.
     fn has_room(&self, dev: &D, key: &ProvingKey, need: u64) -> Result<bool, ProveError> {
+        self.has_room_beside(dev, need, self.rules.working_bytes(key, BasesLayout::Plain))
+    }
+
+    /// Whether `need` more device bytes fit within the key memory limit,
+    /// with `working` bytes to spare.
+    fn has_room_beside(&self, dev: &D, need: u64, working: u64) -> Result<bool, ProveError> {
         if self.rules.key_memory_limit.is_some_and(|limit| self.resident_bytes() + need > limit) {
             return Ok(false);
         }
-        Ok(dev.free_bytes().map_err(backend_error)?
-            >= need + self.rules.working_bytes(key, BasesLayout::Plain))
+        Ok(dev.free_bytes().map_err(backend_error)? >= need + working)
     }
 
     /// The key with shifted G1 bases, if they are asked for and fit beside
@@ -459,8 +485,12 @@ impl<D: DeviceMemory> Residency<D> {
             // witness's own, which the proof must use): they replace these.
             self.keys[slot].matrices = None;
         }
+        // With the room its proofs need, and for a streamed key the more
+        // they need with a, b and c made on the device.
+        let layout = self.keys[slot].layout;
         let need = matrices_bytes(matrices);
-        let uploaded = if self.has_room(dev, key, need)? {
+        let working = self.rules.working_bytes(key, layout) + self.rules.products_bytes(key, layout);
+        let uploaded = if self.has_room_beside(dev, need, working)? {
             unless_out_of_memory(dev.upload_matrices(matrices))?
         } else {
             None

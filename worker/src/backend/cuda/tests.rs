@@ -155,20 +155,6 @@ fn gpu_two_partitions_in_flight_prove_what_the_cpu_proves() {
 #[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn gpu_products_on_the_device_prove_what_the_cpu_proves() {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
-    let prove_both =
-        |gpu: &CudaBackend, key: &ProvingKey, w: Synthesized, rng: &mut rand_chacha::ChaCha8Rng| {
-            let ours = gpu.prove_start(key, w.clone()).unwrap();
-            let cpu = CpuBackend.prove_start(key, w).unwrap();
-            assert_eq!(ours.g1, cpu.g1, "G1 parts");
-            let steps: Vec<&str> = ours.steps.iter().map(|s| s.step).collect();
-            let public = ours.assignment.public_inputs().to_vec();
-            let blind = Blinding::random(rng);
-            let on_cpu = crate::groth16::prover::finish_on_cpu(key, cpu, blind);
-            let finished = gpu.prove_finish(key, ours, blind).unwrap();
-            assert_eq!(finished.proof, on_cpu, "the CPU's proof for the same blinding");
-            assert!(finished.proof.verify(&key.vk, &public));
-            steps
-        };
     let circuits =
         [Builtin { shape: Shape::Bits, log_size: 10 }, Builtin { shape: Shape::Dense, log_size: 12 }];
     let setup: Vec<_> = circuits
@@ -250,6 +236,70 @@ fn gpu_products_on_the_device_prove_what_the_cpu_proves() {
     assert!(matches!(err, ProveError::NoRoomForProducts), "{err:?}");
     assert!(!err.is_bad_input());
     assert_eq!(gpu.products(key), ProductsPlacement::Cpu);
+}
+
+/// `w` proved on `gpu` and on the CPU with the same blinding: the same G1
+/// parts and the same proof, which verifies. The GPU proof's steps.
+fn prove_both(
+    gpu: &CudaBackend,
+    key: &ProvingKey,
+    w: Synthesized,
+    rng: &mut rand_chacha::ChaCha8Rng,
+) -> Vec<&'static str> {
+    let ours = gpu.prove_start(key, w.clone()).unwrap();
+    let cpu = CpuBackend.prove_start(key, w).unwrap();
+    assert_eq!(ours.g1, cpu.g1, "G1 parts");
+    let steps: Vec<&str> = ours.steps.iter().map(|s| s.step).collect();
+    let public = ours.assignment.public_inputs().to_vec();
+    let blind = Blinding::random(rng);
+    let on_cpu = crate::groth16::prover::finish_on_cpu(key, cpu, blind);
+    let finished = gpu.prove_finish(key, ours, blind).unwrap();
+    assert_eq!(finished.proof, on_cpu, "the CPU's proof for the same blinding");
+    assert!(finished.proof.verify(&key.vk, &public));
+    steps
+}
+
+/// A streamed key's circuit keeps its matrices on the device where they
+/// fit beside its proof (a 24 or 32 GiB card's 32 GiB sector): a and b are
+/// computed there, C's rows checked against them without a vector for c,
+/// and c made from C's rows once a·b has freed b. The proofs are the CPU's;
+/// a witness that breaks a constraint is refused with the recorder's name
+/// for it, as the input's fault.
+#[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
+fn gpu_a_streamed_key_computes_a_b_and_c_on_the_device_two_vectors_at_a_time() {
+    let Some(gpu) = backend(CudaOptions { bases: BasesLayout::Streamed, ..CudaOptions::default() }) else {
+        return;
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(8);
+    for b in [Builtin { shape: Shape::Bits, log_size: 12 }, Builtin { shape: Shape::Dense, log_size: 12 }] {
+        let matrices = Arc::new(Matrices::record(b.circuit(None)).unwrap());
+        let key = keygen::generate_test_key_for(&matrices, &mut rng).unwrap();
+        assert_eq!(gpu.products(&key), ProductsPlacement::Gpu);
+        for seed in [1u64, 2] {
+            let steps = prove_both(&gpu, &key, matrices.assign(b.circuit(Some(seed))).unwrap(), &mut rng);
+            assert!(steps.contains(&"products"), "{b:?}: {steps:?}");
+        }
+        let report = gpu.resident_keys();
+        let got = report.keys.iter().find(|k| k.fingerprint == key.fingerprint()).unwrap();
+        assert_eq!(got.layout, Some(BasesLayout::Streamed), "{b:?}");
+        assert!(got.device_bytes > matrices_bytes(&matrices), "{b:?}: the matrices beside the inputs' bases");
+        let inputs_only = key.resident_bytes() as u64 / 100;
+        assert!(
+            got.device_bytes < matrices_bytes(&matrices) + inputs_only,
+            "{b:?}: the bases stay on the host"
+        );
+        if b.shape != Shape::Bits {
+            continue;
+        }
+        let honest = matrices.assign(b.circuit(Some(3))).unwrap().evaluated().unwrap();
+        let mut wrong = honest.public_inputs().to_vec();
+        wrong[1] += Scalar::ONE;
+        let err =
+            gpu.prove_start(&key, matrices.assign(b.circuit(Some(3)).claiming(wrong)).unwrap()).unwrap_err();
+        assert!(err.to_string().contains("'out1'"), "{b:?}: named as the recorder names it: {err}");
+        assert!(err.is_bad_input(), "{err:?}");
+    }
 }
 
 /// With `G2Placement::Cpu` prove_start leaves B in G2 to prove_finish,

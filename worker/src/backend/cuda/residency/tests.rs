@@ -328,6 +328,42 @@ fn a_key_is_never_evicted_for_its_matrices_which_go_where_they_fit() {
 }
 
 #[test]
+fn a_streamed_keys_matrices_go_beside_it_with_room_for_its_products_and_leave_before_it_is_refused() {
+    let [a, ..] = keys();
+    let matrices = Arc::new(Matrices::record(BenchCircuit::new(8, 2, None)).unwrap());
+    let need = matrices_bytes(&matrices);
+    let inputs = key_bytes(a, 0, G2Placement::Gpu, BasesLayout::Streamed).unwrap();
+    let streamed = rules(None, BasesLayout::Streamed);
+    // The aux assignment beside the chain's two vectors: one vector more.
+    let products = streamed.products_bytes(a, BasesLayout::Streamed);
+    assert_eq!(products, a.domain_size() as u64 * 32);
+    assert_eq!(rules(None, BasesLayout::Plain).products_bytes(a, BasesLayout::Plain), 0);
+    let fits = inputs + streamed_working(a) + products + need;
+
+    let dev = Fake::new(fits - 1);
+    let mut r = Residency::new("fake".into(), streamed);
+    let slot = r.make_resident(&dev, a, 0).unwrap();
+    assert!(!r.make_matrices_resident(&dev, slot, a, &matrices).unwrap(), "a byte short");
+    assert!(r.no_room().lock().unwrap().contains(&a.fingerprint()));
+
+    let mut dev = Fake::new(fits);
+    let mut r = Residency::new("fake".into(), streamed);
+    let no_room = r.no_room();
+    let slot = r.make_resident(&dev, a, 0).unwrap();
+    assert!(r.make_matrices_resident(&dev, slot, a, &matrices).unwrap());
+    assert_eq!(r.report().keys[0].device_bytes, inputs + need);
+    r.make_resident(&dev, a, 0).unwrap();
+    assert!(r.keys[0].matrices.is_some(), "used again with its room free: they stay");
+    // Another process takes a byte: the matrices leave, not the key, and
+    // its a, b and c go to the host.
+    dev.taken_by_others = 1;
+    let slot = r.make_resident(&dev, a, 0).unwrap();
+    assert!(r.get(slot).matrices.is_none());
+    assert_eq!(dev.used(), inputs, "their bytes freed");
+    assert!(no_room.lock().unwrap().contains(&a.fingerprint()));
+}
+
+#[test]
 fn each_device_keeps_its_own_keys() {
     let [a, b, c] = keys();
     let (big, small) = (Fake::new(working(c) * 4), Fake::new(working(c) * 4));
