@@ -164,6 +164,13 @@ mod tests {
                 s.spawn(move || {
                     let cubin = compile_cubin(arch).unwrap_or_else(|e| panic!("{e}"));
                     assert!(cubin.starts_with(b"\x7fELF"), "{arch}: a cubin is an ELF image");
+                    // The kernels whose names are chosen at run time are all there.
+                    for name in crate::sparse::KERNELS.iter().flatten() {
+                        let found = cubin
+                            .windows(name.len() + 1)
+                            .any(|w| &w[..name.len()] == name.as_bytes() && w[name.len()] == 0);
+                        assert!(found, "{arch}: {name} is not in the cubin");
+                    }
                 });
             }
         });

@@ -20,7 +20,7 @@ use crate::ntt::{FrBuffer, MAX_LOG_N};
 pub const AUX_COLUMN: u32 = 1 << 31;
 
 /// Rows of more terms than this are summed by a warp each
-/// (`sparse_product_long`), the others by a thread each.
+/// (the `sparse_*_long_*` kernels), the others by a thread each.
 pub const SHORT_ROW_TERMS: u64 = 32;
 
 /// Each term's index into its matrix's coefficients: 2 bytes where the
@@ -197,20 +197,13 @@ impl DeviceMatrix {
     ) -> Result<(), GpuError> {
         // Without aux variables no column is tagged: `input` stands in.
         let aux = aux.unwrap_or(input);
-        let (what, width) = match (&to, &self.coefficient_of) {
-            (RowsTo::Out(_), CoefficientIndex::Narrow(_)) => ("product", "u16"),
-            (RowsTo::Out(_), CoefficientIndex::Wide(_)) => ("product", "u32"),
-            (RowsTo::Check { .. }, CoefficientIndex::Narrow(_)) => ("unsatisfied", "u16"),
-            (RowsTo::Check { .. }, CoefficientIndex::Wide(_)) => ("unsatisfied", "u32"),
-        };
+        let check = matches!(to, RowsTo::Check { .. });
+        let narrow = matches!(self.coefficient_of, CoefficientIndex::Narrow(_));
+        let [short_rows, long_rows] = KERNELS[usize::from(check) * 2 + usize::from(narrow)];
         let (rows, short_max) = (self.rows as u32, SHORT_ROW_TERMS as u32);
         let count = self.long_rows.as_ref().map_or(0, |l| l.len() as u32);
         for long in [false, true] {
-            let name = match long {
-                false => format!("sparse_{what}_{width}"),
-                true => format!("sparse_{what}_long_{width}"),
-            };
-            let f = gpu.function(&name)?;
+            let f = gpu.function(if long { long_rows } else { short_rows })?;
             let mut b = gpu.stream().launch_builder(&f);
             b.arg(&self.row_start).arg(&self.cols);
             self.coefficient_of.arg(&mut b);
@@ -248,6 +241,15 @@ impl DeviceMatrix {
         Ok(())
     }
 }
+
+/// The kernels [`DeviceMatrix::rows_to`] launches, [short rows, long rows]:
+/// products (4-byte, 2-byte indices), then checks against a·b (the same).
+pub(crate) const KERNELS: [[&str; 2]; 4] = [
+    ["sparse_product_u32", "sparse_product_long_u32"],
+    ["sparse_product_u16", "sparse_product_long_u16"],
+    ["sparse_unsatisfied_u32", "sparse_unsatisfied_long_u32"],
+    ["sparse_unsatisfied_u16", "sparse_unsatisfied_long_u16"],
+];
 
 /// Where [`DeviceMatrix::rows_to`] puts the rows' sums.
 enum RowsTo<'a> {
