@@ -310,11 +310,13 @@ impl<D: DeviceMemory> Residency<D> {
         if let Some(i) = self.keys.iter().position(|k| k.fingerprint == fingerprint) {
             let mut k = self.keys.remove(i);
             if k.layout == BasesLayout::Streamed {
-                // Keys made resident since may have taken its working room,
-                // and more of it where its matrices are beside it: they go
-                // first (a, b and c on the host from then on).
-                let products = self.rules.products_bytes(key, BasesLayout::Streamed);
-                if k.matrices.is_some() && self.room_to_stream(dev, key, products).is_err() {
+                // Keys made resident since (or another process) may have
+                // taken its working room, and the more it needs where its
+                // matrices are beside it: they leave first, evicting no key
+                // (a, b and c on the host from then on).
+                let working = self.rules.working_bytes(key, BasesLayout::Streamed)
+                    + self.rules.products_bytes(key, BasesLayout::Streamed);
+                if k.matrices.is_some() && dev.free_bytes().map_err(backend_error)? < working {
                     k.matrices = None;
                     tracing::warn!(device = %self.device,
                         "no room left for a streamed proof's products: the circuit's matrices leave the device");
