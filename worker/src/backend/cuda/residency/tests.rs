@@ -328,7 +328,7 @@ fn a_key_is_never_evicted_for_its_matrices_which_go_where_they_fit() {
 }
 
 #[test]
-fn a_streamed_keys_matrices_go_beside_it_with_room_for_its_products_and_leave_before_it_is_refused() {
+fn a_streamed_keys_matrices_go_beside_it_with_room_for_its_products_and_leave_first_evicting_no_key() {
     let [a, ..] = keys();
     let matrices = Arc::new(Matrices::record(BenchCircuit::new(8, 2, None)).unwrap());
     let need = matrices_bytes(&matrices);
@@ -361,6 +361,18 @@ fn a_streamed_keys_matrices_go_beside_it_with_room_for_its_products_and_leave_be
     assert!(r.get(slot).matrices.is_none());
     assert_eq!(dev.used(), inputs, "their bytes freed");
     assert!(no_room.lock().unwrap().contains(&a.fingerprint()));
+
+    // Beside another key: the matrices leave rather than evict it.
+    let [a, b, ..] = keys();
+    let mut dev = Fake::new(4 * fits + streamed_working(b));
+    let mut r = Residency::new("fake".into(), streamed);
+    r.make_resident(&dev, b, 0).unwrap();
+    let slot = r.make_resident(&dev, a, 0).unwrap();
+    assert!(r.make_matrices_resident(&dev, slot, a, &matrices).unwrap());
+    dev.taken_by_others = dev.capacity - dev.used() - (streamed_working(a) + products - 1);
+    let slot = r.make_resident(&dev, a, 0).unwrap();
+    assert_eq!(resident(&r), ["k9", "k8"], "no key evicted for the matrices' room");
+    assert!(r.get(slot).matrices.is_none());
 }
 
 #[test]
