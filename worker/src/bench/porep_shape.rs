@@ -148,7 +148,7 @@ impl PorepShapeBench {
             gib(heap),
             gib(on_disk)
         );
-        // 32 bytes a term's coefficient, of few distinct values.
+        // Few distinct values over many terms: the table each matrix keeps (one first).
         let coefficients = matrices.coefficient_census();
         for (name, c) in ["A", "B", "C"].iter().zip(&coefficients) {
             eprintln!(
