@@ -29,7 +29,7 @@ use provd_kernels::{Gpu, GpuError, Msm, Ntt, Timer};
 use super::{Backend, BasesLayout, CudaOptions, G2Placement, InFlight, ProductsPlacement};
 use crate::groth16::prover::{Blinding, Finished, PendingProof, StepTime};
 use crate::groth16::{HostProducts, ProveError, ProvingKey, Synthesized};
-use residency::{Residency, Rules};
+use residency::{ForProof, Residency, Rules};
 
 // The device's sparse products read columns as the host's matrices encode them.
 const _: () = assert!(crate::groth16::sparse::AUX == provd_kernels::AUX_COLUMN);
@@ -62,6 +62,16 @@ struct State {
     residency: Residency<Gpu>,
     /// CUDA events around each piece of device work, for the device's busy time.
     timer: Timer,
+}
+
+impl State {
+    /// The device as a proof of `key` sees it: with the NTT tables kept for
+    /// its domain counted as room ([`ForProof`]).
+    fn device_for<'a>(&self, gpu: &'a Gpu, key: &ProvingKey) -> ForProof<'a, Gpu> {
+        let log_n = key.domain_size().trailing_zeros();
+        let kept = self.ntts.get(&key.reduction.root()).map_or(0, |ntt| ntt.kept_bytes(log_n));
+        ForProof { dev: gpu, kept }
+    }
 }
 
 /// Which keys a backend holds on its device, and how often it loaded them.
@@ -196,7 +206,8 @@ impl Backend for CudaBackend {
     fn preload(&self, key: &ProvingKey, b_inputs: usize) -> Result<bool, ProveError> {
         let mut state = self.lock();
         let already = state.residency.is_resident(&key.fingerprint());
-        state.residency.make_resident(&*self.gpu, key, b_inputs)?;
+        let device = state.device_for(&self.gpu, key);
+        state.residency.make_resident(&device, key, b_inputs)?;
         Ok(already)
     }
 

@@ -161,6 +161,11 @@ impl CudaBackend {
         let msms =
             Msms { backend: self, bases: &resident.bases, large, asg: &asg, b_in: &b_in, aux: aux.as_ref() };
         let (g1, b_g2) = msms.run(&mut clock, h, &a_aux_density).map_err(backend_error)?;
+        // Every device buffer of this proof goes before the device is let
+        // go: the next partition reads the free memory for its room check
+        // as soon as it holds the lock, and the aux assignment (4 GiB at
+        // 2^27) would otherwise live on through `freeing.wait()` below.
+        drop(aux);
         let unsatisfied = match check {
             Some(c) => c
                 .unsatisfied
@@ -203,11 +208,12 @@ impl CudaBackend {
         let wall = Instant::now();
         let mut state = self.lock();
         let mut steps = vec![StepTime::on_host_since("wait for device", wall)];
-        let slot = state.residency.make_resident(&*self.gpu, key, b_inputs)?;
+        let device = state.device_for(&self.gpu, key);
+        let slot = state.residency.make_resident(&device, key, b_inputs)?;
         let Prepared::Products { products, assignment } = prepared else {
             return Ok((state, slot, prepared, steps));
         };
-        if state.residency.make_matrices_resident(&*self.gpu, slot, key, &products.matrices)? {
+        if state.residency.make_matrices_resident(&device, slot, key, &products.matrices)? {
             return Ok((state, slot, Prepared::Products { products, assignment }, steps));
         }
         let streamed = state.residency.get(slot).layout == BasesLayout::Streamed;
@@ -236,7 +242,8 @@ impl CudaBackend {
             }
         };
         let mut state = self.lock();
-        let slot = state.residency.make_resident(&*self.gpu, key, b_inputs)?;
+        let device = state.device_for(&self.gpu, key);
+        let slot = state.residency.make_resident(&device, key, b_inputs)?;
         Ok((state, slot, Prepared::Evaluated(vectors), steps))
     }
 }

@@ -78,7 +78,9 @@ pub(super) trait DeviceMemory {
     /// A circuit's A, B and C on the device.
     type Matrices: OnDevice;
     /// Bytes free for a proof: with what the allocator keeps of freed
-    /// buffers handed back first ([`provd_kernels::Gpu::memory_reclaimed`]).
+    /// buffers handed back first ([`provd_kernels::Gpu::memory_reclaimed`]),
+    /// and, seen by a proof of one domain size, what the backend keeps
+    /// allocated for that size between proofs (its NTT tables).
     fn free_bytes(&self) -> Result<u64, GpuError>;
     fn upload_key(
         &self,
@@ -88,6 +90,49 @@ pub(super) trait DeviceMemory {
         layout: BasesLayout,
     ) -> Result<Self::Key, GpuError>;
     fn upload_matrices(&self, matrices: &Matrices) -> Result<Self::Matrices, GpuError>;
+}
+
+/// A device with the same keys and matrices as `D`: `D` itself, or a view
+/// of it that reads its free memory differently ([`DeviceMemory::free_bytes`]).
+pub(super) trait DeviceOf<D: DeviceMemory>:
+    DeviceMemory<Key = D::Key, Matrices = D::Matrices>
+{
+}
+
+impl<D: DeviceMemory, M: DeviceMemory<Key = D::Key, Matrices = D::Matrices>> DeviceOf<D> for M {}
+
+/// A device as a proof of one domain size sees it: its free memory plus
+/// `kept`, what the backend keeps allocated for that size between proofs
+/// (its NTT tables, [`provd_kernels::Ntt::kept_bytes`]). The proof reuses
+/// those and the working room [`Rules`] asks for counts them (a streamed
+/// key's twiddles, 2 GiB at 2^27): read without them, every proof after the
+/// first would be asked to find them free a second time.
+pub(super) struct ForProof<'a, D> {
+    pub dev: &'a D,
+    pub kept: u64,
+}
+
+impl<D: DeviceMemory> DeviceMemory for ForProof<'_, D> {
+    type Key = D::Key;
+    type Matrices = D::Matrices;
+
+    fn free_bytes(&self) -> Result<u64, GpuError> {
+        Ok(self.dev.free_bytes()? + self.kept)
+    }
+
+    fn upload_key(
+        &self,
+        key: &ProvingKey,
+        b_inputs: usize,
+        g2: G2Placement,
+        layout: BasesLayout,
+    ) -> Result<D::Key, GpuError> {
+        self.dev.upload_key(key, b_inputs, g2, layout)
+    }
+
+    fn upload_matrices(&self, matrices: &Matrices) -> Result<D::Matrices, GpuError> {
+        self.dev.upload_matrices(matrices)
+    }
 }
 
 /// How a device's memory may be used.
@@ -299,13 +344,23 @@ impl<D: DeviceMemory> Residency<D> {
     /// Makes `key`'s bases resident (the most recently used), evicting the
     /// least recently used keys while the limit or the device's free memory
     /// leaves no room; returns its slot.
-    pub fn make_resident(&mut self, dev: &D, key: &ProvingKey, b_inputs: usize) -> Result<usize, ProveError> {
+    pub fn make_resident(
+        &mut self,
+        dev: &impl DeviceOf<D>,
+        key: &ProvingKey,
+        b_inputs: usize,
+    ) -> Result<usize, ProveError> {
         let slot = self.resident_slot(dev, key, b_inputs);
         self.publish();
         slot
     }
 
-    fn resident_slot(&mut self, dev: &D, key: &ProvingKey, b_inputs: usize) -> Result<usize, ProveError> {
+    fn resident_slot(
+        &mut self,
+        dev: &impl DeviceOf<D>,
+        key: &ProvingKey,
+        b_inputs: usize,
+    ) -> Result<usize, ProveError> {
         let fingerprint = key.fingerprint();
         if let Some(i) = self.keys.iter().position(|k| k.fingerprint == fingerprint) {
             let mut k = self.keys.remove(i);
@@ -375,7 +430,7 @@ impl<D: DeviceMemory> Residency<D> {
     /// inputs' bases on the device (`why`: the reason, logged).
     fn streamed(
         &mut self,
-        dev: &D,
+        dev: &impl DeviceOf<D>,
         key: &ProvingKey,
         b_inputs: usize,
         why: &str,
@@ -392,7 +447,12 @@ impl<D: DeviceMemory> Residency<D> {
     /// Evicts the least recently used keys until `need` device bytes and a
     /// streamed proof's working buffers are free; a device that has too
     /// little with every key evicted cannot prove `key` at all.
-    fn room_to_stream(&mut self, dev: &D, key: &ProvingKey, need: u64) -> Result<(), ProveError> {
+    fn room_to_stream(
+        &mut self,
+        dev: &impl DeviceOf<D>,
+        key: &ProvingKey,
+        need: u64,
+    ) -> Result<(), ProveError> {
         let working = self.rules.working_bytes(key, BasesLayout::Streamed);
         loop {
             let free = dev.free_bytes().map_err(backend_error)?;
@@ -411,13 +471,13 @@ impl<D: DeviceMemory> Residency<D> {
     /// Whether `need` more device bytes fit beside the resident keys: within
     /// the key memory limit, and with the working buffers of `key`'s
     /// partitions in flight to spare.
-    fn has_room(&self, dev: &D, key: &ProvingKey, need: u64) -> Result<bool, ProveError> {
+    fn has_room(&self, dev: &impl DeviceOf<D>, key: &ProvingKey, need: u64) -> Result<bool, ProveError> {
         self.has_room_beside(dev, need, self.rules.working_bytes(key, BasesLayout::Plain))
     }
 
     /// Whether `need` more device bytes fit within the key memory limit,
     /// with `working` bytes to spare.
-    fn has_room_beside(&self, dev: &D, need: u64, working: u64) -> Result<bool, ProveError> {
+    fn has_room_beside(&self, dev: &impl DeviceOf<D>, need: u64, working: u64) -> Result<bool, ProveError> {
         if self.rules.key_memory_limit.is_some_and(|limit| self.resident_bytes() + need > limit) {
             return Ok(false);
         }
@@ -428,7 +488,7 @@ impl<D: DeviceMemory> Residency<D> {
     /// the keys already resident; no key is evicted for them.
     fn shifted_if_room(
         &self,
-        dev: &D,
+        dev: &impl DeviceOf<D>,
         key: &ProvingKey,
         b_inputs: usize,
     ) -> Result<Option<D::Key>, ProveError> {
@@ -462,7 +522,7 @@ impl<D: DeviceMemory> Residency<D> {
     /// the key is listed in `no_room` until it is uploaded again.
     pub fn make_matrices_resident(
         &mut self,
-        dev: &D,
+        dev: &impl DeviceOf<D>,
         slot: usize,
         key: &ProvingKey,
         matrices: &Arc<Matrices>,
@@ -474,7 +534,7 @@ impl<D: DeviceMemory> Residency<D> {
 
     fn matrices_beside(
         &mut self,
-        dev: &D,
+        dev: &impl DeviceOf<D>,
         slot: usize,
         key: &ProvingKey,
         matrices: &Arc<Matrices>,

@@ -137,7 +137,7 @@ fn resident(r: &Residency<Fake>) -> Vec<String> {
 fn a_key_used_again_is_not_uploaded_again_and_becomes_the_most_recent() {
     let [a, b, c] = keys();
     let dev = Fake::new(working(c) * 4);
-    let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Plain));
+    let mut r = Residency::<Fake>::new("fake".into(), rules(None, BasesLayout::Plain));
     assert_eq!(r.make_resident(&dev, a, 0).unwrap(), 0);
     assert_eq!(r.make_resident(&dev, b, 0).unwrap(), 1);
     assert_eq!(r.make_resident(&dev, a, 0).unwrap(), 1, "a is now the most recently used");
@@ -153,7 +153,7 @@ fn under_the_key_limit_the_least_recently_used_are_evicted_first() {
     let [a, b, c] = keys();
     let limit = plain(b) + plain(c);
     let dev = Fake::new(working(c) * 4);
-    let mut r = Residency::new("fake".into(), rules(Some(limit), BasesLayout::Plain));
+    let mut r = Residency::<Fake>::new("fake".into(), rules(Some(limit), BasesLayout::Plain));
     r.make_resident(&dev, a, 0).unwrap();
     r.make_resident(&dev, b, 0).unwrap();
     r.make_resident(&dev, a, 0).unwrap(); // b is now the oldest
@@ -180,7 +180,7 @@ fn a_key_larger_than_the_limit_is_streamed_and_evicts_nothing() {
     let dev = Fake::new(working(c) * 4);
     let rules = rules(Some(plain(c) - 1), BasesLayout::Plain);
     assert!(streams(&rules, c, working(c) * 4) && !streams(&rules, a, working(c) * 4));
-    let mut r = Residency::new("fake".into(), rules);
+    let mut r = Residency::<Fake>::new("fake".into(), rules);
     r.make_resident(&dev, a, 0).unwrap();
     r.make_resident(&dev, c, 0).unwrap();
     assert_eq!(resident(&r), ["k8", "k10"]);
@@ -209,7 +209,7 @@ fn streamed_bases_take_the_inputs_alone_and_every_key_streams_where_the_config_s
     let dev = Fake::new(working(c) * 4 + plain(a) + plain(b) + plain(c));
     let rules = rules(None, BasesLayout::Streamed);
     assert!([a, b, c].iter().all(|k| streams(&rules, k, u64::MAX)));
-    let mut r = Residency::new("fake".into(), rules);
+    let mut r = Residency::<Fake>::new("fake".into(), rules);
     for key in [a, b, c] {
         r.make_resident(&dev, key, 0).unwrap();
     }
@@ -222,7 +222,7 @@ fn short_device_memory_evicts_until_the_key_and_its_working_buffers_fit() {
     let [a, b, c] = keys();
     // room for the working buffers and c, or a and b, not all three
     let dev = Fake::new(working(c) + plain(c) + plain(a) / 2);
-    let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Plain));
+    let mut r = Residency::<Fake>::new("fake".into(), rules(None, BasesLayout::Plain));
     r.make_resident(&dev, a, 0).unwrap();
     r.make_resident(&dev, b, 0).unwrap();
     r.make_resident(&dev, c, 0).unwrap();
@@ -233,7 +233,7 @@ fn short_device_memory_evicts_until_the_key_and_its_working_buffers_fit() {
     let tiny = Fake::new(plain(c) + streamed_working(c));
     assert!(streamed_working(c) < working(c));
     assert!(streams(&rules(None, BasesLayout::Plain), c, plain(c) + streamed_working(c)));
-    let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Plain));
+    let mut r = Residency::<Fake>::new("fake".into(), rules(None, BasesLayout::Plain));
     r.make_resident(&tiny, a, 0).unwrap();
     r.make_resident(&tiny, c, 0).unwrap();
     assert_eq!(
@@ -251,7 +251,7 @@ fn an_out_of_memory_upload_evicts_the_oldest_and_tries_again_while_keys_are_left
     let mut dev = Fake::new(working(c) * 2 + plain(a) + plain(b) + plain(c));
     dev.taken_by_others = working(c) * 2 + plain(a);
     dev.visible = false;
-    let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Plain));
+    let mut r = Residency::<Fake>::new("fake".into(), rules(None, BasesLayout::Plain));
     r.make_resident(&dev, a, 0).unwrap();
     r.make_resident(&dev, b, 0).unwrap();
     r.make_resident(&dev, c, 0).unwrap();
@@ -277,12 +277,12 @@ fn an_out_of_memory_upload_evicts_the_oldest_and_tries_again_while_keys_are_left
 fn shifted_bases_only_where_they_fit_beside_the_resident_keys() {
     let [a, b, c] = keys();
     let roomy = Fake::new(working(c) * 4);
-    let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Shifted));
+    let mut r = Residency::<Fake>::new("fake".into(), rules(None, BasesLayout::Shifted));
     r.make_resident(&roomy, a, 0).unwrap();
     assert_eq!(roomy.uploads(), ["k8 Shifted"]);
     // Room for b's plain bases beside a, not its shifted ones: plain, and a stays.
     let tight = Fake::new(working(b) + shifted(a) + plain(b) + (shifted(b) - plain(b)) / 2);
-    let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Shifted));
+    let mut r = Residency::<Fake>::new("fake".into(), rules(None, BasesLayout::Shifted));
     r.make_resident(&tight, a, 0).unwrap();
     r.make_resident(&tight, b, 0).unwrap();
     assert_eq!(resident(&r), ["k8", "k9"]);
@@ -291,7 +291,7 @@ fn shifted_bases_only_where_they_fit_beside_the_resident_keys() {
     let mut lying = Fake::new(working(a) + shifted(a));
     lying.taken_by_others = working(a) + (shifted(a) - plain(a)) / 2;
     lying.visible = false;
-    let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Shifted));
+    let mut r = Residency::<Fake>::new("fake".into(), rules(None, BasesLayout::Shifted));
     r.make_resident(&lying, a, 0).unwrap();
     assert_eq!(lying.uploads(), ["k8 Plain"], "the shifted upload ran out of memory");
 }
@@ -302,7 +302,7 @@ fn a_key_is_never_evicted_for_its_matrices_which_go_where_they_fit() {
     let matrices = Arc::new(Matrices::record(BenchCircuit::new(8, 2, None)).unwrap());
     let need = matrices_bytes(&matrices);
     let dev = Fake::new(working(a) + plain(a) + plain(b) + need - 1);
-    let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Plain));
+    let mut r = Residency::<Fake>::new("fake".into(), rules(None, BasesLayout::Plain));
     let no_room = r.no_room();
     r.make_resident(&dev, b, 0).unwrap();
     let slot = r.make_resident(&dev, a, 0).unwrap();
@@ -312,7 +312,7 @@ fn a_key_is_never_evicted_for_its_matrices_which_go_where_they_fit() {
     // On a device with room they go beside the key; uploading the key again
     // clears the listing.
     let roomy = Fake::new(working(c) * 4);
-    let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Plain));
+    let mut r = Residency::<Fake>::new("fake".into(), rules(None, BasesLayout::Plain));
     let no_room = r.no_room();
     no_room.lock().unwrap().insert(a.fingerprint());
     let slot = r.make_resident(&roomy, a, 0).unwrap();
@@ -341,13 +341,13 @@ fn a_streamed_keys_matrices_go_beside_it_with_room_for_its_products_and_leave_fi
     let fits = inputs + streamed_working(a) + products + need;
 
     let dev = Fake::new(fits - 1);
-    let mut r = Residency::new("fake".into(), streamed);
+    let mut r = Residency::<Fake>::new("fake".into(), streamed);
     let slot = r.make_resident(&dev, a, 0).unwrap();
     assert!(!r.make_matrices_resident(&dev, slot, a, &matrices).unwrap(), "a byte short");
     assert!(r.no_room().lock().unwrap().contains(&a.fingerprint()));
 
     let mut dev = Fake::new(fits);
-    let mut r = Residency::new("fake".into(), streamed);
+    let mut r = Residency::<Fake>::new("fake".into(), streamed);
     let no_room = r.no_room();
     let slot = r.make_resident(&dev, a, 0).unwrap();
     assert!(r.make_matrices_resident(&dev, slot, a, &matrices).unwrap());
@@ -365,7 +365,7 @@ fn a_streamed_keys_matrices_go_beside_it_with_room_for_its_products_and_leave_fi
     // Beside another key: the matrices leave rather than evict it.
     let [a, b, ..] = keys();
     let mut dev = Fake::new(4 * fits + streamed_working(b));
-    let mut r = Residency::new("fake".into(), streamed);
+    let mut r = Residency::<Fake>::new("fake".into(), streamed);
     r.make_resident(&dev, b, 0).unwrap();
     let slot = r.make_resident(&dev, a, 0).unwrap();
     assert!(r.make_matrices_resident(&dev, slot, a, &matrices).unwrap());
@@ -375,12 +375,38 @@ fn a_streamed_keys_matrices_go_beside_it_with_room_for_its_products_and_leave_fi
     assert!(r.get(slot).matrices.is_none());
 }
 
+/// The NTT tables a backend keeps between proofs of one domain size are
+/// part of the working room the rules ask for: a proof that will reuse them
+/// is not asked to find them free again. Read without them, a streamed
+/// key's matrices left a 24 GiB card after its first proof (H100, 32 GiB
+/// shape: 2 GiB of twiddles counted twice).
+#[test]
+fn the_tables_a_backend_keeps_for_a_domain_count_as_room_for_its_proofs() {
+    let [a, ..] = keys();
+    let matrices = Arc::new(Matrices::record(BenchCircuit::new(8, 2, None)).unwrap());
+    let streamed = rules(None, BasesLayout::Streamed);
+    let inputs = key_bytes(a, 0, G2Placement::Gpu, BasesLayout::Streamed).unwrap();
+    let working = streamed_working(a) + streamed.products_bytes(a, BasesLayout::Streamed);
+    let mut dev = Fake::new(inputs + working + matrices_bytes(&matrices));
+    let mut r = Residency::<Fake>::new("fake".into(), streamed);
+    let slot = r.make_resident(&dev, a, 0).unwrap();
+    assert!(r.make_matrices_resident(&dev, slot, a, &matrices).unwrap());
+    // The first proof leaves its twiddles allocated (16 B an element).
+    let twiddles = a.domain_size() as u64 * 16;
+    dev.taken_by_others = twiddles;
+    let kept = ForProof { dev: &dev, kept: twiddles };
+    let slot = r.make_resident(&kept, a, 0).unwrap();
+    assert!(r.get(slot).matrices.is_some(), "the tables it reuses are room, not a shortfall");
+    let slot = r.make_resident(&dev, a, 0).unwrap();
+    assert!(r.get(slot).matrices.is_none(), "counted twice, they would have pushed the matrices out");
+}
+
 #[test]
 fn each_device_keeps_its_own_keys() {
     let [a, b, c] = keys();
     let (big, small) = (Fake::new(working(c) * 4), Fake::new(working(c) * 4));
-    let mut on_big = Residency::new("fake:0".into(), rules(None, BasesLayout::Plain));
-    let mut on_small = Residency::new("fake:1".into(), rules(Some(plain(c)), BasesLayout::Plain));
+    let mut on_big = Residency::<Fake>::new("fake:0".into(), rules(None, BasesLayout::Plain));
+    let mut on_small = Residency::<Fake>::new("fake:1".into(), rules(Some(plain(c)), BasesLayout::Plain));
     for key in [a, b, c, a] {
         on_big.make_resident(&big, key, 0).unwrap();
         on_small.make_resident(&small, key, 0).unwrap();
@@ -402,7 +428,7 @@ fn the_key_limit_is_never_exceeded_though_a_second_key_may_stay_in_plain_bases()
     let [a, b, _] = keys();
     let limit = shifted(b) + shifted(b) / 4;
     let dev = Fake::new(working(b) * 8);
-    let mut r = Residency::new("fake".into(), rules(Some(limit), BasesLayout::Shifted));
+    let mut r = Residency::<Fake>::new("fake".into(), rules(Some(limit), BasesLayout::Shifted));
     for key in [a, b, a, b, a, b] {
         r.make_resident(&dev, key, 0).unwrap();
         assert!(dev.used() <= limit, "{} resident under a limit of {limit}", dev.used());
@@ -416,7 +442,7 @@ fn the_key_limit_is_never_exceeded_though_a_second_key_may_stay_in_plain_bases()
 fn an_evicted_key_frees_its_bytes_and_is_uploaded_again_when_used() {
     let [a, b, _] = keys();
     let dev = Fake::new(working(a) * 4);
-    let mut r = Residency::new("fake".into(), rules(None, BasesLayout::Plain));
+    let mut r = Residency::<Fake>::new("fake".into(), rules(None, BasesLayout::Plain));
     r.make_resident(&dev, a, 0).unwrap();
     r.make_resident(&dev, b, 0).unwrap();
     assert!(r.is_resident(&a.fingerprint()));
@@ -435,7 +461,7 @@ fn a_streamed_keys_working_buffers_are_kept_free_and_a_device_too_small_refuses_
     // c is streamed (over the limit), beside a.
     let limit = plain(c) - 1;
     let mut dev = Fake::new(working(c) * 4);
-    let mut r = Residency::new("fake".into(), rules(Some(limit), BasesLayout::Plain));
+    let mut r = Residency::<Fake>::new("fake".into(), rules(Some(limit), BasesLayout::Plain));
     r.make_resident(&dev, a, 0).unwrap();
     r.make_resident(&dev, c, 0).unwrap();
     assert_eq!(layouts(&r), [BasesLayout::Plain, BasesLayout::Streamed]);
@@ -447,7 +473,7 @@ fn a_streamed_keys_working_buffers_are_kept_free_and_a_device_too_small_refuses_
     assert_eq!(dev.uploads().len(), 2, "c not uploaded again");
     // A device without room for c's working buffers with nothing else on it.
     let small = Fake::new(streamed_working(c) - 1);
-    let mut r = Residency::new("fake:1".into(), rules(Some(limit), BasesLayout::Plain));
+    let mut r = Residency::<Fake>::new("fake:1".into(), rules(Some(limit), BasesLayout::Plain));
     let e = r.make_resident(&small, c, 0).unwrap_err();
     assert!(
         matches!(&e, ProveError::Backend { source: BackendFault::DeviceTooSmall { device, .. }, .. }
@@ -476,12 +502,12 @@ fn a_second_partition_in_flight_keeps_room_for_its_copies_not_a_second_proof() {
     );
     // Room for the key beside one chain and one partition's copies: plain, not streamed.
     let dev = Fake::new(plain(c) + working(c) + n * 4 * 32);
-    let mut r = Residency::new("fake".into(), two);
+    let mut r = Residency::<Fake>::new("fake".into(), two);
     r.make_resident(&dev, c, 0).unwrap();
     assert_eq!(layouts(&r), [BasesLayout::Plain]);
     // One byte less, and the key streams.
     let dev = Fake::new(plain(c) + working(c) + n * 4 * 32 - 1);
-    let mut r = Residency::new("fake".into(), two);
+    let mut r = Residency::<Fake>::new("fake".into(), two);
     r.make_resident(&dev, c, 0).unwrap();
     assert_eq!(layouts(&r), [BasesLayout::Streamed]);
 }
