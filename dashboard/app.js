@@ -160,7 +160,10 @@
         const streamed = (g.streamed_keys || []).length
           ? ` · keys streamed from the host: ${g.streamed_keys.join(", ")}`
           : "";
-        p.textContent = `${g.device}: ${C.formatBytes(g.used_bytes)} of ${C.formatBytes(g.total_bytes)} in use${streamed}`;
+        const onHost = (g.products_on_host || []).length
+          ? ` · a, b, c on the host: ${g.products_on_host.join(", ")}`
+          : "";
+        p.textContent = `${g.device}: ${C.formatBytes(g.used_bytes)} of ${C.formatBytes(g.total_bytes)} in use${streamed}${onHost}`;
         return p;
       }),
     );

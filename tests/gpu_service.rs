@@ -59,6 +59,9 @@ fn two_circuits_stay_resident_until_device_memory_is_short() {
         metric(&text, "provd_gpu_busy_seconds_total{device=\"cuda:0\"}") > 0.0,
         "device-measured busy time"
     );
+    let (_, status) = server.call("GET", "/v1/status", None);
+    let on_host = |status: &serde_json::Value| status["snapshot"]["gpus"][0]["products_on_host"].clone();
+    assert_eq!(on_host(&status), serde_json::json!([]), "matrices beside both keys: {status}");
     drop(server);
 
     // Room for one key only: every switch evicts the other. Plain bases and
@@ -114,6 +117,7 @@ fn two_circuits_stay_resident_until_device_memory_is_short() {
     );
     let (_, status) = server.call("GET", "/v1/status", None);
     assert_eq!(status["snapshot"]["gpus"][0]["streamed_keys"], serde_json::json!([big]), "{status}");
+    assert_eq!(on_host(&status), serde_json::json!(["bench-14", "bench-15"]), "products = \"cpu\": {status}");
     println!(
         "resident: 1 upload per circuit over 6 alternating jobs; limited to one key: 6 uploads, 5 evictions; \
          under the larger key: it streamed, proofs verified"

@@ -99,6 +99,11 @@ pub struct GpuMemory {
     /// The circuits whose keys this device streams from the host's memory
     /// (too large to stay on it beside a partition).
     pub streamed_keys: Vec<String>,
+    /// The circuits with recorded matrices whose a, b and c this device
+    /// leaves to the host's cores: `gpu.products = "cpu"`, or no room for
+    /// their matrices beside the key and a proof (a 32 GiB sector on a
+    /// 16 GiB card).
+    pub products_on_host: Vec<String>,
 }
 
 /// Snapshots kept for clients that connect later: ten minutes at one a second.
@@ -159,17 +164,36 @@ impl Service {
 
     /// The circuits whose keys the backend of `device` streams from the host.
     fn streamed_keys(&self, device: &str) -> Vec<String> {
+        self.circuits_where(device, |backend, kind| {
+            let fp = kind.key().fingerprint();
+            backend
+                .resident_keys()
+                .keys
+                .iter()
+                .any(|k| k.fingerprint == fp && k.layout == Some(crate::backend::BasesLayout::Streamed))
+        })
+    }
+
+    /// The circuits with recorded matrices whose a, b and c the backend of
+    /// `device` leaves to the host.
+    fn products_on_host(&self, device: &str) -> Vec<String> {
+        self.circuits_where(device, |backend, kind| {
+            kind.abc_from() == crate::groth16::AbcFrom::Matrices
+                && backend.products(kind.key()) == crate::backend::ProductsPlacement::Cpu
+        })
+    }
+
+    /// The served circuits for which `holds` says yes of the backend of `device`.
+    fn circuits_where(
+        &self,
+        device: &str,
+        holds: impl Fn(&dyn crate::backend::Backend, &dyn crate::circuits::CircuitKind) -> bool,
+    ) -> Vec<String> {
         let Some(backend) = self.backends.iter().find(|b| b.name() == device) else { return Vec::new() };
-        let res = backend.resident_keys();
         self.intake
             .circuits
             .iter()
-            .filter(|(_, served)| {
-                let fp = served.kind.key().fingerprint();
-                res.keys
-                    .iter()
-                    .any(|k| k.fingerprint == fp && k.layout == Some(crate::backend::BasesLayout::Streamed))
-            })
+            .filter(|(_, served)| holds(backend.as_ref(), served.kind.as_ref()))
             .map(|(name, _)| name.to_string())
             .collect()
     }
@@ -187,9 +211,9 @@ impl Service {
                 let device = format!("cuda:{}", g.info().ordinal);
                 m.gpu_memory_used_bytes.with_label_values(&[&device]).set(used as i64);
                 m.gpu_memory_total_bytes.with_label_values(&[&device]).set(total as i64);
-                let streamed_keys = self.streamed_keys(&device);
                 Some(GpuMemory {
-                    streamed_keys,
+                    streamed_keys: self.streamed_keys(&device),
+                    products_on_host: self.products_on_host(&device),
                     device: format!("{} ({device})", g.info().name),
                     ordinal: g.info().ordinal as u32,
                     name: g.info().name.clone(),
