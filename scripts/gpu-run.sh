@@ -30,7 +30,8 @@
 # sector and makes TEST-ONLY parameters in POREP_WORK (kept while the machine is), then proves it POREP_RUNS times
 # with provd's cuda backend and (unless POREP_VS=none) with filecoin-proofs' own seal_commit_phase2 (CPU); the
 # ratio lands in porep.log. POREP_STREAM (default 0: none) copies of the sector then go in at once, for the
-# steady stream's seconds a sector.
+# steady stream's seconds a sector. POREP_DEVICE_MEMORY (e.g. 3GiB) caps the card with a ballast for the whole
+# run: under a cap smaller than the key it streams, and the log says so per device beside verify_seal's word.
 # soak: SOAK_PROOFS (default 1000) proofs of SOAK_CIRCUIT (default bench-20) in one process (`provd bench pipeline
 # --sample-every SOAK_EVERY`, default 5 s): RSS, device memory and the buffer gauges over time, with nvidia-smi's
 # memory.used and utilization.gpu sampled beside them (soak-smi.csv); SOAK_IN_FLIGHT sets --in-flight.
@@ -272,7 +273,8 @@ PY
     porep)
       for proof in ${POREP_PROOFS:-StackedDrg2KiBV1_1 StackedDrg512MiBV1_1}; do
         if [ "${POREP_VS:-}" = none ]; then vs=(); else vs=(--vs filecoin-proofs); fi
-        "$bundle/provd" bench porep --proof "$proof" --runs "${POREP_RUNS:-2}" --backend cuda "${vs[@]}" \
+        cap=(); [ -n "${POREP_DEVICE_MEMORY:-}" ] && cap=(--device-memory "$POREP_DEVICE_MEMORY")
+        "$bundle/provd" bench porep --proof "$proof" --runs "${POREP_RUNS:-2}" --backend cuda "${vs[@]}" "${cap[@]}" \
           --stream "${POREP_STREAM:-0}" --work-dir "${POREP_WORK:-/tmp/provd-porep}" --json "$OUT/porep-$proof.json" 2>&1 | grep -v ' INFO ' |
           tee -a "$OUT/porep.log" || status=1
       done ;;

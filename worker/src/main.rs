@@ -306,6 +306,11 @@ enum BenchCommand {
         /// once: the steady stream's seconds a sector (0: none).
         #[arg(long, default_value_t = 0)]
         stream: usize,
+        /// Caps GPU 0 to this much free memory (e.g. 3GiB, under a 512 MiB
+        /// sector's key) for the whole run with a ballast beside it (`provd
+        /// bench ballast`): a smaller card's, physically.
+        #[arg(long, value_parser = byte_size)]
+        device_memory: Option<u64>,
         #[arg(long, default_value = "bench-results/porep.json")]
         json: PathBuf,
         #[command(flatten)]
@@ -901,9 +906,12 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
             bench::lane::LaneBench { critical, stream, runs, config, json }.run(selected.backends, stream_key)
         }
         #[cfg(feature = "filecoin")]
-        BenchCommand::Porep { proof, runs, work_dir, vs, synthesis, stream, json, common } => {
+        BenchCommand::Porep { proof, runs, work_dir, vs, synthesis, stream, device_memory, json, common } => {
             anyhow::ensure!(runs > 0, "--runs must be at least 1");
             let proof = seal_proof(&proof)?;
+            // Before the backend opens: nothing of this run may use more.
+            let ballast =
+                device_memory.map(|m| bench::ballast::Beside::start(m, &common.data_dir)).transpose()?;
             let backends =
                 provd::backend::select(common.backend, &common.data_dir, &common.cuda_options())?.backends;
             let synthesis = serde_json::from_value(serde_json::Value::String(synthesis.clone()))
@@ -915,6 +923,7 @@ fn bench(command: BenchCommand) -> anyhow::Result<()> {
                 vs_filecoin_proofs: vs.is_some(),
                 synthesis,
                 stream,
+                device_cap: ballast.as_ref().map(|b| b.held.clone()),
                 json,
             }
             .run(backends)

@@ -34,7 +34,30 @@ pub struct PorepBench {
     /// Sectors submitted at once after the timed runs (0 or 1: none): the
     /// steady stream's seconds a sector, measured end to end.
     pub stream: usize,
+    /// The ballast's line where the device was capped (`--device-memory`).
+    pub device_cap: Option<String>,
     pub json: PathBuf,
+}
+
+/// How one backend held the sector's key and where it computed a, b and c,
+/// after the runs: under a cap smaller than the key, "streamed".
+fn placements(backends: &[Arc<dyn Backend>], key: &crate::groth16::ProvingKey) -> Vec<serde_json::Value> {
+    backends
+        .iter()
+        .map(|b| {
+            let fp = key.fingerprint();
+            let layout = b.resident_keys().keys.iter().find(|k| k.fingerprint == fp).and_then(|k| k.layout);
+            let products = match b.products(key) {
+                crate::backend::ProductsPlacement::Gpu => "device",
+                crate::backend::ProductsPlacement::Cpu => "host",
+            };
+            json!({
+                "device": b.name(),
+                "key": layout.map_or("not on a device", |l| l.name()),
+                "products": products,
+            })
+        })
+        .collect()
 }
 
 /// A stream of sectors submitted at once: when each ended.
@@ -134,6 +157,7 @@ impl PorepBench {
         };
         let estimate = engine.admission_bytes(kind.key(), kind.abc_from());
         drop(engine);
+        let placed = placements(&backends, &key);
 
         let mut theirs = Vec::new();
         let mut theirs_peak_rss = 0;
@@ -202,6 +226,18 @@ impl PorepBench {
             peak_buffers >> 20,
             peak_reserved >> 20
         );
+        if let Some(held) = &self.device_cap {
+            println!("{held}");
+        }
+        for p in &placed {
+            println!(
+                "{}: the key {} ({} MiB), a, b and c on the {}; every proof passed verify_seal",
+                p["device"].as_str().unwrap_or_default(),
+                p["key"].as_str().unwrap_or_default(),
+                key.resident_bytes() >> 20,
+                p["products"].as_str().unwrap_or_default()
+            );
+        }
         if let Some(s) = &stream {
             println!(
                 "stream: {} sectors submitted at once, every proof checked by verify_seal: {:.2} s a sector \
@@ -226,6 +262,8 @@ impl PorepBench {
                 "seal_seconds": sector.times.iter().map(|d| d.as_secs_f64()).collect::<Vec<_>>(),
                 "parameters_seconds": loaded.as_secs_f64(),
                 "key_resident_bytes": kind.resident_bytes(),
+                "device_cap": self.device_cap,
+                "devices": placed,
                 "provd": {
                     "backend": names,
                     "seconds_per_sector": ours.iter().map(|d| d.as_secs_f64()).collect::<Vec<_>>(),
