@@ -39,7 +39,8 @@ use crate::groth16::{BackendFault, Matrices, ProveError, ProvingKey};
 /// Device bytes kept free beside the resident keys for one proof's working
 /// buffers, per domain element: a/b/c and the aux assignment during the H
 /// chain (4 × 32 B), then the aux assignment, a query's subset of it and an
-/// MSM's digits and sorted lists (2 × 32 B + 128 B).
+/// MSM's digits and sorted lists (2 × 32 B + 128 B); the NTT's twiddles
+/// (16 B, kept between proofs: [`ForProof`]) fit beside either.
 const WORKING_BYTES_PER_ELEMENT: u64 = 8 * 32;
 /// And a fixed part: the MSM engine's bucket tables (at most
 /// `MAX_BUCKET_BYTES`, plain or shifted) and 512 MiB for its counts,
