@@ -30,8 +30,8 @@
 # sector and makes TEST-ONLY parameters in POREP_WORK (kept while the machine is), then proves it POREP_RUNS times
 # with provd's cuda backend and (unless POREP_VS=none) with filecoin-proofs' own seal_commit_phase2 (CPU); the
 # ratio lands in porep.log. POREP_STREAM (default 0: none) copies of the sector then go in at once, for the
-# steady stream's seconds a sector. POREP_DEVICE_MEMORY (e.g. 3GiB) caps the card with a ballast for the whole
-# run: under a cap smaller than the key it streams, and the log says so per device beside verify_seal's word.
+# steady stream's seconds a sector. POREP_DEVICE_MEMORY (e.g. 4GiB) caps the card with a ballast for the whole
+# run: where the key and a resident proof do not fit it streams, and the log says so per device beside verify_seal's word.
 # soak: SOAK_PROOFS (default 1000) proofs of SOAK_CIRCUIT (default bench-20) in one process (`provd bench pipeline
 # --sample-every SOAK_EVERY`, default 5 s): RSS, device memory and the buffer gauges over time, with nvidia-smi's
 # memory.used and utilization.gpu sampled beside them (soak-smi.csv); SOAK_IN_FLIGHT sets --in-flight.

@@ -237,17 +237,15 @@ impl Ntt {
         Self { gpu, root, tables: HashMap::new() }
     }
 
-    /// Device bytes this engine keeps between transforms of 2^log_n (the
-    /// twiddles, the coset powers and a natural-order transform's second
-    /// buffer, once made): allocated once, counted as used by the device's
-    /// free memory from then on, and reused by every later transform of
-    /// that size.
+    /// Device bytes of the tables this engine keeps for transforms of
+    /// 2^log_n (the twiddles and the coset powers): made by the first such
+    /// transform, counted as used by the device's free memory from then on,
+    /// and read by every later one. A natural-order transform's second
+    /// buffer is not a table: only those transforms reuse it.
     pub fn kept_bytes(&self, log_n: u32) -> u64 {
         let bytes = |s: &CudaSlice<FrRaw>| (s.len() * std::mem::size_of::<FrRaw>()) as u64;
         self.tables.get(&log_n).map_or(0, |t| {
-            bytes(&t.twiddles)
-                + t.powers.values().map(|(lo, hi)| bytes(lo) + bytes(hi)).sum::<u64>()
-                + t.spare.as_ref().map_or(0, bytes)
+            bytes(&t.twiddles) + t.powers.values().map(|(lo, hi)| bytes(lo) + bytes(hi)).sum::<u64>()
         })
     }
 

@@ -306,9 +306,10 @@ enum BenchCommand {
         /// once: the steady stream's seconds a sector (0: none).
         #[arg(long, default_value_t = 0)]
         stream: usize,
-        /// Caps GPU 0 to this much free memory (e.g. 3GiB, under a 512 MiB
-        /// sector's key) for the whole run with a ballast beside it (`provd
-        /// bench ballast`): a smaller card's, physically.
+        /// Caps GPU 0 to this much free memory for the whole run with a
+        /// ballast beside it (`provd bench ballast`): a smaller card's,
+        /// physically (4GiB: a 512 MiB sector's key streams, its plain bases
+        /// and a resident proof's buffers not fitting).
         #[arg(long, value_parser = byte_size)]
         device_memory: Option<u64>,
         #[arg(long, default_value = "bench-results/porep.json")]

@@ -39,25 +39,28 @@ pub struct PorepBench {
     pub json: PathBuf,
 }
 
-/// How one backend held the sector's key and where it computed a, b and c,
-/// after the runs: under a cap smaller than the key, "streamed".
-fn placements(backends: &[Arc<dyn Backend>], key: &crate::groth16::ProvingKey) -> Vec<serde_json::Value> {
-    backends
-        .iter()
-        .map(|b| {
-            let fp = key.fingerprint();
-            let layout = b.resident_keys().keys.iter().find(|k| k.fingerprint == fp).and_then(|k| k.layout);
-            let products = match b.products(key) {
+/// How one backend held the sector's key and where it computed a, b and
+/// c, after the runs (under a small enough cap: the key "streamed").
+#[derive(serde::Serialize)]
+struct Placement {
+    device: String,
+    key: &'static str,
+    products: &'static str,
+}
+
+impl Placement {
+    fn of(backend: &dyn Backend, key: &crate::groth16::ProvingKey) -> Self {
+        let fp = key.fingerprint();
+        let layout = backend.resident_keys().keys.iter().find(|k| k.fingerprint == fp).and_then(|k| k.layout);
+        Placement {
+            device: backend.name().to_string(),
+            key: layout.map_or("not on a device", |l| l.name()),
+            products: match backend.products(key) {
                 crate::backend::ProductsPlacement::Gpu => "device",
                 crate::backend::ProductsPlacement::Cpu => "host",
-            };
-            json!({
-                "device": b.name(),
-                "key": layout.map_or("not on a device", |l| l.name()),
-                "products": products,
-            })
-        })
-        .collect()
+            },
+        }
+    }
 }
 
 /// A stream of sectors submitted at once: when each ended.
@@ -157,7 +160,7 @@ impl PorepBench {
         };
         let estimate = engine.admission_bytes(kind.key(), kind.abc_from());
         drop(engine);
-        let placed = placements(&backends, &key);
+        let placed: Vec<Placement> = backends.iter().map(|b| Placement::of(b.as_ref(), &key)).collect();
 
         let mut theirs = Vec::new();
         let mut theirs_peak_rss = 0;
@@ -232,10 +235,10 @@ impl PorepBench {
         for p in &placed {
             println!(
                 "{}: the key {} ({} MiB), a, b and c on the {}; every proof passed verify_seal",
-                p["device"].as_str().unwrap_or_default(),
-                p["key"].as_str().unwrap_or_default(),
+                p.device,
+                p.key,
                 key.resident_bytes() >> 20,
-                p["products"].as_str().unwrap_or_default()
+                p.products
             );
         }
         if let Some(s) = &stream {

@@ -162,40 +162,33 @@ impl Service {
         }
     }
 
-    /// The circuits whose keys the backend of `device` streams from the host.
-    fn streamed_keys(&self, device: &str) -> Vec<String> {
-        self.circuits_where(device, |backend, kind| {
+    /// The circuits whose keys the backend of `device` streams from the
+    /// host, and those with recorded matrices whose a, b and c it leaves to
+    /// the host.
+    fn held_on_host(&self, device: &str) -> (Vec<String>, Vec<String>) {
+        let Some(backend) = self.backends.iter().find(|b| b.name() == device) else {
+            return Default::default();
+        };
+        let resident = backend.resident_keys();
+        let named = |holds: &dyn Fn(&dyn crate::circuits::CircuitKind) -> bool| -> Vec<String> {
+            let circuits = self.intake.circuits.iter();
+            circuits
+                .filter(|(_, served)| holds(served.kind.as_ref()))
+                .map(|(name, _)| name.to_string())
+                .collect()
+        };
+        let streamed = named(&|kind| {
             let fp = kind.key().fingerprint();
-            backend
-                .resident_keys()
+            resident
                 .keys
                 .iter()
                 .any(|k| k.fingerprint == fp && k.layout == Some(crate::backend::BasesLayout::Streamed))
-        })
-    }
-
-    /// The circuits with recorded matrices whose a, b and c the backend of
-    /// `device` leaves to the host.
-    fn products_on_host(&self, device: &str) -> Vec<String> {
-        self.circuits_where(device, |backend, kind| {
+        });
+        let products = named(&|kind| {
             kind.abc_from() == crate::groth16::AbcFrom::Matrices
                 && backend.products(kind.key()) == crate::backend::ProductsPlacement::Cpu
-        })
-    }
-
-    /// The served circuits for which `holds` says yes of the backend of `device`.
-    fn circuits_where(
-        &self,
-        device: &str,
-        holds: impl Fn(&dyn crate::backend::Backend, &dyn crate::circuits::CircuitKind) -> bool,
-    ) -> Vec<String> {
-        let Some(backend) = self.backends.iter().find(|b| b.name() == device) else { return Vec::new() };
-        self.intake
-            .circuits
-            .iter()
-            .filter(|(_, served)| holds(backend.as_ref(), served.kind.as_ref()))
-            .map(|(name, _)| name.to_string())
-            .collect()
+        });
+        (streamed, products)
     }
 
     /// Device memory per GPU now; also sets the GPU memory gauges, which
@@ -211,9 +204,10 @@ impl Service {
                 let device = format!("cuda:{}", g.info().ordinal);
                 m.gpu_memory_used_bytes.with_label_values(&[&device]).set(used as i64);
                 m.gpu_memory_total_bytes.with_label_values(&[&device]).set(total as i64);
+                let (streamed_keys, products_on_host) = self.held_on_host(&device);
                 Some(GpuMemory {
-                    streamed_keys: self.streamed_keys(&device),
-                    products_on_host: self.products_on_host(&device),
+                    streamed_keys,
+                    products_on_host,
                     device: format!("{} ({device})", g.info().name),
                     ordinal: g.info().ordinal as u32,
                     name: g.info().name.clone(),
