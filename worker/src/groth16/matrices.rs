@@ -343,7 +343,7 @@ mod tests {
         assert_eq!((&ab.a, &ab.b, &ab.c), (&checked.a, &checked.b, &None));
         assert_eq!(ab.bytes() * 3, checked.bytes() * 2);
         let HostAbc { a, mut b, .. } = ab.clone();
-        super::super::synthesis::c_in_place_of_b(&a, &mut b);
+        super::super::synthesis::c_in_place(&mut b, &a);
         assert_eq!(Some(b), checked.c);
         assert_eq!(ab.into_abc(), checked.into_abc());
     }

@@ -145,11 +145,13 @@ pub fn a_times_b(a: &[Scalar], b: &[Scalar]) -> Vec<Scalar> {
     a.par_iter().zip(b).with_min_len(4096).map(|(a, b)| a * b).collect()
 }
 
-/// Overwrites `b` with c = a·b row by row: c made in place of b's host copy
-/// once b is on the device ([`HostProducts::Ab`]), in parallel.
-pub fn c_in_place_of_b(a: &[Scalar], b: &mut [Scalar]) {
-    assert_eq!(a.len(), b.len(), "a and b of one witness");
-    b.par_iter_mut().zip(a).with_min_len(4096).for_each(|(b, a)| *b *= a);
+/// Overwrites `of`, one of a and b, with c = a·b row by row, `times` being
+/// the other, in parallel: c made in place of a host copy already on the
+/// device ([`HostProducts::Ab`]), so that the host holds two vectors, not
+/// three.
+pub fn c_in_place(of: &mut [Scalar], times: &[Scalar]) {
+    assert_eq!(of.len(), times.len(), "a and b of one witness");
+    of.par_iter_mut().zip(times).with_min_len(4096).for_each(|(x, y)| *x *= y);
 }
 
 /// What a backend takes of a, b and c computed on the host from recorded

@@ -11,7 +11,9 @@ use provd_kernels::{
     CopyLane, CudaSlice, DeviceMatrix, FrBuffer, FrRaw, Gpu, GpuError, HChain, Ntt, PageLocked,
 };
 
-use super::copy_plan::{upload_aux, AssignmentOnDevice, HostVector, HostVectors, Vector, Vectors};
+use super::copy_plan::{
+    copy_b_making_c, upload_aux, AssignmentOnDevice, HostVector, HostVectors, Vector, Vectors,
+};
 use super::device_key::h_order;
 use crate::groth16::Reduction;
 
@@ -63,25 +65,10 @@ pub(super) fn quotient_on_device(
         Reduction::Bellperson => HChain::Quotient,
         Reduction::Snarkjs => HChain::OddCoset,
     };
-    let (a, b, c, copied_aux, held) = match vectors {
-        Vectors::OnHost(HostVectors { a, b, c }) => {
-            let c = c.map_or(C::AfterB, |c| C::Vector(Vector::Host(c)));
-            (Vector::Host(a), Vector::Host(b), c, None, held)
-        }
-        Vectors::OnDevice { abc: [a, b, c], aux } => {
-            (Vector::Device(a), Vector::Device(b), C::Vector(Vector::Device(c)), Some(aux), Held::Three)
-        }
-        Vectors::ProductsTwoAtATime { ab: [a, b], c_rows, assignment } => {
-            let AssignmentOnDevice { input, aux } = assignment;
-            let c = C::Rows { matrix: c_rows, input };
-            (Vector::Device(a), Vector::Device(b), c, Some(aux), Held::Two)
-        }
-    };
     let mut spent = Vec::new();
-    let mut on_coset = |ntt: &mut Ntt, v: C, aux: Option<&CudaSlice<FrRaw>>| {
+    let on_coset = |ntt: &mut Ntt, v: C, aux: Option<&CudaSlice<FrRaw>>, spent: &mut Vec<HostVector>| {
         let v = match v {
             C::Vector(v) => v,
-            C::AfterB => Vector::Host(HostVectors::c_after_b(&mut spent)?),
             C::Rows { matrix, input } => Vector::Device(matrix.product(gpu, &input, aux, log_n)?),
         };
         let (mut d, host) = v.on_device(lane, log_n)?;
@@ -89,13 +76,41 @@ pub(super) fn quotient_on_device(
         ntt.to_coset(chain, &mut d)?;
         Ok::<_, GpuError>(d)
     };
-    let mut a = on_coset(ntt, C::Vector(a), None)?;
-    let b = on_coset(ntt, C::Vector(b), None)?;
+    // a and b on the coset, each copied (where on the host) while the one
+    // before it transforms; and where c comes from.
+    let (mut a, b, c, copied_aux, held) = match vectors {
+        Vectors::OnHost(HostVectors { a, b, c: Some(c) }) => {
+            let a = on_coset(ntt, C::Vector(Vector::Host(a)), None, &mut spent)?;
+            let b = on_coset(ntt, C::Vector(Vector::Host(b)), None, &mut spent)?;
+            (a, b, C::Vector(Vector::Host(c)), None, held)
+        }
+        // c made in place of a's host copy while b is copied.
+        Vectors::OnHost(HostVectors { a, b, c: None }) => {
+            let mut a_copied = FrBuffer::upload_padded_locked(lane, &a, log_n)?;
+            ntt.to_coset(chain, &mut a_copied)?;
+            let (mut b_copied, c, b) = copy_b_making_c(lane, a, b, log_n)?;
+            spent.push(b);
+            ntt.to_coset(chain, &mut b_copied)?;
+            (a_copied, b_copied, C::Vector(Vector::Host(c)), None, held)
+        }
+        Vectors::OnDevice { abc: [a, b, c], aux } => {
+            let a = on_coset(ntt, C::Vector(Vector::Device(a)), None, &mut spent)?;
+            let b = on_coset(ntt, C::Vector(Vector::Device(b)), None, &mut spent)?;
+            (a, b, C::Vector(Vector::Device(c)), Some(aux), Held::Three)
+        }
+        Vectors::ProductsTwoAtATime { ab: [a, b], c_rows, assignment } => {
+            let AssignmentOnDevice { input, aux } = assignment;
+            let a = on_coset(ntt, C::Vector(Vector::Device(a)), None, &mut spent)?;
+            let b = on_coset(ntt, C::Vector(Vector::Device(b)), None, &mut spent)?;
+            (a, b, C::Rows { matrix: c_rows, input }, Some(aux), Held::Two)
+        }
+    };
     let (order, aux) = match (held, copied_aux) {
         (Held::Two, copied) => {
             let copied = copied.flatten();
-            let order =
-                ntt.h_from_coset_two_at_a_time(chain, &mut a, b, |ntt| on_coset(ntt, c, copied.as_ref()))?;
+            let order = ntt.h_from_coset_two_at_a_time(chain, &mut a, b, |ntt| {
+                on_coset(ntt, c, copied.as_ref(), &mut spent)
+            })?;
             let aux = match copied {
                 Some(copied) => Some(copied),
                 None => upload_aux(lane, aux)?,
@@ -103,7 +118,7 @@ pub(super) fn quotient_on_device(
             (order, aux)
         }
         (Held::Three, copied) => {
-            let c = on_coset(ntt, c, None)?;
+            let c = on_coset(ntt, c, None, &mut spent)?;
             let aux = match copied {
                 Some(copied) => copied,
                 None => upload_aux(lane, aux)?,
@@ -118,9 +133,6 @@ pub(super) fn quotient_on_device(
 /// Where c comes from.
 enum C<'m> {
     Vector(Vector),
-    /// Made on the host in place of b's copy once b is copied (while the
-    /// device transforms b), then copied itself.
-    AfterB,
     /// C's rows times the assignment, on the device (its aux part passed
     /// when the product is made).
     Rows {

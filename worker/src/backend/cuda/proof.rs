@@ -139,13 +139,18 @@ impl CudaBackend {
             },
             Large::Streamed => {
                 let pinned = key.pinned.get_or_register(key, &self.gpu).map_err(backend_error)?;
-                Queries::Streamed { pinned, inputs: key.vk.ic.len(), b_inputs: resident.bases.b_inputs.len() }
+                Queries::Streamed {
+                    pinned,
+                    chunks: StreamChunks::for_domain(log_n),
+                    inputs: key.vk.ic.len(),
+                    b_inputs: resident.bases.b_inputs.len(),
+                }
             }
         };
         let h = clock
             .time("msm h", || match &large {
                 Queries::OnDevice { h, .. } => self.msm.run_device(h, h_scalars.raw(), h_scalars.len()),
-                Queries::Streamed { pinned, .. } => {
+                Queries::Streamed { pinned, chunks, .. } => {
                     // The host's H bases are in the key's natural order.
                     if h_order(key.reduction) == Order::BitReversed {
                         ntts.get(&key.reduction.root())
@@ -153,7 +158,7 @@ impl CudaBackend {
                             .bit_reverse(&mut h_scalars)?;
                     }
                     let n = pinned.h.len().min(h_scalars.len());
-                    self.msm.run_streamed(pinned.h.view(..), STREAM_CHUNK, h_scalars.raw(), n)
+                    self.msm.run_streamed(pinned.h.view(..), chunks.g1, h_scalars.raw(), n)
                 }
             })
             .map_err(backend_error)?;
@@ -248,12 +253,24 @@ impl CudaBackend {
     }
 }
 
-/// Bases a proof's MSMs over a key's large G1 queries read in chunks from
-/// the host ([`Msm::run_streamed`]): 2^22 points (384 MiB), twice on the
-/// device, with one chunk's MSM working memory.
-pub(super) const STREAM_CHUNK: usize = 1 << 22;
-/// The same for B's G2 query: 2^21 points (384 MiB).
-pub(super) const STREAM_CHUNK_G2: usize = 1 << 21;
+/// Bases a streamed proof's MSMs read from the host at a time
+/// ([`Msm::run_streamed`](provd_kernels::Msm::run_streamed)), two chunks on
+/// the device with one chunk's MSM working memory: a sixteenth of the
+/// domain, at most 2^22 G1 points (384 MiB) and 2^21 G2 (384 MiB), a 32
+/// GiB partition's. Chunks sized for 32 GiB would ask a 512 MiB key
+/// (2^23, 1.9 GiB of bases) for more room than its bases take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct StreamChunks {
+    pub g1: usize,
+    pub g2: usize,
+}
+
+impl StreamChunks {
+    pub fn for_domain(log_n: u32) -> Self {
+        let g1 = 1 << log_n.saturating_sub(4).clamp(16, 22);
+        Self { g1, g2: g1 / 2 }
+    }
+}
 
 /// A key's large G1 queries as this proof reads them.
 enum Queries<'a> {
@@ -264,9 +281,9 @@ enum Queries<'a> {
         b_aux: &'a G1Bases,
         b_g2_aux: Option<&'a G2Bases>,
     },
-    /// The key's page-locked points; its A and B queries' aux parts start
-    /// after their inputs.
-    Streamed { pinned: &'a PinnedQueries, inputs: usize, b_inputs: usize },
+    /// The key's page-locked points, read `chunks` at a time; its A and B
+    /// queries' aux parts start after their inputs.
+    Streamed { pinned: &'a PinnedQueries, chunks: StreamChunks, inputs: usize, b_inputs: usize },
 }
 
 /// Which of the large queries an MSM sums over.
@@ -308,13 +325,13 @@ impl Msms<'_> {
                 };
                 msm.run_device(bases, scalars, n)
             }
-            Queries::Streamed { pinned, inputs, b_inputs } => {
+            Queries::Streamed { pinned, chunks, inputs, b_inputs } => {
                 let bases = match query {
                     Query::L => pinned.l.view(..),
                     Query::AAux => pinned.a.view(*inputs..),
                     Query::BAux => pinned.b_g1.view(*b_inputs..),
                 };
-                msm.run_streamed(bases, STREAM_CHUNK, scalars, n)
+                msm.run_streamed(bases, chunks.g1, scalars, n)
             }
         }
     }
@@ -352,8 +369,8 @@ impl Msms<'_> {
                         Queries::OnDevice { b_g2_aux: None, .. } => {
                             return Err(GpuError::Invalid("B's G2 bases are not on the device".into()))
                         }
-                        Queries::Streamed { pinned, b_inputs, .. } => {
-                            msm.run_streamed(pinned.b_g2.view(*b_inputs..), STREAM_CHUNK_G2, scalars, *n)?
+                        Queries::Streamed { pinned, chunks, b_inputs, .. } => {
+                            msm.run_streamed(pinned.b_g2.view(*b_inputs..), chunks.g2, scalars, *n)?
                         }
                     };
                 }
@@ -406,5 +423,21 @@ impl<'a> StepClock<'a> {
     fn into_parts(self) -> (Option<f64>, Vec<StepTime>) {
         let ms: f64 = self.steps.iter().map(|s| s.device_ms).sum();
         (Some(ms / 1e3), self.steps)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StreamChunks;
+
+    /// A 32 GiB partition's chunks are the sizes measured; a smaller domain
+    /// reads a sixteenth of itself at a time.
+    #[test]
+    fn stream_chunks_shrink_with_the_domain() {
+        let chunks = |g1: u32| StreamChunks { g1: 1 << g1, g2: 1 << (g1 - 1) };
+        assert_eq!(StreamChunks::for_domain(27), chunks(22));
+        assert_eq!(StreamChunks::for_domain(26), chunks(22));
+        assert_eq!(StreamChunks::for_domain(23), chunks(19));
+        assert_eq!(StreamChunks::for_domain(10), chunks(16));
     }
 }

@@ -56,9 +56,9 @@ const AHEAD_BYTES_PER_ELEMENT: u64 = 4 * 32;
 /// copied after it: then H's scalars or a query's subset beside the aux
 /// assignment), and the NTT's twiddles (16 B an element).
 const STREAMED_WORKING_BYTES_PER_ELEMENT: u64 = 2 * 32 + 16;
-/// And per base of a chunk (at most `STREAM_CHUNK_G2` of them): two chunks
-/// of streamed bases (G2's the larger) and one chunk's MSM digits and sorted
-/// lists (128 B).
+/// And per base of a G2 chunk ([`StreamChunks`](super::proof::StreamChunks)):
+/// two chunks of streamed bases (G2's, as large as G1's twice as many) and
+/// one chunk's MSM digits and sorted lists (128 B).
 const STREAMED_WORKING_BYTES_PER_CHUNK_BASE: u64 = 2 * G2_BASE_BYTES + 128;
 /// And a fixed part for a chunk's bucket tables, counts and partial sums.
 const STREAMED_WORKING_BYTES_FIXED: u64 = 512 << 20;
@@ -162,12 +162,7 @@ impl Rules {
                 let waiting = self.partitions_in_flight.saturating_sub(1);
                 n * WORKING_BYTES_PER_ELEMENT + WORKING_BYTES_FIXED + waiting * n * AHEAD_BYTES_PER_ELEMENT
             }
-            BasesLayout::Streamed => {
-                let chunk = n.min(super::proof::STREAM_CHUNK_G2 as u64);
-                n * STREAMED_WORKING_BYTES_PER_ELEMENT
-                    + chunk * STREAMED_WORKING_BYTES_PER_CHUNK_BASE
-                    + STREAMED_WORKING_BYTES_FIXED
-            }
+            BasesLayout::Streamed => streamed_working_bytes(key.domain_size().trailing_zeros()),
         }
     }
 
@@ -182,6 +177,17 @@ impl Rules {
             BasesLayout::Streamed => key.domain_size() as u64 * 32,
         }
     }
+}
+
+/// Device bytes a proof of a streamed key over a domain of 2^log_n needs
+/// for its working buffers: one at a time, two vectors of the domain and
+/// two chunks of bases.
+fn streamed_working_bytes(log_n: u32) -> u64 {
+    let n = 1u64 << log_n;
+    let chunk = n.min(super::proof::StreamChunks::for_domain(log_n).g2 as u64);
+    n * STREAMED_WORKING_BYTES_PER_ELEMENT
+        + chunk * STREAMED_WORKING_BYTES_PER_CHUNK_BASE
+        + STREAMED_WORKING_BYTES_FIXED
 }
 
 /// Device bytes `key`'s bases take laid out as `layout`, before uploading

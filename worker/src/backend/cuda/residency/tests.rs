@@ -511,3 +511,15 @@ fn a_second_partition_in_flight_keeps_room_for_its_copies_not_a_second_proof() {
     r.make_resident(&dev, c, 0).unwrap();
     assert_eq!(layouts(&r), [BasesLayout::Streamed]);
 }
+
+/// A streamed proof's room shrinks with its domain's chunks: at 2^27 (a
+/// 32 GiB partition) what the 16 GiB card measured under (11.5 GiB); at
+/// 2^23 (512 MiB, whose key's bases take 1.9 GiB) 1.25 GiB, where chunks
+/// sized for 32 GiB asked 2.1 GiB, more than the key itself.
+#[test]
+fn a_streamed_proofs_room_shrinks_with_its_domain() {
+    const MIB: u64 = 1 << 20;
+    assert_eq!(streamed_working_bytes(27), 10240 * MIB + 1024 * MIB + 512 * MIB);
+    assert_eq!(streamed_working_bytes(23), 640 * MIB + 128 * MIB + 512 * MIB);
+    assert!(streamed_working_bytes(10) < streamed_working_bytes(11));
+}
