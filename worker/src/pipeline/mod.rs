@@ -1200,7 +1200,10 @@ fn finish_partition(s: &Shared, item: ToFinish) {
             return device_fault(s, &device, FailureReason::InvalidProof, what, attempt, ticket);
         }
     }
-    drop(held);
+    // The witness (held by the attempt's synthesis) is let go before the
+    // job can read as succeeded: a client that sees it done sees its
+    // memory released too.
+    drop((held, attempt));
     device.succeeded();
     ticket.succeed(proof, public)
 }
