@@ -5,11 +5,24 @@
 # cargo; these binaries run there as built here. IMAGE=1 adds the container
 # image's provd and NVRTC (gpu-run.sh's `image` step). SUPRASEAL=1 adds
 # provd-supraseal-bench (bench/supraseal: bellperson + supraseal-c2, built by
-# its build.sh with the toolkit SUPRA_CUDA names) for gpu-run.sh's `supraseal` step.
+# its build.sh with the toolkit SUPRA_CUDA names) for gpu-run.sh's `supraseal` step. BASE=<commit> adds
+# provd-base, provd at that commit, for an A/B on one machine (gpu-run.sh's SHAPE_BINS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bundle=.device-bundle
 rm -rf "$bundle" && mkdir -p "$bundle/tests"
+if [ -n "${BASE:-}" ]; then
+  # provd at commit BASE as provd-base, for an A/B on one machine (gpu-run.sh's SHAPE_BINS): built
+  # first, from a worktree into this target directory (the dependencies shared), so that this
+  # tree's provd, built next, is the one left in target/release.
+  base_tree="$PWD/target/base-worktree"
+  git worktree remove --force "$base_tree" 2>/dev/null || rm -rf "$base_tree"
+  git worktree add --detach "$base_tree" "$BASE" >/dev/null
+  (cd "$base_tree" && cargo build --release --bin provd --target-dir "$OLDPWD/target")
+  cp target/release/provd "$bundle/provd-base"
+  git -C "$base_tree" rev-parse --short=12 HEAD > "$bundle/provd-base.commit"
+  git worktree remove --force "$base_tree"
+fi
 cargo build --release --bin provd
 cp target/release/provd "$bundle/provd"
 cargo build --release -p provd --example sha256_preimage
@@ -42,5 +55,6 @@ if [ "${SUPRASEAL:-0}" = 1 ]; then
   echo "${SUPRA_CUDA:-debian-11.8}" > "$bundle/provd-supraseal-bench.toolkit"
 fi
 strip "$bundle/provd" "$bundle/sha256_preimage" "$bundle"/tests/*
+[ ! -e "$bundle/provd-base" ] || strip "$bundle/provd-base"
 git rev-parse --short=12 HEAD > "$bundle/COMMIT"
 du -sh "$bundle"

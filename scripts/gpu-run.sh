@@ -25,7 +25,8 @@
 # bench-link: `provd bench link`, the host-to-device rate out of page-locked memory allocated so and page-locked in
 # place, copies of LINK_BYTES (default 4GiB).
 # porep-shape: `provd bench porep-shape` at SHAPE_PROOF (default StackedDrg32GiBV1_1), SHAPE_RUNS partitions,
-# SHAPE_PROVE_RUNS proofs with a timing key on the GPU, under SHAPE_DEVICE_MEMORY (a ballast) if set.
+# SHAPE_PROVE_RUNS proofs with a timing key on the GPU, under SHAPE_DEVICE_MEMORY (a ballast) if set; SHAPE_BINS
+# (e.g. "provd-base provd") and SHAPE_ROUNDS alternate the bundle's binaries over one store (an A/B on one machine).
 # porep: for each of POREP_PROOFS (default "StackedDrg2KiBV1_1 StackedDrg512MiBV1_1"), `provd bench porep` seals a
 # sector and makes TEST-ONLY parameters in POREP_WORK (kept while the machine is), then proves it POREP_RUNS times
 # with provd's cuda backend and (unless POREP_VS=none) with filecoin-proofs' own seal_commit_phase2 (CPU); the
@@ -137,22 +138,32 @@ for step in "${@:-tests}"; do
       # SHAPE_DEVICE_MEMORY (e.g. 16GiB) caps the device with the bench's own ballast (SHAPE_TAG names the files, else the cap); SHAPE_FLAGS adds
       # flags (e.g. --skip-whole-witness --keep-store). Each process's device memory is sampled too, so
       # that provd's own peak shows beside the ballast's.
+      # SHAPE_BINS (default "provd") names the bundle's binaries to run, one after the other over the same
+      # store, SHAPE_ROUNDS times (default 1) in alternation: an A/B of two commits on one machine
+      # (gpu-bundle.sh's BASE=<commit> bundles provd-base); files then carry the binary's name in their tag.
       timed=(); [ -x /usr/bin/time ] && timed=(/usr/bin/time -v)
-      tag=${SHAPE_TAG:-${SHAPE_DEVICE_MEMORY:-uncapped}}
       cap=(); [ -n "${SHAPE_DEVICE_MEMORY:-}" ] && cap=(--device-memory "$SHAPE_DEVICE_MEMORY")
-      nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -lms 500 \
-        > "$OUT/porep-shape-$tag-smi.csv" & smi=$!
-      nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -lms 500 \
-        > "$OUT/porep-shape-$tag-apps.csv" & apps=$!
-      # shellcheck disable=SC2086
-      "${timed[@]}" "$bundle/provd" bench porep-shape --proof "${SHAPE_PROOF:-StackedDrg32GiBV1_1}" \
-        --runs "${SHAPE_RUNS:-2}" --prove-runs "${SHAPE_PROVE_RUNS:-2}" --backend cuda "${cap[@]}" ${SHAPE_FLAGS:-} \
-        --work-dir "${SHAPE_WORK:-/tmp/porep-shape}" --json "$OUT/porep-shape-$tag.json" \
-        2>&1 | tee "$OUT/porep-shape-$tag.log" || status=1
-      kill "$smi" "$apps"
-      sort -t, -k2 -n "$OUT/porep-shape-$tag-smi.csv" | tail -1 | sed 's/^/peak device memory, the whole device (nvidia-smi): /' | tee -a "$OUT/porep-shape-$tag.log"
-      awk -F', ' '$2 > peak[$1] { peak[$1] = $2 } END { for (p in peak) printf "peak device memory of pid %s (nvidia-smi): %d MiB\n", p, peak[p] }' \
-        "$OUT/porep-shape-$tag-apps.csv" | tee -a "$OUT/porep-shape-$tag.log" ;;
+      # shellcheck disable=SC2206
+      bins=(${SHAPE_BINS:-provd})
+      for round in $(seq "${SHAPE_ROUNDS:-1}"); do
+        for bin in "${bins[@]}"; do
+          tag=${SHAPE_TAG:-${SHAPE_DEVICE_MEMORY:-uncapped}}
+          [ "${#bins[@]}" -gt 1 ] && tag="$tag-$bin-$round"
+          nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -lms 500 \
+            > "$OUT/porep-shape-$tag-smi.csv" & smi=$!
+          nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -lms 500 \
+            > "$OUT/porep-shape-$tag-apps.csv" & apps=$!
+          # shellcheck disable=SC2086
+          "${timed[@]}" "$bundle/$bin" bench porep-shape --proof "${SHAPE_PROOF:-StackedDrg32GiBV1_1}" \
+            --runs "${SHAPE_RUNS:-2}" --prove-runs "${SHAPE_PROVE_RUNS:-2}" --backend cuda "${cap[@]}" ${SHAPE_FLAGS:-} \
+            --work-dir "${SHAPE_WORK:-/tmp/porep-shape}" --json "$OUT/porep-shape-$tag.json" \
+            2>&1 | tee "$OUT/porep-shape-$tag.log" || status=1
+          kill "$smi" "$apps"
+          sort -t, -k2 -n "$OUT/porep-shape-$tag-smi.csv" | tail -1 | sed 's/^/peak device memory, the whole device (nvidia-smi): /' | tee -a "$OUT/porep-shape-$tag.log"
+          awk -F', ' '$2 > peak[$1] { peak[$1] = $2 } END { for (p in peak) printf "peak device memory of pid %s (nvidia-smi): %d MiB\n", p, peak[p] }' \
+            "$OUT/porep-shape-$tag-apps.csv" | tee -a "$OUT/porep-shape-$tag.log"
+        done
+      done ;;
     bench-msm-g2)
       sizes=${MSM_G2_SIZES:-16,18,20,22}
       "$bundle/provd" bench msm --g2 --sizes "$sizes" --cpu-sizes "$sizes" --json "$OUT/msm-g2.json" 2>&1 | tee "$OUT/bench-msm-g2.log" || status=1 ;;
