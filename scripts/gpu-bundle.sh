@@ -18,7 +18,9 @@ if [ -n "${BASE:-}" ]; then
   # alike, so each build recompiles the workspace's crates (3m43s and 3m37s on 2 cores at 719a925,
   # and the test binaries relinked after: the bundle took 16 min).
   base_tree="$PWD/target/base-worktree"
+  # one an interrupted run left
   git worktree remove --force "$base_tree" 2>/dev/null || rm -rf "$base_tree"
+  git worktree prune
   git worktree add --detach "$base_tree" "$BASE" >/dev/null
   (cd "$base_tree" && cargo build --release --bin provd --target-dir "$OLDPWD/target")
   cp target/release/provd "$bundle/provd-base"

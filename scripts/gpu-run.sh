@@ -145,10 +145,11 @@ for step in "${@:-tests}"; do
       cap=(); [ -n "${SHAPE_DEVICE_MEMORY:-}" ] && cap=(--device-memory "$SHAPE_DEVICE_MEMORY")
       # shellcheck disable=SC2206
       bins=(${SHAPE_BINS:-provd})
+      named=${SHAPE_TAG:-${SHAPE_DEVICE_MEMORY:-uncapped}}
       for round in $(seq "${SHAPE_ROUNDS:-1}"); do
         for bin in "${bins[@]}"; do
-          tag=${SHAPE_TAG:-${SHAPE_DEVICE_MEMORY:-uncapped}}
-          [ "${#bins[@]}" -gt 1 ] && tag="$tag-$bin-$round"
+          tag=$named
+          if [ "${#bins[@]}" -gt 1 ] || [ "${SHAPE_ROUNDS:-1}" -gt 1 ]; then tag="$named-$bin-$round"; fi
           nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -lms 500 \
             > "$OUT/porep-shape-$tag-smi.csv" & smi=$!
           nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -lms 500 \
