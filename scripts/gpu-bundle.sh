@@ -10,6 +10,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bundle=.device-bundle
+# The commit each binary reports, named to the build (worker/build.rs reruns when it changes): left
+# to build.rs, a BASE build from a worktree (whose .git is a file) left its commit in this tree's provd.
+commit_of() {
+  local dirty=
+  [ -z "$(git -C "$1" status --porcelain --untracked-files=no)" ] || dirty=-dirty
+  echo "$(git -C "$1" rev-parse --short=12 HEAD)$dirty"
+}
 rm -rf "$bundle" && mkdir -p "$bundle/tests"
 if [ -n "${BASE:-}" ]; then
   # provd at commit BASE as provd-base, for an A/B on one machine (gpu-run.sh's SHAPE_BINS): built
@@ -22,11 +29,13 @@ if [ -n "${BASE:-}" ]; then
   git worktree remove --force "$base_tree" 2>/dev/null || rm -rf "$base_tree"
   git worktree prune
   git worktree add --detach "$base_tree" "$BASE" >/dev/null
-  (cd "$base_tree" && cargo build --release --bin provd --target-dir "$OLDPWD/target")
+  (cd "$base_tree" && PROVD_COMMIT=$(commit_of .) cargo build --release --bin provd --target-dir "$OLDPWD/target")
   cp target/release/provd "$bundle/provd-base"
   git -C "$base_tree" rev-parse --short=12 HEAD > "$bundle/provd-base.commit"
   git worktree remove --force "$base_tree"
 fi
+PROVD_COMMIT=$(commit_of .)
+export PROVD_COMMIT
 cargo build --release --bin provd
 cp target/release/provd "$bundle/provd"
 cargo build --release -p provd --example sha256_preimage

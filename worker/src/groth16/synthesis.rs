@@ -163,7 +163,7 @@ pub enum HostProducts {
     #[default]
     Abc,
     /// a and b alone, c left as a·b row by row for the backend to make
-    /// (a GPU's: in place of b's host copy once b is on the device). The
+    /// (a GPU's: in place of a or b's host copy once it is on the device). The
     /// host skips C's product (nearly half the terms of a PoRep
     /// partition's matrices) and holds two vectors, not three. Nothing
     /// checks the witness before proving: a witness that does not satisfy

@@ -93,20 +93,26 @@ impl HostVectors {
 }
 
 /// b copied on `lane` while c = a·b is made on the host's cores in place of
-/// `a`, a host copy already on the device: the multiplication (~0.1 s at
-/// 2^27 on 16 cores) runs during the copy instead of after it, while the
-/// device would wait for c. Returns b on the device and c on the host; b's
-/// host copy is handed back to the caller, spent.
+/// `a`, a host copy already on the device; `then` is queued on b as soon as
+/// it is copied (b's transform), before the multiplication is joined. The
+/// multiplication (2^27 products at 32 GiB, longer than b's copy on 16
+/// cores) thus runs during b's copy and its transform, while the device
+/// would otherwise wait for c. Returns b on the device and c on the host;
+/// b's host copy is handed back to the caller, spent.
 pub(super) fn copy_b_making_c(
     lane: &CopyLane,
     mut a: HostVector,
     b: HostVector,
     log_n: u32,
+    then: impl FnOnce(&mut FrBuffer) -> Result<(), GpuError>,
 ) -> Result<(FrBuffer, HostVector, HostVector), GpuError> {
     let b_rows: &[Scalar] = b.data();
     let copied = std::thread::scope(|s| {
         let making = s.spawn(|| c_in_place(a.data_mut(), b_rows));
-        let copied = FrBuffer::upload_padded_locked(lane, &b, log_n);
+        let copied = FrBuffer::upload_padded_locked(lane, &b, log_n).and_then(|mut copied| {
+            then(&mut copied)?;
+            Ok(copied)
+        });
         making.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         copied
     })?;

@@ -84,13 +84,12 @@ pub(super) fn quotient_on_device(
             let b = on_coset(ntt, C::Vector(Vector::Host(b)), None, &mut spent)?;
             (a, b, C::Vector(Vector::Host(c)), None, held)
         }
-        // c made in place of a's host copy while b is copied.
+        // c made in place of a's host copy while b is copied and transformed.
         Vectors::OnHost(HostVectors { a, b, c: None }) => {
             let mut a_copied = FrBuffer::upload_padded_locked(lane, &a, log_n)?;
             ntt.to_coset(chain, &mut a_copied)?;
-            let (mut b_copied, c, b) = copy_b_making_c(lane, a, b, log_n)?;
+            let (b_copied, c, b) = copy_b_making_c(lane, a, b, log_n, |b| ntt.to_coset(chain, b))?;
             spent.push(b);
-            ntt.to_coset(chain, &mut b_copied)?;
             (a_copied, b_copied, C::Vector(Vector::Host(c)), None, held)
         }
         Vectors::OnDevice { abc: [a, b, c], aux } => {

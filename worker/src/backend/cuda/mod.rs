@@ -62,6 +62,18 @@ struct State {
     residency: Residency<Gpu>,
     /// CUDA events around each piece of device work, for the device's busy time.
     timer: Timer,
+    /// The last proof's device memory against what its room check asked.
+    last_peak: Option<DevicePeak>,
+}
+
+/// A proof's own device memory at its peak, read from the allocator's pool
+/// ([`provd_kernels::Gpu::pool_usage`]), beside what the room check asked
+/// for it ([`Rules::working_bytes`]): the rule must never ask less than a
+/// proof takes, or a small card runs out of memory inside a kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DevicePeak {
+    pub used: u64,
+    pub asked: u64,
 }
 
 impl State {
@@ -109,7 +121,12 @@ impl CudaBackend {
             capacity: free as u64,
             no_room: residency.no_room(),
             resident: residency.published(),
-            state: Mutex::new(State { ntts: HashMap::new(), residency, timer: gpu.timer()? }),
+            state: Mutex::new(State {
+                ntts: HashMap::new(),
+                residency,
+                timer: gpu.timer()?,
+                last_peak: None,
+            }),
             msm: Msm::new(gpu.clone()),
             name,
             options,
@@ -119,6 +136,13 @@ impl CudaBackend {
 
     pub fn gpu(&self) -> Arc<Gpu> {
         self.gpu.clone()
+    }
+
+    /// The last proof's device memory at its peak against what its room
+    /// check asked; `None` before a proof, or where the device has no
+    /// stream-ordered pool to read it from.
+    pub fn last_device_peak(&self) -> Option<DevicePeak> {
+        self.lock().last_peak
     }
 
     fn rules_of(options: &CudaOptions) -> Rules {
@@ -192,9 +216,9 @@ impl Backend for CudaBackend {
         }
     }
 
-    /// a and b: c is made as a·b in place of b's host copy once b is on
-    /// the device, so the host never computes C's product nor holds a
-    /// third vector.
+    /// a and b: c is made as a·b in place of a's host copy (already on the
+    /// device) while b is copied and transformed, so the host never
+    /// computes C's product nor holds a third vector.
     fn host_products(&self) -> HostProducts {
         HostProducts::Ab
     }

@@ -21,7 +21,7 @@ use super::copy_plan::{
 };
 use super::device_key::{h_order, DeviceKey, Large};
 use super::h_chain::{quotient_on_device, Held, Quotient};
-use super::{backend_error, residency, BasesLayout, CudaBackend, State};
+use super::{backend_error, residency, BasesLayout, CudaBackend, DevicePeak, State};
 use crate::groth16::msm::filter;
 use crate::groth16::pinned::PinnedQueries;
 use crate::groth16::prover::{split, Assignment, G1Parts, PendingProof, StepTime};
@@ -75,7 +75,8 @@ impl CudaBackend {
             (false, false) => None,
         };
         let (mut state, slot, prepared, waited) = self.hold_device(key, &lane, log_n, &asg, prepared)?;
-        let State { ntts, residency, timer } = &mut *state;
+        let pool = PoolWatch::start(&self.gpu).map_err(backend_error)?;
+        let State { ntts, residency, timer, last_peak } = &mut *state;
         let mut clock = StepClock::new(timer);
         clock.steps.extend(copied);
         clock.steps.extend(waited);
@@ -171,6 +172,7 @@ impl CudaBackend {
         // as soon as it holds the lock, and the aux assignment (4 GiB at
         // 2^27) would otherwise live on through `freeing.wait()` below.
         drop(aux);
+        let products_on_device = check.is_some();
         let unsatisfied = match check {
             Some(c) => c
                 .unsatisfied
@@ -181,6 +183,9 @@ impl CudaBackend {
             None => None,
         };
         let (device_seconds, steps) = clock.into_parts();
+        let asked = self.rules().working_bytes(key, resident.layout)
+            + if products_on_device { self.rules().products_bytes(key, resident.layout) } else { 0 };
+        *last_peak = pool.finish(&self.gpu, asked).map_err(backend_error)?;
         // Naming the bad constraint re-runs the circuit: not while holding the device.
         drop(state);
         // The aux assignment, copied long ago: unlocked now that the device
@@ -250,6 +255,38 @@ impl CudaBackend {
         let device = state.device_for(&self.gpu, key);
         let slot = state.residency.make_resident(&device, key, b_inputs)?;
         Ok((state, slot, Prepared::Evaluated(vectors), steps))
+    }
+}
+
+/// The allocator pool's use when a proof took the device, for the proof's
+/// own peak ([`DevicePeak`]).
+struct PoolWatch(Option<provd_kernels::PoolUsage>);
+
+impl PoolWatch {
+    fn start(gpu: &Gpu) -> Result<Self, GpuError> {
+        gpu.restart_pool_peak()?;
+        Ok(Self(gpu.pool_usage()?))
+    }
+
+    /// The proof's peak against `asked`, logged; a warning where the room
+    /// rule asked less than the proof took (other partitions' copies ahead
+    /// of the lock, made meanwhile, count too: the rule asks for them).
+    fn finish(self, gpu: &Gpu, asked: u64) -> Result<Option<DevicePeak>, GpuError> {
+        let (Some(start), Some(now)) = (self.0, gpu.pool_usage()?) else { return Ok(None) };
+        let peak = DevicePeak { used: now.peak.saturating_sub(start.live), asked };
+        let device = gpu.info().ordinal;
+        if peak.used > peak.asked {
+            tracing::warn!(device, used = peak.used, asked = peak.asked,
+                "a proof took more device memory than its room check asked: a smaller card could run out inside a kernel");
+        } else {
+            tracing::debug!(
+                device,
+                used = peak.used,
+                asked = peak.asked,
+                "a proof's device memory at its peak"
+            );
+        }
+        Ok(Some(peak))
     }
 }
 

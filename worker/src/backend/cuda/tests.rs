@@ -18,7 +18,7 @@ use ff::Field;
 use rand::SeedableRng;
 
 /// H's scalars in natural order, as the CPU reference returns them; c
-/// `None`: left as a·b, made in place of b's host copy.
+/// `None`: left as a·b, made in place of a or b's host copy once copied.
 fn quotient(
     gpu: &CudaBackend,
     r: Reduction,
@@ -238,6 +238,22 @@ fn gpu_products_on_the_device_prove_what_the_cpu_proves() {
     assert_eq!(gpu.products(key), ProductsPlacement::Cpu);
 }
 
+/// The last proof on `gpu` took no more device memory than its room check
+/// asked: a rule that asks less would let a small card run out inside a
+/// kernel.
+fn within_its_room(gpu: &CudaBackend, what: &str) {
+    let Some(peak) = gpu.last_device_peak() else {
+        eprintln!("{what}: the device has no stream-ordered pool to read a proof's peak from");
+        return;
+    };
+    eprintln!(
+        "{what}: a proof's device memory at its peak {} B, its room check asked {} B",
+        peak.used, peak.asked
+    );
+    assert!(peak.used > 0, "{what}: a proof allocates on the device");
+    assert!(peak.used <= peak.asked, "{what}: {peak:?}");
+}
+
 /// `w` proved on `gpu` and on the CPU with the same blinding: the same G1
 /// parts and the same proof, which verifies. The GPU proof's steps.
 fn prove_both(
@@ -247,6 +263,7 @@ fn prove_both(
     rng: &mut rand_chacha::ChaCha8Rng,
 ) -> Vec<&'static str> {
     let ours = gpu.prove_start(key, w.clone()).unwrap();
+    within_its_room(gpu, "prove_both");
     let cpu = CpuBackend.prove_start(key, w).unwrap();
     assert_eq!(ours.g1, cpu.g1, "G1 parts");
     let steps: Vec<&str> = ours.steps.iter().map(|s| s.step).collect();
@@ -395,6 +412,7 @@ fn gpu_streamed_keys_prove_what_resident_keys_prove() {
             let ours = gpu.prove_start(&key, ab.clone()).unwrap();
             assert_eq!(ours.g1, want.g1, "{name}, 2^{log}: G1 parts, c made as a·b");
             let ours = gpu.prove_start(&key, w.clone()).unwrap();
+            within_its_room(gpu, &format!("{name}, 2^{log}"));
             assert_eq!(ours.g1, want.g1, "{name}, 2^{log}: G1 parts");
             assert_eq!(ours.b_g2, want.b_g2, "{name}, 2^{log}: B in G2, streamed too");
             assert!(ours.b_g2.is_some());
