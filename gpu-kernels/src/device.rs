@@ -27,32 +27,6 @@ pub struct DeviceInfo {
     pub driver_version: i32,
     /// Whether the kernels came from the on-disk cache rather than NVRTC.
     pub kernels_cached: bool,
-    /// Each thread's local memory (stack) the context holds for the
-    /// kernels, sized at open ([`LocalMemory`]).
-    pub local_memory: LocalMemory,
-}
-
-/// The context's per-thread local memory, sized at open for the largest
-/// kernel frame, so that no later launch grows it.
-///
-/// Why: the driver loads a kernel lazily (its default since CUDA 12.2) and
-/// grows the context's local memory at the first launch of a kernel whose
-/// frame exceeds it, to the frame (plus its own stack) × every thread the
-/// device can hold, and never shrinks it. Left to a proof's first MSM, that
-/// growth (~0.44 GiB on an H100, measured at f5144d5) is taken after the
-/// room check that admitted the proof, so the first proof's check read more
-/// free memory than every later one's: under a tight cap the first proof
-/// proved and each later one was refused.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LocalMemory {
-    /// Kernels loaded at open (0 where the driver cannot list them).
-    pub kernels: u32,
-    /// The largest frame (`CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES`) of a
-    /// kernel provd launches, and that kernel's name.
-    pub largest_frame: usize,
-    pub largest_kernel: String,
-    /// The per-thread stack limit after sizing (`CU_LIMIT_STACK_SIZE`).
-    pub stack_per_thread: usize,
 }
 
 /// A CUDA device with provd's kernels loaded.
@@ -112,8 +86,6 @@ impl Gpu {
         unsafe { sys::cuDriverGetVersion(&mut driver_version) };
         let (cubin, kernels_cached) = CompileCache::new(cache_dir).cubin(&arch, driver_version)?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).during("loading the kernels")?;
-        let local_memory = size_local_memory(&ctx, &module, driver_version)?;
-        let sized = local_memory.clone();
         let info = DeviceInfo {
             ordinal,
             name: ctx.name().during("reading the device name")?,
@@ -124,22 +96,11 @@ impl Gpu {
             total_memory: ctx.total_mem().during("reading the memory size")?,
             driver_version,
             kernels_cached,
-            local_memory,
         };
         let stream = ctx.new_stream().during("creating a stream")?;
         let lanes = Mutex::new(vec![ctx.new_stream().during("creating a stream")?]);
         let staging = Mutex::new(Staging::new(&ctx)?);
-        tracing::info!(
-            device = %info.name,
-            arch = %info.arch,
-            sms = info.multiprocessors,
-            cached = kernels_cached,
-            kernels = sized.kernels,
-            largest_frame = sized.largest_frame,
-            largest_kernel = %sized.largest_kernel,
-            stack_per_thread = sized.stack_per_thread,
-            "CUDA device ready"
-        );
+        tracing::info!(device = %info.name, arch = %info.arch, sms = info.multiprocessors, cached = kernels_cached, "CUDA device ready");
         Ok(Self { ctx, stream, lanes, staging, module, info })
     }
 
@@ -364,76 +325,6 @@ impl Gpu {
 pub struct PoolUsage {
     pub live: u64,
     pub peak: u64,
-}
-
-/// A kernel every module has: the handle through which the module's own is
-/// read (cudarc keeps the module's private).
-const ANY_KERNEL: &str = "msm_classify";
-/// How the names of `field_tests.cu`'s kernels end: only tests launch them,
-/// so their frames do not size the context.
-const TEST_KERNEL_SUFFIX: &str = "_ops";
-
-/// Loads every kernel of `module` now and raises the context's per-thread
-/// stack to the largest kernel frame, so that the context holds its full
-/// local memory before any room is read ([`LocalMemory`] says why). Where
-/// the driver predates the calls that list a module's kernels (CUDA 12.4),
-/// nothing is loaded early and the driver sizes as it launches, as before.
-fn size_local_memory(
-    ctx: &CudaContext,
-    module: &Arc<CudaModule>,
-    driver_version: i32,
-) -> Result<LocalMemory, GpuError> {
-    const LISTS_KERNELS: i32 = 12040;
-    let stack_limit = sys::CUlimit::CU_LIMIT_STACK_SIZE;
-    if driver_version < LISTS_KERNELS {
-        let stack_per_thread = ctx.get_limit(stack_limit).during("reading the stack limit")?;
-        return Ok(LocalMemory { stack_per_thread, ..LocalMemory::default() });
-    }
-    let any = module.load_function(ANY_KERNEL).during("looking up a kernel")?;
-    let mut handle: sys::CUmodule = std::ptr::null_mut();
-    let mut count = 0u32;
-    // SAFETY: the driver writes one module handle, of the module `any`
-    // belongs to, which `module` keeps loaded, and one count.
-    unsafe {
-        sys::cuFuncGetModule(&mut handle, any.cu_function())
-            .result()
-            .during("reading the kernels' module")?;
-        sys::cuModuleGetFunctionCount(&mut count, handle).result().during("counting the kernels")?;
-    }
-    let mut functions: Vec<sys::CUfunction> = vec![std::ptr::null_mut(); count as usize];
-    let mut sized = LocalMemory { kernels: count, ..LocalMemory::default() };
-    // SAFETY: `functions` holds `count` handles for the driver to write;
-    // each is then loaded and read while `module` keeps it alive, and its
-    // name is a C string the driver owns for as long.
-    unsafe {
-        sys::cuModuleEnumerateFunctions(functions.as_mut_ptr(), count, handle)
-            .result()
-            .during("listing the kernels")?;
-        for &f in &functions {
-            sys::cuFuncLoad(f).result().during("loading a kernel")?;
-            let mut name: *const std::ffi::c_char = std::ptr::null();
-            sys::cuFuncGetName(&mut name, f).result().during("reading a kernel's name")?;
-            let name = std::ffi::CStr::from_ptr(name).to_string_lossy();
-            let mut frame = 0i32;
-            sys::cuFuncGetAttribute(
-                &mut frame,
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
-                f,
-            )
-            .result()
-            .during("reading a kernel's local memory")?;
-            let frame = frame.max(0) as usize;
-            if frame > sized.largest_frame && !name.ends_with(TEST_KERNEL_SUFFIX) {
-                sized.largest_frame = frame;
-                sized.largest_kernel = name.into_owned();
-            }
-        }
-    }
-    if sized.largest_frame > ctx.get_limit(stack_limit).during("reading the stack limit")? {
-        ctx.set_limit(stack_limit, sized.largest_frame).during("sizing the threads' local memory")?;
-    }
-    sized.stack_per_thread = ctx.get_limit(stack_limit).during("reading the stack limit")?;
-    Ok(sized)
 }
 
 /// A stream for host-to-device copies that overlap the kernels on the

@@ -26,7 +26,7 @@ pub use ballast::Ballast;
 pub use compile::{compile_cubin, kernel_source, CompileCache};
 /// The device buffer type this crate's functions take and return.
 pub use cudarc::driver::CudaSlice;
-pub use device::{CopyLane, DeviceInfo, Gpu, LocalMemory, PoolUsage, Timer};
+pub use device::{CopyLane, DeviceInfo, Gpu, PoolUsage, Timer};
 pub use error::GpuError;
 pub use field::{FpRaw, FrRaw};
 pub use locked::PageLocked;

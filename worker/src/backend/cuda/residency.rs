@@ -60,8 +60,16 @@ const STREAMED_WORKING_BYTES_PER_ELEMENT: u64 = 2 * 32 + 16;
 /// two chunks of streamed bases (G2's, as large as G1's twice as many) and
 /// one chunk's MSM digits and sorted lists (128 B).
 const STREAMED_WORKING_BYTES_PER_CHUNK_BASE: u64 = 2 * G2_BASE_BYTES + 128;
-/// And a fixed part for a chunk's bucket tables, counts and partial sums.
+/// And a part for a chunk's bucket tables, counts and partial sums: 512 MiB
+/// at a 32 GiB partition's chunks (2^21 G2 bases), scaled with the chunk
+/// below that, at least [`STREAMED_WORKING_BYTES_FLOOR`]. Measured on the
+/// H200 by each proof's pool peak (`DevicePeak`, e969568): beyond the
+/// domain's and the chunks' terms a proof took 154 MB at 2^27, 3 MB at
+/// 2^23, 25 MB at 2^20 and 56 MB at 2^12; a fixed 512 MiB asked a 2^23
+/// proof for 1,342 MB where it took 808.
 const STREAMED_WORKING_BYTES_FIXED: u64 = 512 << 20;
+const STREAMED_WORKING_BYTES_FULL_CHUNK: u64 = 1 << 21;
+const STREAMED_WORKING_BYTES_FLOOR: u64 = 128 << 20;
 /// Bytes of one G1 and one G2 base on the device.
 const G1_BASE_BYTES: u64 = std::mem::size_of::<provd_kernels::msm::G1AffineRaw>() as u64;
 const G2_BASE_BYTES: u64 = std::mem::size_of::<provd_kernels::msm::G2AffineRaw>() as u64;
@@ -185,9 +193,9 @@ impl Rules {
 fn streamed_working_bytes(log_n: u32) -> u64 {
     let n = 1u64 << log_n;
     let chunk = n.min(super::proof::StreamChunks::for_domain(log_n).g2 as u64);
-    n * STREAMED_WORKING_BYTES_PER_ELEMENT
-        + chunk * STREAMED_WORKING_BYTES_PER_CHUNK_BASE
-        + STREAMED_WORKING_BYTES_FIXED
+    let tables = (STREAMED_WORKING_BYTES_FIXED * chunk / STREAMED_WORKING_BYTES_FULL_CHUNK)
+        .clamp(STREAMED_WORKING_BYTES_FLOOR, STREAMED_WORKING_BYTES_FIXED);
+    n * STREAMED_WORKING_BYTES_PER_ELEMENT + chunk * STREAMED_WORKING_BYTES_PER_CHUNK_BASE + tables
 }
 
 /// Device bytes `key`'s bases take laid out as `layout`, before uploading
