@@ -65,7 +65,7 @@ const STREAMED_WORKING_BYTES_PER_CHUNK_BASE: u64 = 2 * G2_BASE_BYTES + 128;
 /// below that, at least [`STREAMED_WORKING_BYTES_FLOOR`]. Measured on the
 /// H200 by each proof's pool peak (`DevicePeak`, e969568): beyond the
 /// domain's and the chunks' terms a proof took 154 MB at 2^27, 3 MB at
-/// 2^23, 25 MB at 2^20 and 56 MB at 2^12; a fixed 512 MiB asked a 2^23
+/// 2^23, 41 MB at 2^20 and 56 MB at 2^12; a fixed 512 MiB asked a 2^23
 /// proof for 1,342 MB where it took 808.
 const STREAMED_WORKING_BYTES_FIXED: u64 = 512 << 20;
 const STREAMED_WORKING_BYTES_FULL_CHUNK: u64 = 1 << 21;
