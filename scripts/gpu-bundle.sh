@@ -29,9 +29,10 @@ if [ -n "${BASE:-}" ]; then
   git worktree remove --force "$base_tree" 2>/dev/null || rm -rf "$base_tree"
   git worktree prune
   git worktree add --detach "$base_tree" "$BASE" >/dev/null
-  (cd "$base_tree" && PROVD_COMMIT=$(commit_of .) cargo build --release --bin provd --target-dir "$OLDPWD/target")
+  base_commit=$(commit_of "$base_tree")
+  (cd "$base_tree" && PROVD_COMMIT=$base_commit cargo build --release --bin provd --target-dir "$OLDPWD/target")
   cp target/release/provd "$bundle/provd-base"
-  git -C "$base_tree" rev-parse --short=12 HEAD > "$bundle/provd-base.commit"
+  echo "$base_commit" > "$bundle/provd-base.commit"
   git worktree remove --force "$base_tree"
 fi
 PROVD_COMMIT=$(commit_of .)
@@ -69,5 +70,5 @@ if [ "${SUPRASEAL:-0}" = 1 ]; then
 fi
 strip "$bundle/provd" "$bundle/sha256_preimage" "$bundle"/tests/*
 [ ! -e "$bundle/provd-base" ] || strip "$bundle/provd-base"
-git rev-parse --short=12 HEAD > "$bundle/COMMIT"
+echo "$PROVD_COMMIT" > "$bundle/COMMIT"
 du -sh "$bundle"

@@ -182,40 +182,23 @@ impl Gpu {
         if !self.ctx.has_async_alloc() {
             return Ok(None);
         }
-        let pool = self.pool()?;
-        let read = |attribute, what: &'static str| {
-            let mut value = 0u64;
-            // SAFETY: the attribute's value type is cuuint64_t, written by the driver.
-            unsafe { sys::cuMemPoolGetAttribute(pool, attribute, (&mut value as *mut u64).cast()) }
-                .result()
-                .during(what)
-                .map(|()| value)
-        };
         use sys::CUmemPool_attribute::{CU_MEMPOOL_ATTR_USED_MEM_CURRENT, CU_MEMPOOL_ATTR_USED_MEM_HIGH};
         Ok(Some(PoolUsage {
-            live: read(CU_MEMPOOL_ATTR_USED_MEM_CURRENT, "reading the memory pool's use")?,
-            peak: read(CU_MEMPOOL_ATTR_USED_MEM_HIGH, "reading the memory pool's peak")?,
+            live: self.pool_attribute(CU_MEMPOOL_ATTR_USED_MEM_CURRENT, "reading the memory pool's use")?,
+            peak: self.pool_attribute(CU_MEMPOOL_ATTR_USED_MEM_HIGH, "reading the memory pool's peak")?,
         }))
     }
 
-    /// Starts [`PoolUsage::peak`] again from what is live now.
+    /// Restarts [`PoolUsage::peak`] (the driver resets the mark only to
+    /// zero; it then rises with the next allocation). A proof's peak is
+    /// read as the mark less what was live at the restart, which a proof
+    /// that allocates anything leaves the same either way.
     pub fn restart_pool_peak(&self) -> Result<(), GpuError> {
         if !self.ctx.has_async_alloc() {
             return Ok(());
         }
-        let pool = self.pool()?;
-        let mut zero = 0u64;
-        // SAFETY: the attribute's value type is cuuint64_t; the driver
-        // accepts only 0 for it, read during the call.
-        unsafe {
-            sys::cuMemPoolSetAttribute(
-                pool,
-                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
-                (&mut zero as *mut u64).cast(),
-            )
-        }
-        .result()
-        .during("restarting the memory pool's peak")
+        let high = sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH;
+        self.set_pool_attribute(high, 0, "restarting the memory pool's peak")
     }
 
     /// Hands back to the driver what the stream-ordered allocator's pool
@@ -237,19 +220,39 @@ impl Gpu {
         if !self.ctx.has_async_alloc() {
             return Ok(());
         }
+        let threshold = sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+        self.set_pool_attribute(threshold, bytes, "setting the memory pool's release threshold")
+    }
+
+    /// One of the default pool's cuuint64_t attributes.
+    fn pool_attribute(
+        &self,
+        attribute: sys::CUmemPool_attribute,
+        what: &'static str,
+    ) -> Result<u64, GpuError> {
         let pool = self.pool()?;
-        let mut value: u64 = bytes;
-        // SAFETY: the attribute's value type is cuuint64_t, read by the
-        // driver during the call.
-        unsafe {
-            sys::cuMemPoolSetAttribute(
-                pool,
-                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                (&mut value as *mut u64).cast(),
-            )
+        let mut value = 0u64;
+        // SAFETY: every attribute read here is a cuuint64_t, written by the driver.
+        unsafe { sys::cuMemPoolGetAttribute(pool, attribute, (&mut value as *mut u64).cast()) }
             .result()
-            .during("setting the memory pool's release threshold")
-        }
+            .during(what)?;
+        Ok(value)
+    }
+
+    /// Sets one of the default pool's cuuint64_t attributes.
+    fn set_pool_attribute(
+        &self,
+        attribute: sys::CUmemPool_attribute,
+        value: u64,
+        what: &'static str,
+    ) -> Result<(), GpuError> {
+        let pool = self.pool()?;
+        let mut value = value;
+        // SAFETY: every attribute set here is a cuuint64_t, read by the
+        // driver during the call.
+        unsafe { sys::cuMemPoolSetAttribute(pool, attribute, (&mut value as *mut u64).cast()) }
+            .result()
+            .during(what)
     }
 
     /// The device's default stream-ordered memory pool.

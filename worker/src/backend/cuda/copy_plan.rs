@@ -95,9 +95,10 @@ impl HostVectors {
 /// b copied on `lane` while c = a·b is made on the host's cores in place of
 /// `a`, a host copy already on the device; `then` is queued on b as soon as
 /// it is copied (b's transform), before the multiplication is joined. The
-/// multiplication (2^27 products at 32 GiB, longer than b's copy on 16
-/// cores) thus runs during b's copy and its transform, while the device
-/// would otherwise wait for c. Returns b on the device and c on the host;
+/// multiplication (2^27 products at 32 GiB, not timed alone) thus runs
+/// during b's copy and its transform, where the device would otherwise
+/// wait for c (on the H200 this took 72 ms off copies + quotient:
+/// BENCHMARKS.md, "b transformed while c is made"). Returns b on the device and c on the host;
 /// b's host copy is handed back to the caller, spent.
 pub(super) fn copy_b_making_c(
     lane: &CopyLane,

@@ -68,7 +68,7 @@ struct State {
 
 /// A proof's own device memory at its peak, read from the allocator's pool
 /// ([`provd_kernels::Gpu::pool_usage`]), beside what the room check asked
-/// for it ([`Rules::working_bytes`]): the rule must never ask less than a
+/// for it ([`Rules::proof_bytes`]): the rule must never ask less than a
 /// proof takes, or a small card runs out of memory inside a kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DevicePeak {

@@ -21,7 +21,7 @@ use super::copy_plan::{
 };
 use super::device_key::{h_order, DeviceKey, Large};
 use super::h_chain::{quotient_on_device, Held, Quotient};
-use super::{backend_error, residency, BasesLayout, CudaBackend, DevicePeak, State};
+use super::{backend_error, residency, BasesLayout, CudaBackend, DevicePeak, ProductsPlacement, State};
 use crate::groth16::msm::filter;
 use crate::groth16::pinned::PinnedQueries;
 use crate::groth16::prover::{split, Assignment, G1Parts, PendingProof, StepTime};
@@ -172,7 +172,10 @@ impl CudaBackend {
         // as soon as it holds the lock, and the aux assignment (4 GiB at
         // 2^27) would otherwise live on through `freeing.wait()` below.
         drop(aux);
-        let products_on_device = check.is_some();
+        let products = match check {
+            Some(_) => ProductsPlacement::Gpu,
+            None => ProductsPlacement::Cpu,
+        };
         let unsatisfied = match check {
             Some(c) => c
                 .unsatisfied
@@ -183,8 +186,7 @@ impl CudaBackend {
             None => None,
         };
         let (device_seconds, steps) = clock.into_parts();
-        let asked = self.rules().working_bytes(key, resident.layout)
-            + if products_on_device { self.rules().products_bytes(key, resident.layout) } else { 0 };
+        let asked = self.rules().proof_bytes(key, resident.layout, products);
         *last_peak = pool.finish(&self.gpu, asked).map_err(backend_error)?;
         // Naming the bad constraint re-runs the circuit: not while holding the device.
         drop(state);

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use provd_kernels::msm::shifted_copies;
 use provd_kernels::{DeviceMatrix, GpuError};
 
-use super::{backend_error, BasesLayout, G2Placement, KeyResidency, ResidentKey};
+use super::{backend_error, BasesLayout, G2Placement, KeyResidency, ProductsPlacement, ResidentKey};
 use crate::groth16::{BackendFault, Matrices, ProveError, ProvingKey};
 
 /// Device bytes kept free beside the resident keys for one proof's working
@@ -172,6 +172,17 @@ impl Rules {
             }
             BasesLayout::Streamed => streamed_working_bytes(key.domain_size().trailing_zeros()),
         }
+    }
+
+    /// Device bytes the room check asks for a proof of `key` laid out as
+    /// `layout`, its a, b and c computed where `products` says: what a
+    /// proof's measured peak is held to ([`DevicePeak`](super::DevicePeak)).
+    pub fn proof_bytes(&self, key: &ProvingKey, layout: BasesLayout, products: ProductsPlacement) -> u64 {
+        let products = match products {
+            ProductsPlacement::Gpu => self.products_bytes(key, layout),
+            ProductsPlacement::Cpu => 0,
+        };
+        self.working_bytes(key, layout) + products
     }
 
     /// What a proof of `key` laid out as `layout` needs beyond
@@ -384,8 +395,7 @@ impl<D: DeviceMemory> Residency<D> {
                 // taken its working room, and the more it needs where its
                 // matrices are beside it: they leave first, evicting no key
                 // (a, b and c on the host from then on).
-                let working = self.rules.working_bytes(key, BasesLayout::Streamed)
-                    + self.rules.products_bytes(key, BasesLayout::Streamed);
+                let working = self.rules.proof_bytes(key, BasesLayout::Streamed, ProductsPlacement::Gpu);
                 if k.matrices.is_some() && dev.free_bytes().map_err(backend_error)? < working {
                     k.matrices = None;
                     tracing::warn!(device = %self.device,
@@ -566,7 +576,7 @@ impl<D: DeviceMemory> Residency<D> {
         // they need with a, b and c made on the device.
         let layout = self.keys[slot].layout;
         let need = matrices_bytes(matrices);
-        let working = self.rules.working_bytes(key, layout) + self.rules.products_bytes(key, layout);
+        let working = self.rules.proof_bytes(key, layout, ProductsPlacement::Gpu);
         let uploaded = if self.has_room_beside(dev, need, working)? {
             unless_out_of_memory(dev.upload_matrices(matrices))?
         } else {
