@@ -3,7 +3,10 @@
 //! with memory admitted by bytes and every large buffer counted by a guard.
 //!
 //! Threads: one dispatcher admits queued partitions (a partition permit, then
-//! a memory reservation) onto the synthesis pool; synthesized partitions go
+//! a memory reservation) and hands each to a partition runner, one thread per
+//! permit, which waits where the partition must wait (for its a, b and c's
+//! memory, for room in the GPU queue) and has its synthesis computed on the
+//! synthesis pool; synthesized partitions go
 //! into a bounded queue that one worker per backend (GPU) drains; finished
 //! G1 work goes through a second bounded queue to the finalize threads, so a
 //! slow G2 stage holds the GPU back instead of piling up pending partitions.
@@ -441,9 +444,20 @@ impl Engine {
                 .name(name.clone())
                 .spawn(move || guarded(&s.dead_threads, &name, || run(&s)))
         };
-        threads.push(spawn("dispatch".into(), Box::new(|s| dispatch(s, Takes::All)))?);
-        if shared.config.critical_permits > 0 {
-            threads.push(spawn("dispatch-critical".into(), Box::new(|s| dispatch(s, Takes::CriticalOnly)))?);
+        // Each dispatcher's runners, one per permit of its lane: an admitted
+        // partition holds a permit until it leaves its runner, so none waits
+        // for one. They end once their dispatcher (the sender) has.
+        let lanes = [
+            (Takes::All, "dispatch", "partition", shared.config.partition_permits),
+            (Takes::CriticalOnly, "dispatch-critical", "partition-crit", shared.config.critical_permits),
+        ];
+        for (takes, dispatcher, runner, permits) in lanes.into_iter().filter(|l| l.3 > 0) {
+            let (admitted, runs) = crossbeam_channel::unbounded::<Admitted>();
+            for i in 0..permits {
+                let runs = runs.clone();
+                threads.push(spawn(format!("{runner}-{i}"), Box::new(move |s| run_partitions(s, runs)))?);
+            }
+            threads.push(spawn(dispatcher.into(), Box::new(move |s| dispatch(s, takes, admitted)))?);
         }
         for i in 0..shared.config.finalize_threads {
             threads.push(spawn(format!("finalize-{i}"), Box::new(|s| finalizer(s, Takes::All)))?);
@@ -748,15 +762,24 @@ fn transition(s: &Shared, job: JobId, partition: usize, stage: &'static str) {
     );
 }
 
-/// Admits the partitions `takes` serves onto a synthesis pool: the most
-/// urgent first, once a permit and its memory are free. One dispatcher
-/// serves every class (critical first) with `pipeline.partition_permits`;
-/// the critical lane's serves critical work only, with its own permits.
+/// A partition admitted to synthesis, with what admission gave it.
+struct Admitted {
+    queued: Queued,
+    permit: Permit,
+    reservation: Reservation,
+    promise: memory::Promise,
+}
+
+/// Admits the partitions `takes` serves and hands them to its partition
+/// runners (`runners`): the most urgent first, once a permit and its memory
+/// are free. One dispatcher serves every class (critical first) with
+/// `pipeline.partition_permits`; the critical lane's serves critical work
+/// only, with its own permits.
 ///
 /// The partition is chosen only once a permit is held and its memory fits,
 /// so work that arrives meanwhile is served by its class, not behind
 /// whatever happened to be first when the dispatcher began to wait.
-fn dispatch(s: &Arc<Shared>, takes: Takes) {
+fn dispatch(s: &Arc<Shared>, takes: Takes, runners: crossbeam_channel::Sender<Admitted>) {
     let permits = match takes {
         Takes::All => &s.permits,
         Takes::CriticalOnly => &s.critical_permits,
@@ -814,20 +837,30 @@ fn dispatch(s: &Arc<Shared>, takes: Takes) {
             .partition_wait
             .with_label_values(&[priority.name(), WaitQueue::Admission.name()])
             .observe(waited.as_secs_f64());
-        let pool = if priority == Priority::Critical { &s.critical_pool } else { &s.synthesis_pool };
-        let s2 = s.clone();
-        pool.spawn(move || synthesize_partition(&s2, next, permit, reservation, promise));
+        // As many runners as permits: the partition waits for none. A send
+        // fails only where every runner has died (the engine is unready).
+        if runners.send(Admitted { queued: next, permit, reservation, promise }).is_err() {
+            return;
+        }
     }
 }
 
-fn synthesize_partition(
-    s: &Shared,
-    p: Queued,
-    permit: Permit,
-    mut reservation: Reservation,
-    promise: memory::Promise,
-) {
-    let Queued { ticket, attempt } = p;
+/// A partition runner: synthesizes the partitions its dispatcher admits, one
+/// at a time, until the dispatcher ends.
+///
+/// A partition waits on this thread, never on a thread of the synthesis
+/// pool: a pool thread waiting inside one partition's parallel work (its a,
+/// b and c computed from the matrices) runs other tasks of the pool
+/// meanwhile, and a partition begun there, waiting for the memory the one
+/// beneath it holds, would never let it finish.
+fn run_partitions(s: &Arc<Shared>, admitted: crossbeam_channel::Receiver<Admitted>) {
+    for a in admitted {
+        synthesize_partition(s, a);
+    }
+}
+
+fn synthesize_partition(s: &Shared, admitted: Admitted) {
+    let Admitted { queued: Queued { ticket, attempt }, permit, mut reservation, promise } = admitted;
     let (job, index) = (ticket.job.clone(), ticket.index);
     let fp = s.footprint(&job.key);
     let products = attempt.products.unwrap_or_else(|| s.products(&job.key));
@@ -851,8 +884,12 @@ fn synthesize_partition(
         t.queued.get_or_insert(job.created().elapsed().as_secs_f64());
     });
     transition(s, job.id, index, "synthesis start");
+    // The synthesis and the products are computed on the pool, which shares
+    // the cores between partitions; this thread waits for them.
+    let pool = if job.priority == Priority::Critical { &s.critical_pool } else { &s.synthesis_pool };
     let t = Instant::now();
-    let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (attempt.synthesize)()));
+    let made =
+        pool.install(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (attempt.synthesize)())));
     // a, b and c's part of the reservation: split off what admission
     // reserved, or, promised, reserved now that the witness is made.
     let mut waited = Duration::ZERO;
@@ -878,7 +915,11 @@ fn synthesize_partition(
         _ => reservation.split(abc_reserved_bytes),
     };
     let result = made.and_then(|made| {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| made.and_then(|w| products.ready(w, host))))
+        pool.install(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                made.and_then(|w| products.ready(w, host))
+            }))
+        })
     });
     let secs = (t.elapsed() - waited).as_secs_f64();
     s.metrics.stage_duration.with_label_values(&[&job.circuit, Stage::Synthesis.name()]).observe(secs);

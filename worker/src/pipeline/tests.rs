@@ -43,6 +43,25 @@ fn job(partitions: Vec<SynthesisFn>) -> JobSpec {
     }
 }
 
+/// How long a test waits for a job to end: generous, for a loaded machine
+/// (these partitions prove in milliseconds each).
+const ENDED_WITHIN: Duration = Duration::from_secs(300);
+
+/// Waits for job `id` to end; a job that has not ended within
+/// [`ENDED_WITHIN`] fails the test naming where each partition stands,
+/// rather than hanging it.
+fn ended(e: &Engine, id: JobId) -> JobStatus {
+    let st = e.wait(id, Some(ENDED_WITHIN)).expect("a job the engine accepted");
+    let stages: Vec<_> = st.partitions.iter().map(|p| p.stage.name()).collect();
+    assert!(
+        st.outcome.is_some(),
+        "job {id} had not ended after {ENDED_WITHIN:?}: its partitions in {stages:?}, {} bytes reserved, {} promised",
+        e.budget().reserved(),
+        e.budget().promised()
+    );
+    st
+}
+
 /// The CPU backend with a slow prove_start, standing in for a busy GPU.
 struct SlowGpu(Duration);
 
@@ -107,13 +126,13 @@ fn gauges_return_to_zero_after_success_failure_and_cancellation() {
     let e = engine(PipelineConfig { synthesis_threads: 2, ..Default::default() }, Duration::ZERO);
     // success
     let ok = e.submit(job((0..3).map(partition).collect())).unwrap();
-    let st = e.wait(ok, None).unwrap();
+    let st = ended(&e, ok);
     assert_eq!(st.outcome, Some(Outcome::Succeeded));
     verify_all(&st);
     assert_all_released(&e);
     // failure: one bad partition fails the job, naming it
     let bad = e.submit(job(vec![partition(1), failing_partition(), partition(2)])).unwrap();
-    let st = e.wait(bad, None).unwrap();
+    let st = ended(&e, bad);
     assert_eq!(st.outcome, Some(Outcome::Failed));
     assert!(
         st.error.as_deref().unwrap().contains("partition 1: witness does not satisfy constraint #3"),
@@ -167,7 +186,7 @@ fn observed() -> (Engine, Arc<Recorder>) {
 fn the_observer_hears_every_end_before_a_waiter_does() {
     let (e, recorder) = observed();
     let ok = e.submit(job((0..3).map(partition).collect())).unwrap();
-    e.wait(ok, None).unwrap();
+    ended(&e, ok);
     let seen = recorder.0.lock().unwrap().clone();
     assert_eq!(seen.len(), 4, "{seen:?}");
     assert_eq!(seen[3], format!("{ok} succeeded"), "the job's end comes last");
@@ -175,7 +194,7 @@ fn the_observer_hears_every_end_before_a_waiter_does() {
         assert!(seen.contains(&format!("{ok} {i} done proof")), "{seen:?}");
     }
     let bad = e.submit(job(vec![failing_partition()])).unwrap();
-    e.wait(bad, None).unwrap();
+    ended(&e, bad);
     let seen = recorder.0.lock().unwrap().clone();
     assert_eq!(seen[4..], [format!("{bad} 0 failed no proof"), format!("{bad} failed")]);
 }
@@ -184,7 +203,7 @@ fn the_observer_hears_every_end_before_a_waiter_does() {
 fn a_job_run_again_keeps_its_id_and_proves_only_what_had_no_proof() {
     let (e, recorder) = observed();
     let first = e.submit(job(vec![partition(7), partition(8)])).unwrap();
-    let before = e.wait(first, None).unwrap();
+    let before = ended(&e, first);
     let kept = ProvedPartition {
         index: 0,
         proof: before.partitions[0].proof.unwrap(),
@@ -193,7 +212,7 @@ fn a_job_run_again_keeps_its_id_and_proves_only_what_had_no_proof() {
     let id = JobId::new();
     // Partition 0 would fail if it ran: it must not.
     e.submit_as(id, job(vec![failing_partition(), partition(8)]), vec![kept.clone()]).unwrap();
-    let after = e.wait(id, None).unwrap();
+    let after = ended(&e, id);
     assert_eq!((after.id, after.outcome), (id, Some(Outcome::Succeeded)), "{:?}", after.error);
     assert_eq!(after.partitions[0].proof, Some(kept.proof));
     for p in &after.partitions {
@@ -231,7 +250,7 @@ fn permits_bound_the_partitions_holding_abc() {
     let (p, q) = (2, 1);
     let e = engine(piling_up(p, q), Duration::from_millis(60));
     let id = e.submit(job((0..14).map(partition).collect())).unwrap();
-    let st = e.wait(id, None).unwrap();
+    let st = ended(&e, id);
     assert_eq!(st.outcome, Some(Outcome::Succeeded));
     let peak = e.ledger().peaks().abc as usize;
     assert!(peak <= p + q + 1, "a/b/c held by {peak} partitions at once; bound is {}", p + q + 1);
@@ -275,7 +294,7 @@ fn a_device_with_two_partitions_in_flight_gets_two_workers_within_the_abc_bound(
     let gpu = Arc::new(TwoInFlight { inside: Default::default(), most: Default::default() });
     let e = Engine::start(piling_up(p, q), vec![gpu.clone()], Arc::new(Metrics::new())).unwrap();
     let id = e.submit(job((0..14).map(partition).collect())).unwrap();
-    let st = e.wait(id, None).unwrap();
+    let st = ended(&e, id);
     assert_eq!(st.outcome, Some(Outcome::Succeeded));
     assert_eq!(gpu.most.load(std::sync::atomic::Ordering::SeqCst), 2, "both workers proved at once");
     let peak = e.ledger().peaks().abc as usize;
@@ -389,9 +408,7 @@ fn a_and_b_alone_from_the_host_reserve_two_vectors_and_a_bad_witness_stays_the_i
         verifier: verifier.clone(),
         ..job(seeds.into_iter().map(assigned).collect())
     };
-    let st =
-        e.wait(e.submit(spec((0..3).map(|s| BenchCircuit::new(K, 2, Some(s))).collect())).unwrap(), None);
-    let st = st.unwrap();
+    let st = ended(&e, e.submit(spec((0..3).map(|s| BenchCircuit::new(K, 2, Some(s))).collect())).unwrap());
     assert_eq!(st.outcome, Some(Outcome::Succeeded), "{:?}", st.error);
     verify_all(&st);
     assert_eq!(backend.ab.load(Ordering::Relaxed), 3, "each with c left as a·b");
@@ -442,7 +459,7 @@ fn products_go_to_the_device_that_computes_them_and_are_computed_in_synthesis_ot
         let backend = Products::new(placement, 0, metrics.clone());
         let e = Engine::start(PipelineConfig::default(), vec![backend.clone()], metrics).unwrap();
         let parts = (0..4).map(|seed| assigned(BenchCircuit::new(K, 2, Some(seed)))).collect();
-        let st = e.wait(e.submit(job(parts)).unwrap(), None).unwrap();
+        let st = ended(&e, e.submit(job(parts)).unwrap());
         assert_eq!(st.outcome, Some(Outcome::Succeeded), "{placement:?}: {:?}", st.error);
         verify_all(&st);
         match placement {
@@ -451,7 +468,7 @@ fn products_go_to_the_device_that_computes_them_and_are_computed_in_synthesis_ot
         }
         let bad =
             e.submit(job(vec![assigned(BenchCircuit::new(K, 2, Some(1)).claiming(wrong.clone()))])).unwrap();
-        let st = e.wait(bad, None).unwrap();
+        let st = ended(&e, bad);
         assert_eq!(st.outcome, Some(Outcome::Failed));
         assert!(st.error.as_deref().unwrap().contains("'out1'"), "{placement:?}: {:?}", st.error);
         assert_all_released(&e);
@@ -468,7 +485,7 @@ fn products_left_to_a_device_without_room_are_made_again_on_the_host_never_unres
     let metrics = Arc::new(Metrics::new());
     let backend = Products::new(ProductsPlacement::Gpu, 1, metrics.clone());
     let e = Engine::start(PipelineConfig::default(), vec![backend.clone()], metrics.clone()).unwrap();
-    let st = e.wait(e.submit(job(vec![assigned(BenchCircuit::new(K, 2, Some(7)))])).unwrap(), None).unwrap();
+    let st = ended(&e, e.submit(job(vec![assigned(BenchCircuit::new(K, 2, Some(7)))])).unwrap());
     assert_eq!(st.outcome, Some(Outcome::Succeeded), "{:?}", st.error);
     verify_all(&st);
     assert_eq!(backend.counts(), (1, 1), "left to the device once, then on the host");
@@ -502,7 +519,7 @@ fn products_left_to_the_devices_reserve_no_host_bytes_for_a_b_and_c() {
     let metrics = Arc::new(Metrics::new());
     let backend = Products::new(ProductsPlacement::Gpu, 0, metrics.clone());
     let e = Engine::start(config(), vec![backend.clone()], metrics).unwrap();
-    let st = e.wait(e.submit(matrices(0..3)).unwrap(), None).unwrap();
+    let st = ended(&e, e.submit(matrices(0..3)).unwrap());
     assert_eq!(st.outcome, Some(Outcome::Succeeded), "{:?}", st.error);
     verify_all(&st);
     assert_eq!(backend.counts(), (3, 0), "a, b, c computed by the device each time");
@@ -514,7 +531,7 @@ fn products_left_to_the_devices_reserve_no_host_bytes_for_a_b_and_c() {
     let metrics = Arc::new(Metrics::new());
     let no_room = Products::new(ProductsPlacement::Gpu, 1, metrics.clone());
     let e = Engine::start(config(), vec![no_room], metrics).unwrap();
-    let st = e.wait(e.submit(matrices(7..8)).unwrap(), None).unwrap();
+    let st = ended(&e, e.submit(matrices(7..8)).unwrap());
     assert_eq!(st.outcome, Some(Outcome::Failed));
     let error = st.error.unwrap();
     assert!(
@@ -574,7 +591,7 @@ fn a_b_and_c_computed_on_the_host_are_reserved_after_the_witness() {
     };
     let spec = JobSpec { abc_from: AbcFrom::Matrices, ..job((0..6).map(witness).collect()) };
     assert_eq!(e.admission_bytes(&key(), AbcFrom::Matrices), fp.total(), "a partition's whole footprint");
-    let st = e.wait(e.submit(spec).unwrap(), None).unwrap();
+    let st = ended(&e, e.submit(spec).unwrap());
     assert_eq!(st.outcome, Some(Outcome::Succeeded), "{:?}", st.error);
     verify_all(&st);
     assert_eq!(backend.counts(), (0, 6), "a, b and c computed on the host");
@@ -589,6 +606,38 @@ fn a_b_and_c_computed_on_the_host_are_reserved_after_the_witness() {
     let waited = metrics.partition_wait.with_label_values(&["normal", "products"]).get_sample_count();
     assert_eq!(waited, 6, "each partition's wait for a, b and c's memory is observed");
     assert_eq!((e.budget().promised(), metrics.memory_promised_bytes.get()), (0, 0));
+    assert_all_released(&e);
+}
+
+/// Partitions that wait for their a, b and c's memory never stall the one
+/// computing its own: its products are computed in parallel on the
+/// synthesis pool, whose threads, waiting inside that work, take up other
+/// tasks of the pool, so a partition that waited for memory on one of them
+/// would sit above the partition holding that memory, which could then never
+/// finish. Many partitions through a budget of two witnesses and one a, b and
+/// c: a job that stalled there fails this test. While partitions waited on
+/// the pool's threads it stalled in 6 runs of 8.
+#[test]
+fn partitions_waiting_for_a_b_and_c_never_stall_the_one_computing_them() {
+    let fp = Footprint::of(&key());
+    let budget = 2 * (fp.total() - fp.abc) + fp.abc;
+    let config = PipelineConfig {
+        memory_budget: MemoryBudget::Bytes(budget),
+        partition_permits: 4,
+        synthesis_threads: 4,
+        ..Default::default()
+    };
+    let metrics = Arc::new(Metrics::new());
+    let backend = Products::new(ProductsPlacement::Cpu, 0, metrics.clone());
+    let e = Engine::start(config, vec![backend.clone()], metrics.clone()).unwrap();
+    const PARTITIONS: u64 = 64;
+    let partitions = (0..PARTITIONS).map(|seed| assigned(BenchCircuit::new(K, 2, Some(seed)))).collect();
+    let st = ended(&e, e.submit(JobSpec { abc_from: AbcFrom::Matrices, ..job(partitions) }).unwrap());
+    assert_eq!(st.outcome, Some(Outcome::Succeeded), "{:?}", st.error);
+    verify_all(&st);
+    assert_eq!(backend.counts(), (0, PARTITIONS as usize), "a, b and c computed on the host");
+    let waited = metrics.partition_wait.with_label_values(&["normal", "products"]).get_sample_count();
+    assert_eq!(waited, PARTITIONS, "every partition waited for its a, b and c's memory, however briefly");
     assert_all_released(&e);
 }
 
@@ -618,7 +667,7 @@ fn a_backend_gives_a_b_and_c_back_when_it_frees_them() {
     let metrics = Arc::new(Metrics::new());
     let backend = Arc::new(FreesAbcEarly(metrics.clone(), Mutex::default()));
     let e = Engine::start(PipelineConfig::default(), vec![backend.clone()], metrics).unwrap();
-    let st = e.wait(e.submit(job(vec![partition(1)])).unwrap(), None).unwrap();
+    let st = ended(&e, e.submit(job(vec![partition(1)])).unwrap());
     assert_eq!(st.outcome, Some(Outcome::Succeeded), "{:?}", st.error);
     verify_all(&st);
     let seen = backend.1.lock().unwrap().clone();
@@ -654,7 +703,7 @@ fn a_partition_in_synthesis_counts_its_witness_in_the_synth_gauge() {
         std::thread::sleep(Duration::from_millis(10));
     }
     go.send(()).unwrap();
-    let st = e.wait(id, None).unwrap();
+    let st = ended(&e, id);
     assert_eq!(st.outcome, Some(Outcome::Succeeded), "{:?}", st.error);
     assert_eq!(synth(), 0);
     assert_all_released(&e);
@@ -691,7 +740,7 @@ fn a_partition_reserves_the_working_memory_its_devices_need() {
     };
     let on_device = start(vec![Arc::new(AllOnDevice)]);
     assert_eq!(on_device.footprint(&key()), Footprint { working: 0, ..cpu });
-    let st = on_device.wait(on_device.submit(job(vec![partition(1), partition(2)])).unwrap(), None).unwrap();
+    let st = ended(&on_device, on_device.submit(job(vec![partition(1), partition(2)])).unwrap());
     assert_eq!(st.outcome, Some(Outcome::Succeeded), "{:?}", st.error);
     verify_all(&st);
     assert!(on_device.budget().peak() < cpu.total());
@@ -716,7 +765,7 @@ fn reservations_never_exceed_the_budget_under_a_burst() {
     let ids: Vec<_> =
         (0..5).map(|j| e.submit(job((0..3).map(|i| partition(10 * j + i)).collect())).unwrap()).collect();
     for id in ids {
-        assert_eq!(e.wait(id, None).unwrap().outcome, Some(Outcome::Succeeded));
+        assert_eq!(ended(&e, id).outcome, Some(Outcome::Succeeded));
     }
     assert!(e.budget().peak() <= budget, "peak {} > budget {budget}", e.budget().peak());
     assert!(e.budget().peak() >= 2 * fp, "two partitions should have fit at once");
@@ -736,7 +785,7 @@ fn reservations_never_exceed_the_budget_under_a_burst() {
 fn metrics_exposition_names_every_family() {
     let e = engine(PipelineConfig::default(), Duration::ZERO);
     let id = e.submit(job(vec![partition(3)])).unwrap();
-    e.wait(id, None).unwrap();
+    ended(&e, id);
     let text = e.metrics().render();
     for name in [
         "provd_buffers_in_flight{class=\"abc\"}",
@@ -761,9 +810,9 @@ fn metrics_exposition_names_every_family() {
 fn exposition_passes_promtool() {
     let e = engine(PipelineConfig::default(), Duration::ZERO);
     let ok = e.submit(job(vec![partition(4)])).unwrap();
-    e.wait(ok, None).unwrap();
+    ended(&e, ok);
     let bad = e.submit(job(vec![failing_partition()])).unwrap();
-    e.wait(bad, None).unwrap();
+    ended(&e, bad);
     crate::telemetry::metrics::assert_promtool_accepts(&e.metrics().render());
 }
 
@@ -795,7 +844,7 @@ fn a_proof_that_fails_verification_fails_its_partition_and_is_never_returned() {
     let e = Engine::start(PipelineConfig::default(), vec![Arc::new(CorruptGpu)], m.clone()).unwrap();
     let verifier = Some(Arc::new(crate::groth16::Verifier::new(&key().vk)));
     let id = e.submit(JobSpec { verifier, ..job(vec![partition(1), partition(2)]) }).unwrap();
-    let st = e.wait(id, None).unwrap();
+    let st = ended(&e, id);
     assert_eq!(st.outcome, Some(Outcome::Failed));
     let error = st.error.unwrap();
     assert!(error.contains("backend corrupt failed verification"), "{error}");
@@ -805,7 +854,7 @@ fn a_proof_that_fails_verification_fails_its_partition_and_is_never_returned() {
     // The same backend without the check hands out the bad proof: the check is what stops it.
     let e = Engine::start(PipelineConfig::default(), vec![Arc::new(CorruptGpu)], m.clone()).unwrap();
     let id = e.submit(job(vec![partition(3)])).unwrap();
-    let st = e.wait(id, None).unwrap();
+    let st = ended(&e, id);
     let p = &st.partitions[0];
     assert!(!p.proof.unwrap().verify(&key().vk, &p.public_inputs));
     // An honest backend's proofs pass the check.
@@ -813,7 +862,7 @@ fn a_proof_that_fails_verification_fails_its_partition_and_is_never_returned() {
         .unwrap();
     let verifier = Some(Arc::new(crate::groth16::Verifier::new(&key().vk)));
     let id = e.submit(JobSpec { verifier, ..job(vec![partition(4)]) }).unwrap();
-    let st = e.wait(id, None).unwrap();
+    let st = ended(&e, id);
     assert_eq!(st.outcome, Some(Outcome::Succeeded));
     assert!(st.partitions[0].times.verify.is_some());
 }
@@ -832,7 +881,7 @@ fn failing_proofs_of_unchecked_witnesses_do_not_count_against_the_device() {
             witness_check: WitnessCheck::Unchecked,
             ..job(vec![partition(seed)])
         };
-        let st = e.wait(e.submit(spec).unwrap(), None).unwrap();
+        let st = ended(&e, e.submit(spec).unwrap());
         assert_eq!(st.outcome, Some(Outcome::Failed));
         let error = st.error.unwrap();
         assert!(error.contains("Nothing checked the witness"), "{error}");
@@ -865,7 +914,7 @@ fn a_device_too_small_fails_its_partitions_without_leaving_service() {
     let config = PipelineConfig { device_fault_limit: 1, ..Default::default() };
     let e = Engine::start(config, vec![Arc::new(TooSmallGpu)], Arc::new(Metrics::new())).unwrap();
     for seed in 1..=2 {
-        let st = e.wait(e.submit(job(vec![partition(seed)])).unwrap(), None).unwrap();
+        let st = ended(&e, e.submit(job(vec![partition(seed)])).unwrap());
         assert_eq!(st.outcome, Some(Outcome::Failed));
         let error = st.error.unwrap();
         assert!(error.contains("even with its key streamed"), "{error}");
@@ -894,16 +943,16 @@ fn panics_in_stages_fail_only_their_partition() {
     let e = Engine::start(PipelineConfig::default(), vec![Arc::new(CpuBackend)], Arc::new(Metrics::new()))
         .unwrap();
     let panics: SynthesisFn = Arc::new(|| panic!("injected panic in synthesis"));
-    let st = e.wait(e.submit(job(vec![panics, partition(1)])).unwrap(), None).unwrap();
+    let st = ended(&e, e.submit(job(vec![panics, partition(1)])).unwrap());
     assert_eq!(st.outcome, Some(Outcome::Failed));
     assert!(st.error.unwrap().contains("panicked"));
-    let st = e.wait(e.submit(job(vec![partition(2)])).unwrap(), None).unwrap();
+    let st = ended(&e, e.submit(job(vec![partition(2)])).unwrap());
     assert_eq!(st.outcome, Some(Outcome::Succeeded), "the engine still proves");
     assert_all_released(&e);
 
     let config = PipelineConfig { max_attempts: 1, ..Default::default() };
     let e = Engine::start(config, vec![Arc::new(PanickyGpu)], Arc::new(Metrics::new())).unwrap();
-    let st = e.wait(e.submit(job(vec![partition(3)])).unwrap(), None).unwrap();
+    let st = ended(&e, e.submit(job(vec![partition(3)])).unwrap());
     assert_eq!(st.outcome, Some(Outcome::Failed));
     assert!(st.error.unwrap().contains("panicked"));
     assert_all_released(&e);
@@ -922,7 +971,7 @@ fn resident_keys_shrink_what_partitions_may_take() {
     assert!(e.hold_key("another", total).is_err(), "a key that does not fit is refused");
     drop(held);
     let id = e.submit(job(vec![partition(1)])).unwrap();
-    assert_eq!(e.wait(id, None).unwrap().outcome, Some(Outcome::Succeeded));
+    assert_eq!(ended(&e, id).outcome, Some(Outcome::Succeeded));
     assert_all_released(&e);
 }
 
@@ -972,7 +1021,7 @@ fn partitions_spread_over_1_2_and_4_devices() {
         let config = PipelineConfig { partition_permits: 2 * n, gpu_queue_capacity: n, ..Default::default() };
         let e = engine_on(&devices, config);
         let id = e.submit(job((0..6 * n as u64).map(partition).collect())).unwrap();
-        assert_eq!(e.wait(id, None).unwrap().outcome, Some(Outcome::Succeeded), "{n} devices");
+        assert_eq!(ended(&e, id).outcome, Some(Outcome::Succeeded), "{n} devices");
         let counts: Vec<usize> = devices.iter().map(|d| d.done()).collect();
         assert_eq!(counts.iter().sum::<usize>(), 6 * n, "{counts:?}");
         assert!(counts.iter().all(|c| *c > 0), "every device took work: {counts:?}");
@@ -990,7 +1039,7 @@ fn a_device_that_fails_mid_job_is_taken_out_and_the_job_finishes_on_the_rest() {
         let config = PipelineConfig { partition_permits: 2 * n, gpu_queue_capacity: n, ..Default::default() };
         let e = engine_on(&devices, config);
         let id = e.submit(job((0..8 * n as u64).map(partition).collect())).unwrap();
-        let st = e.wait(id, None).unwrap();
+        let st = ended(&e, id);
         assert_eq!(st.outcome, Some(Outcome::Succeeded), "{n} devices: {:?}", st.error);
         for p in &st.partitions {
             assert!(p.proof.unwrap().verify(&key().vk, &p.public_inputs));
@@ -1012,7 +1061,7 @@ fn a_device_that_fails_mid_job_is_taken_out_and_the_job_finishes_on_the_rest() {
         assert_eq!(broken.done(), 2);
         // it takes no more work: the next job runs on the others alone
         let id = e.submit(job((0..4).map(partition).collect())).unwrap();
-        assert_eq!(e.wait(id, None).unwrap().outcome, Some(Outcome::Succeeded));
+        assert_eq!(ended(&e, id).outcome, Some(Outcome::Succeeded));
         assert_eq!(broken.done(), 2);
         assert_all_released(&e);
     }
