@@ -541,6 +541,24 @@ fn products_left_to_the_devices_reserve_no_host_bytes_for_a_b_and_c() {
     assert_all_released(&e);
 }
 
+/// An engine whose a, b and c are computed on the host after the witness,
+/// with a budget of two partitions' witnesses and one a, b and c (returned
+/// last), four permits and four synthesis threads.
+fn two_witnesses_and_one_abc() -> (Engine, Arc<Products>, Arc<Metrics>, u64) {
+    let fp = Footprint::of(&key());
+    let budget = 2 * (fp.total() - fp.abc) + fp.abc;
+    let config = PipelineConfig {
+        memory_budget: MemoryBudget::Bytes(budget),
+        partition_permits: 4,
+        synthesis_threads: 4,
+        ..Default::default()
+    };
+    let metrics = Arc::new(Metrics::new());
+    let backend = Products::new(ProductsPlacement::Cpu, 0, metrics.clone());
+    let e = Engine::start(config, vec![backend.clone()], metrics.clone()).unwrap();
+    (e, backend, metrics, budget)
+}
+
 /// Partitions whose a, b and c the host computes from the matrices after
 /// their witness reserve them only then: a budget with room for one
 /// partition's a, b and c beside two witnesses makes two witnesses at once
@@ -552,17 +570,8 @@ fn a_b_and_c_computed_on_the_host_are_reserved_after_the_witness() {
     use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize};
     let fp = Footprint::of(&key());
     let rest = fp.total() - fp.abc;
-    let budget = 2 * rest + fp.abc;
+    let (e, backend, metrics, budget) = two_witnesses_and_one_abc();
     assert!(budget < 2 * fp.total(), "the test needs a, b and c larger than the rest");
-    let config = PipelineConfig {
-        memory_budget: MemoryBudget::Bytes(budget),
-        partition_permits: 4,
-        synthesis_threads: 4,
-        ..Default::default()
-    };
-    let metrics = Arc::new(Metrics::new());
-    let backend = Products::new(ProductsPlacement::Cpu, 0, metrics.clone());
-    let e = Engine::start(config, vec![backend.clone()], metrics.clone()).unwrap();
     // The first two witnesses: the first waits (generously, for a loaded
     // machine) until the second is being made beside it. The second notes
     // the synth gauge then: two witnesses, their a, b and c not reserved yet.
@@ -619,17 +628,7 @@ fn a_b_and_c_computed_on_the_host_are_reserved_after_the_witness() {
 /// the pool's threads it stalled in 6 runs of 8.
 #[test]
 fn partitions_waiting_for_a_b_and_c_never_stall_the_one_computing_them() {
-    let fp = Footprint::of(&key());
-    let budget = 2 * (fp.total() - fp.abc) + fp.abc;
-    let config = PipelineConfig {
-        memory_budget: MemoryBudget::Bytes(budget),
-        partition_permits: 4,
-        synthesis_threads: 4,
-        ..Default::default()
-    };
-    let metrics = Arc::new(Metrics::new());
-    let backend = Products::new(ProductsPlacement::Cpu, 0, metrics.clone());
-    let e = Engine::start(config, vec![backend.clone()], metrics.clone()).unwrap();
+    let (e, backend, metrics, _) = two_witnesses_and_one_abc();
     const PARTITIONS: u64 = 64;
     let partitions = (0..PARTITIONS).map(|seed| assigned(BenchCircuit::new(K, 2, Some(seed)))).collect();
     let st = ended(&e, e.submit(JobSpec { abc_from: AbcFrom::Matrices, ..job(partitions) }).unwrap());
