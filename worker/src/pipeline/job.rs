@@ -477,6 +477,15 @@ impl Ticket {
         self.job.metrics.partition_failures.with_label_values(&[reason.name()]).inc();
         self.job.end_partition(self.index, Stage::Failed, None, Some(error));
     }
+
+    /// As [`Ticket::fail`], once `holding` is let go: what the partition
+    /// still holds (its guards, its permit, its attempt, whose synthesis may
+    /// hold a received witness). A job is never seen failed while its memory
+    /// is still counted.
+    pub fn fail_after<H>(self, holding: H, reason: FailureReason, error: String) {
+        drop(holding);
+        self.fail(reason, error)
+    }
 }
 
 impl Drop for Ticket {

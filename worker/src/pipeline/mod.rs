@@ -929,12 +929,12 @@ fn synthesize_partition(s: &Shared, admitted: Admitted) {
     let mut witness = match result {
         Ok(Ok(w)) => w,
         Ok(Err(e)) => {
-            drop((synth, in_stage, reservation, abc_reserved));
-            return ticket.fail(e.reason(), e.to_string());
+            let holding = (synth, in_stage, reservation, abc_reserved, permit, attempt);
+            return ticket.fail_after(holding, e.reason(), e.to_string());
         }
         Err(_) => {
-            drop((synth, in_stage, reservation, abc_reserved));
-            return ticket.fail(FailureReason::Panic, "synthesis panicked".into());
+            let holding = (synth, in_stage, reservation, abc_reserved, permit, attempt);
+            return ticket.fail_after(holding, FailureReason::Panic, "synthesis panicked".into());
         }
     };
     if job.is_cancelled() {
@@ -1013,8 +1013,7 @@ fn gpu_worker(s: &Arc<Shared>, device: Arc<Device>) {
         drop(stage);
         let (job, index) = (ticket.job.clone(), ticket.index);
         if let Some(why) = last_out {
-            drop((witness, held));
-            ticket.fail(FailureReason::Backend, why);
+            ticket.fail_after((witness, held, attempt), FailureReason::Backend, why);
             continue;
         }
         let waited = enqueued.elapsed().as_secs_f64();
@@ -1046,8 +1045,7 @@ fn gpu_worker(s: &Arc<Shared>, device: Arc<Device>) {
                 p
             }
             Ok(Err(e)) if e.is_bad_input() => {
-                drop(held);
-                ticket.fail(e.reason(), e.to_string());
+                ticket.fail_after((held, attempt), e.reason(), e.to_string());
                 continue;
             }
             Ok(Err(ProveError::NoRoomForProducts)) => {
@@ -1060,7 +1058,7 @@ fn gpu_worker(s: &Arc<Shared>, device: Arc<Device>) {
                          {need} bytes a partition, more than the {room} bytes of memory budget the keys leave: \
                          raise pipeline.memory_budget or free device memory (gpu.bases = \"plain\")"
                     );
-                    ticket.fail(FailureReason::Backend, why);
+                    ticket.fail_after(attempt, FailureReason::Backend, why);
                     continue;
                 }
                 tracing::info!(job = %job.id, partition = index, device = device.name(),
@@ -1116,8 +1114,8 @@ fn device_fault(
     let none_left = devices::none_in_service(&s.devices);
     if attempt.number >= s.config.max_attempts || none_left.is_some() {
         let why = none_left.map_or(String::new(), |n| format!("; {n}"));
-        return ticket
-            .fail(reason, format!("{what} (try {} of {}{why})", attempt.number, s.config.max_attempts));
+        let what = format!("{what} (try {} of {}{why})", attempt.number, s.config.max_attempts);
+        return ticket.fail_after(attempt, reason, what);
     }
     send_round_again(s, ticket, Attempt { number: attempt.number + 1, ..attempt });
 }
@@ -1133,7 +1131,7 @@ fn too_small(s: &Shared, device: &Device, what: String, attempt: Attempt, ticket
         return;
     }
     if s.devices.len() == 1 || attempt.number >= s.config.max_attempts {
-        return ticket.fail(FailureReason::Backend, what);
+        return ticket.fail_after(attempt, FailureReason::Backend, what);
     }
     send_round_again(s, ticket, Attempt { number: attempt.number + 1, ..attempt });
 }
@@ -1199,11 +1197,15 @@ fn finish_partition(s: &Shared, item: ToFinish) {
             }
             finished.proof
         }
-        Ok(Err(e)) if e.is_bad_input() => return ticket.fail(e.reason(), e.to_string()),
+        Ok(Err(e)) if e.is_bad_input() => {
+            return ticket.fail_after((held, attempt), e.reason(), e.to_string())
+        }
         Ok(Err(e)) => {
-            return device_fault(s, &device, FailureReason::Backend, e.to_string(), attempt, ticket)
+            drop(held);
+            return device_fault(s, &device, FailureReason::Backend, e.to_string(), attempt, ticket);
         }
         Err(_) => {
+            drop(held);
             let what = format!("prove_finish on {} panicked", backend.name());
             return device_fault(s, &device, FailureReason::Panic, what, attempt, ticket);
         }
@@ -1226,14 +1228,15 @@ fn finish_partition(s: &Shared, item: ToFinish) {
                      r1cs to have witnesses checked)",
                     backend.name()
                 );
-                return ticket.fail(FailureReason::InvalidProof, what);
+                return ticket.fail_after((held, attempt), FailureReason::InvalidProof, what);
             }
             if unchecked {
                 if let Some(bad) = witness_fault(&attempt) {
                     tracing::warn!(job = %job.id, partition = index, "the witness, checked afresh: {bad}");
-                    return ticket.fail(bad.reason(), bad.to_string());
+                    return ticket.fail_after((held, attempt), bad.reason(), bad.to_string());
                 }
             }
+            drop(held);
             let what = format!(
                 "the proof from backend {} failed verification ({e}); it was not returned",
                 backend.name()

@@ -640,6 +640,56 @@ fn partitions_waiting_for_a_b_and_c_never_stall_the_one_computing_them() {
     assert_all_released(&e);
 }
 
+/// A received witness's hold that takes a while to let go, as a large
+/// buffer's unmapping does: a job seen ended before it went would be seen
+/// with the witness still counted.
+struct SlowToRelease(Option<memory::HeldWitness>);
+
+impl Drop for SlowToRelease {
+    fn drop(&mut self) {
+        std::thread::sleep(Duration::from_millis(200));
+        drop(self.0.take());
+    }
+}
+
+/// Refuses every witness at prove_start, as a device checking it would.
+struct RefusesWitnesses;
+
+impl Backend for RefusesWitnesses {
+    fn name(&self) -> &str {
+        "refuses"
+    }
+    fn prove_start(&self, _: &ProvingKey, _: Synthesized) -> Result<PendingProof, ProveError> {
+        Err(ProveError::Unsatisfied { index: 0, name: "refused".into() })
+    }
+}
+
+/// A partition that fails lets go of what it holds (its received witness,
+/// its memory, its permit) before its job can read as failed, as one that
+/// succeeds does: whether its synthesis or its device refused the witness.
+#[test]
+fn a_failed_partition_lets_its_witness_go_before_its_job_reads_failed() {
+    let backends: [(&str, Arc<dyn Backend>, bool); 2] = [
+        ("synthesis", Arc::new(SlowGpu(Duration::ZERO)), true),
+        ("prove_start", Arc::new(RefusesWitnesses), false),
+    ];
+    for (refused_by, backend, in_synthesis) in backends {
+        let metrics = Arc::new(Metrics::new());
+        let e = Engine::start(PipelineConfig::default(), vec![backend], metrics.clone()).unwrap();
+        let held = SlowToRelease(Some(e.hold_witness(1 << 20, &key()).unwrap()));
+        let make = if in_synthesis { failing_partition() } else { partition(1) };
+        let received: SynthesisFn = Arc::new(move || {
+            let _held = &held;
+            make()
+        });
+        let st = ended(&e, e.submit(job(vec![received])).unwrap());
+        assert_eq!(st.outcome, Some(Outcome::Failed), "refused by {refused_by}");
+        let now =
+            (metrics.witness_bytes.get(), e.budget().reserved(), metrics.partition_permits_in_use.get());
+        assert_eq!(now, (0, 0, 0), "witness bytes, bytes reserved and permits held when the job read failed (refused by {refused_by})");
+    }
+}
+
 /// Frees a, b and c's accounting at once (as a GPU backend does once they
 /// are copied), noting the bytes reserved and a, b, c's gauge before and after.
 struct FreesAbcEarly(Arc<Metrics>, Mutex<Vec<(i64, i64)>>);
