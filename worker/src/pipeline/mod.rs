@@ -938,8 +938,7 @@ fn synthesize_partition(s: &Shared, admitted: Admitted) {
         }
     };
     if job.is_cancelled() {
-        // The reservation (an argument, so dropped after the ticket
-        // otherwise) goes with the other guards, before the ticket.
+        // Every guard goes before the ticket, which ends it as cancelled.
         drop((witness, synth, in_stage, reservation, abc_reserved, permit));
         return;
     }
