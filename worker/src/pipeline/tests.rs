@@ -79,23 +79,10 @@ fn engine(config: PipelineConfig, gpu_delay: Duration) -> Engine {
     Engine::start(config, vec![Arc::new(SlowGpu(gpu_delay))], Arc::new(Metrics::new())).unwrap()
 }
 
+/// Nothing of the engine's jobs is counted any more: read as soon as they
+/// have ended, with no time to settle, since every path lets a partition's
+/// guards go before its ticket ends it.
 fn assert_all_released(e: &Engine) {
-    // Guards drop on the worker threads just after a job ends; allow a moment.
-    let in_stages = || {
-        Stage::IN_PIPELINE
-            .iter()
-            .map(|st| e.metrics().partitions_in_stage.with_label_values(&[st.name()]).get())
-            .sum::<i64>()
-    };
-    for _ in 0..100 {
-        if e.ledger().counts() == buffers::ClassCounts::default()
-            && e.budget().reserved() == 0
-            && in_stages() == 0
-        {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
     assert_eq!(e.ledger().counts(), buffers::ClassCounts::default(), "buffer counts");
     assert_eq!(e.ledger().bytes(), buffers::ClassCounts::default(), "buffer bytes");
     assert_eq!(e.budget().reserved(), 0, "reserved bytes");
