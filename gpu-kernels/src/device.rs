@@ -100,7 +100,10 @@ impl Gpu {
         let stream = ctx.new_stream().during("creating a stream")?;
         let lanes = Mutex::new(vec![ctx.new_stream().during("creating a stream")?]);
         let staging = Mutex::new(Staging::new(&ctx)?);
-        tracing::info!(device = %info.name, arch = %info.arch, sms = info.multiprocessors, cached = kernels_cached, "CUDA device ready");
+        tracing::info!(
+            device = %info.name, arch = %info.arch, sms = info.multiprocessors, cached = kernels_cached,
+            "CUDA device ready"
+        );
         Ok(Self { ctx, stream, lanes, staging, module, info })
     }
 
@@ -243,11 +246,10 @@ impl Gpu {
     fn set_pool_attribute(
         &self,
         attribute: sys::CUmemPool_attribute,
-        value: u64,
+        mut value: u64,
         what: &'static str,
     ) -> Result<(), GpuError> {
         let pool = self.pool()?;
-        let mut value = value;
         // SAFETY: every attribute set here is a cuuint64_t, read by the
         // driver during the call.
         unsafe { sys::cuMemPoolSetAttribute(pool, attribute, (&mut value as *mut u64).cast()) }

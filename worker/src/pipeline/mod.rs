@@ -5,9 +5,9 @@
 //! Threads: one dispatcher admits queued partitions (a partition permit, then
 //! a memory reservation) and hands each to a partition runner, one thread per
 //! permit, which waits where the partition must wait (for its a, b and c's
-//! memory, for room in the GPU queue) and has its synthesis computed on the
-//! synthesis pool; synthesized partitions go
-//! into a bounded queue that one worker per backend (GPU) drains; finished
+//! memory, for room in the GPU queue) while the synthesis pool computes its
+//! witness; synthesized partitions go into a bounded queue that one worker
+//! per backend (GPU) drains; finished
 //! G1 work goes through a second bounded queue to the finalize threads, so a
 //! slow G2 stage holds the GPU back instead of piling up pending partitions.
 //!
@@ -451,7 +451,10 @@ impl Engine {
             (Takes::All, "dispatch", "partition", shared.config.partition_permits),
             (Takes::CriticalOnly, "dispatch-critical", "partition-crit", shared.config.critical_permits),
         ];
-        for (takes, dispatcher, runner, permits) in lanes.into_iter().filter(|l| l.3 > 0) {
+        for (takes, dispatcher, runner, permits) in lanes {
+            if permits == 0 {
+                continue;
+            }
             let (admitted, runs) = crossbeam_channel::unbounded::<Admitted>();
             for i in 0..permits {
                 let runs = runs.clone();

@@ -98,8 +98,9 @@ impl HostVectors {
 /// multiplication (2^27 products at 32 GiB, not timed alone) thus runs
 /// during b's copy and its transform, where the device would otherwise
 /// wait for c (on the H200 this took 72 ms off copies + quotient:
-/// BENCHMARKS.md, "b transformed while c is made"). Returns b on the device and c on the host;
-/// b's host copy is handed back to the caller, spent.
+/// BENCHMARKS.md, "b transformed while c is made"). Returns b on the
+/// device and c on the host; b's host copy is handed back to the caller,
+/// spent.
 pub(super) fn copy_b_making_c(
     lane: &CopyLane,
     mut a: HostVector,
