@@ -248,6 +248,37 @@ fn msm_with_bases_streamed_from_the_hosts_memory() {
     assert_eq!(got, G2Projective::multi_exp(&g2[10..], &scalars[..n2]), "G2 streamed");
 }
 
+/// Two streamed MSMs at once, as a streamed proof runs L beside H: one on
+/// the device's stream, one on an engine of its own, from two threads over
+/// two registrations, each against blst (the second reads scalars the
+/// device's stream wrote, so the streams must be ordered by them).
+#[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
+fn two_engines_stream_at_once() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    let (h_engine, l_engine) = (Msm::new(gpu.clone()), Msm::on_own_stream(gpu.clone()).unwrap());
+    let n = (1 << 18) + 333;
+    let (h_points, l_points) = (random_points::<G1Projective>(n, 41), random_points::<G1Projective>(n, 42));
+    let (h_affine, l_affine) = (affine(&h_points), affine(&l_points));
+    let h_scalars = random_scalars(n, 43);
+    // a witness's mix for L: its split path (ones summed, the rest listed)
+    let l_scalars = witness_scalars(n, 40, 55, 44);
+    let want =
+        (G1Projective::multi_exp(&h_points, &h_scalars), G1Projective::multi_exp(&l_points, &l_scalars));
+    // SAFETY: the points outlive the registrations and are not written meanwhile.
+    let h_host = unsafe { provd_kernels::HostBases::<provd_kernels::G1>::register(&gpu, &h_affine) }.unwrap();
+    let l_host = unsafe { provd_kernels::HostBases::<provd_kernels::G1>::register(&gpu, &l_affine) }.unwrap();
+    for round in 0..3 {
+        let (d_h, d_l) = (gpu.upload(&h_scalars).unwrap(), gpu.upload(&l_scalars).unwrap());
+        let got = std::thread::scope(|s| {
+            let l = s.spawn(|| l_engine.run_streamed(l_host.view(..), 1 << 16, &d_l, n).unwrap());
+            let h = h_engine.run_streamed(h_host.view(..), 1 << 16, &d_h, n).unwrap();
+            (h, l.join().unwrap())
+        });
+        assert_eq!(got, want, "round {round}: (H on the device's stream, L on its own)");
+    }
+}
+
 /// Bases written a chunk at a time, in another order than the host's (as
 /// H's are), sum as the reordered bases do, plain and shifted; over several
 /// chunks and a partial one.

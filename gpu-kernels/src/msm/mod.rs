@@ -13,7 +13,9 @@ pub use curve::{
 use std::sync::Arc;
 
 use blstrs::Scalar;
-use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaSlice, CudaStream, CudaView, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+};
 use group::Group;
 
 use crate::device::Gpu;
@@ -96,13 +98,13 @@ fn tree_levels(m: u32) -> impl Iterator<Item = (u32, u32)> {
         .map(|m| (m, m.div_ceil(HEAVY_BLOCK)))
 }
 
-/// Launches kernel `$name` of `$gpu` on its stream with `$cfg` and the
-/// arguments in order.
+/// Launches kernel `$name` on the stream of MSM engine `$msm` with `$cfg`
+/// and the arguments in order.
 macro_rules! launch {
-    ($gpu:expr, $name:expr, $cfg:expr, $($arg:expr),+) => {{
+    ($msm:expr, $name:expr, $cfg:expr, $($arg:expr),+) => {{
         let name: &str = &$name;
-        let f = $gpu.function(name)?;
-        let mut b = $gpu.stream().launch_builder(&f);
+        let f = $msm.gpu.function(name)?;
+        let mut b = $msm.stream.launch_builder(&f);
         $(b.arg($arg);)+
         // SAFETY: argument types and order match the kernel's signature.
         unsafe { b.launch($cfg) }.map(drop).during(format!("launching {name}"))
@@ -123,9 +125,12 @@ const ACCUMULATE_BLOCKS_PER_SM: u32 = 4;
 /// by the chunk's first index) again.
 const REDUCE_BLOCKS_PER_SM: u32 = 3;
 
-/// The MSM engine of one device (G1 and G2).
+/// The MSM engine of one device (G1 and G2), its work queued on one stream.
 pub struct Msm {
     gpu: Arc<Gpu>,
+    /// Where its kernels, buffers and read-backs go: the device's own
+    /// stream, or one of the engine's own ([`Msm::on_own_stream`]).
+    stream: Arc<CudaStream>,
 }
 
 /// An MSM of n terms needs at least n bases and n scalars.
@@ -187,19 +192,41 @@ fn window_bits(n: usize, bucket_bytes: usize) -> u32 {
 }
 
 impl Msm {
+    /// An engine on the device's own stream ([`Gpu::stream`]), ordered with
+    /// the device's other kernels.
     pub fn new(gpu: Arc<Gpu>) -> Self {
-        Self { gpu }
+        let stream = gpu.stream().clone();
+        Self { gpu, stream }
+    }
+
+    /// An engine on a stream of its own, whose MSMs run beside those of the
+    /// device's stream (a streamed key's L beside its H, whose kernels leave
+    /// the link idle). A buffer it reads that another stream wrote is waited
+    /// for: cudarc records each buffer's last write and read as events and
+    /// orders the streams by them.
+    pub fn on_own_stream(gpu: Arc<Gpu>) -> Result<Self, GpuError> {
+        let stream = gpu.new_stream()?;
+        Ok(Self { gpu, stream })
+    }
+
+    /// `len` zeroed elements, allocated on this engine's stream.
+    fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, len: usize) -> Result<CudaSlice<T>, GpuError> {
+        self.stream.alloc_zeros(len).during("allocating device memory")
+    }
+
+    /// Waits for this engine's work (a read-back) to finish.
+    fn synchronize(&self) -> Result<(), GpuError> {
+        self.stream.synchronize().during("waiting for the device")
     }
 
     /// Σ `scalars[i]·bases[i]` over the first `scalars.len()` bases.
     pub fn run<C: MsmCurve>(&self, bases: &Bases<C>, scalars: &[Scalar]) -> Result<C::Projective, GpuError> {
-        let gpu = &*self.gpu;
         let n = scalars.len();
         check_terms(n, bases.len(), n)?; // before copying the scalars
         if n == 0 {
             return Ok(C::Projective::identity());
         }
-        let scalars: CudaSlice<FrRaw> = gpu.stream().clone_htod(as_raw(scalars)).during("copying scalars")?;
+        let scalars: CudaSlice<FrRaw> = self.stream.clone_htod(as_raw(scalars)).during("copying scalars")?;
         self.run_device(bases, &scalars, n)
     }
 
@@ -235,7 +262,6 @@ impl Msm {
         scalars: &CudaSlice<FrRaw>,
         n: usize,
     ) -> Result<C::Projective, GpuError> {
-        let gpu = &*self.gpu;
         check_terms(n, bases.len(), scalars.len())?;
         let chunk = chunk.clamp(1, n.max(1));
         let needed = n.div_ceil(chunk);
@@ -243,7 +269,7 @@ impl Msm {
             return Ok(C::Projective::identity());
         }
         let points = bases.points;
-        let copy = gpu.new_stream()?;
+        let copy = self.gpu.new_stream()?;
         let alloc = || unsafe { copy.alloc::<C::AffineRaw>(chunk) }.during("allocating a bases chunk");
         let mut bufs = [alloc()?, alloc()?];
         let part = |k: usize| &points[k * chunk..((k + 1) * chunk).min(n)];
@@ -253,7 +279,7 @@ impl Msm {
         let mut acc = C::Projective::identity();
         for k in 0..needed {
             let (start, len) = (k * chunk, part(k).len());
-            gpu.stream().wait(&ready).during("waiting for a copy")?;
+            self.stream.wait(&ready).during("waiting for a copy")?;
             let (a, b) = bufs.split_at_mut(1);
             let (cur, next) = if k % 2 == 0 { (&a[0], &mut b[0]) } else { (&b[0], &mut a[0]) };
             if k + 1 < needed {
@@ -302,14 +328,13 @@ impl Msm {
         scalars: &CudaView<FrRaw>,
         n: usize,
     ) -> Result<Option<C::Projective>, GpuError> {
-        let gpu = &*self.gpu;
-        let stream = gpu.stream();
+        let stream = &self.stream;
         let n32 = n as u32;
         // The ones from the front of `list`, the wider terms from its back.
         let mut list = unsafe { stream.alloc::<u32>(n) }.during("allocating the term lists")?;
-        let mut counts = gpu.zeros::<u32>(2)?;
+        let mut counts = self.zeros::<u32>(2)?;
         launch!(
-            gpu,
+            self,
             "msm_classify",
             LaunchConfig::for_num_elems(n32),
             scalars,
@@ -318,7 +343,7 @@ impl Msm {
             &mut counts
         )?;
         let counts = stream.clone_dtoh(&counts).during("copying the term counts")?;
-        gpu.synchronize()?;
+        self.synchronize()?;
         let (ones, wide) = (counts[0] as usize, counts[1] as usize);
         if 2 * wide > n {
             return Ok(None);
@@ -332,7 +357,7 @@ impl Msm {
         }
         if let Some(sum) = ones_sum {
             let sum = stream.clone_dtoh(&sum).during("copying the ones' sum")?;
-            gpu.synchronize()?;
+            self.synchronize()?;
             acc += C::xyzz_to_projective(&sum[0]);
         }
         Ok(Some(acc))
@@ -347,13 +372,12 @@ impl Msm {
         list: &CudaView<u32>,
         count: usize,
     ) -> Result<CudaSlice<C::XyzzRaw>, GpuError> {
-        let gpu = &*self.gpu;
-        let plan =
-            Plan::new(count, Layout::Plain, gpu.info().multiprocessors, std::mem::size_of::<C::XyzzRaw>());
+        let sms = self.gpu.info().multiprocessors;
+        let plan = Plan::new(count, Layout::Plain, sms, std::mem::size_of::<C::XyzzRaw>());
         let threads = plan.accumulate_threads.min((count as u32).next_multiple_of(HEAVY_BLOCK));
-        let mut sums = gpu.zeros::<C::XyzzRaw>(threads as usize)?;
+        let mut sums = self.zeros::<C::XyzzRaw>(threads as usize)?;
         let count32 = count as u32;
-        launch!(gpu, C::kernel("msm_sum_listed"), heavy(threads), bases, list, &count32, &mut sums)?;
+        launch!(self, C::kernel("msm_sum_listed"), heavy(threads), bases, list, &count32, &mut sums)?;
         self.sum_tree::<C>(sums, 1, threads)
     }
 
@@ -365,15 +389,14 @@ impl Msm {
         sets: u32,
         m: u32,
     ) -> Result<CudaSlice<C::XyzzRaw>, GpuError> {
-        let gpu = &*self.gpu;
         for (m, groups) in tree_levels(m) {
-            let mut out = gpu.zeros::<C::XyzzRaw>((sets * groups) as usize)?;
+            let mut out = self.zeros::<C::XyzzRaw>((sets * groups) as usize)?;
             let cfg = LaunchConfig {
                 grid_dim: (sets * groups, 1, 1),
                 block_dim: (HEAVY_BLOCK, 1, 1),
                 shared_mem_bytes: HEAVY_BLOCK * std::mem::size_of::<C::XyzzRaw>() as u32,
             };
-            launch!(gpu, C::kernel("msm_sum_groups"), cfg, &sums, &m, &HEAVY_BLOCK, &groups, &mut out)?;
+            launch!(self, C::kernel("msm_sum_groups"), cfg, &sums, &m, &HEAVY_BLOCK, &groups, &mut out)?;
             sums = out;
         }
         Ok(sums)
@@ -387,10 +410,9 @@ impl Msm {
         terms: Terms<'_>,
         layout: Layout,
     ) -> Result<C::Projective, GpuError> {
-        let gpu = &*self.gpu;
-        let stream = gpu.stream();
+        let stream = &self.stream;
         let n = terms.len();
-        let plan = Plan::new(n, layout, gpu.info().multiprocessors, std::mem::size_of::<C::XyzzRaw>());
+        let plan = Plan::new(n, layout, self.gpu.info().multiprocessors, std::mem::size_of::<C::XyzzRaw>());
         let Plan { c, windows, sets, shared, stride, .. } = plan;
         let nbuckets = plan.buckets() as usize;
         let n32 = n as u32;
@@ -398,12 +420,12 @@ impl Msm {
         // 1. digits and bucket sizes
         let count = windows as u64 * n as u64;
         let mut keys = unsafe { stream.alloc::<u32>(count as usize) }.during("allocating digit keys")?;
-        let mut counts = gpu.zeros::<u32>(nbuckets)?;
+        let mut counts = self.zeros::<u32>(nbuckets)?;
         let digits_cfg = LaunchConfig::for_num_elems(n32);
         match terms {
             Terms::All(_) => {
                 launch!(
-                    gpu,
+                    self,
                     "msm_digits",
                     digits_cfg,
                     scalars,
@@ -416,7 +438,7 @@ impl Msm {
                 )
             }
             Terms::Listed(map) => launch!(
-                gpu,
+                self,
                 "msm_digits_mapped",
                 digits_cfg,
                 scalars,
@@ -430,19 +452,19 @@ impl Msm {
             ),
         }?;
         // 2. counting sort by bucket
-        let mut offsets = gpu.zeros::<u32>(nbuckets + 1)?;
+        let mut offsets = self.zeros::<u32>(nbuckets + 1)?;
         let nb32 = nbuckets as u32;
         let tiles = nb32.div_ceil(SCAN_TILE);
-        let mut tile_sums = gpu.zeros::<u32>(tiles as usize + 1)?;
-        let mut tile_offsets = gpu.zeros::<u32>(tiles as usize + 1)?;
+        let mut tile_sums = self.zeros::<u32>(tiles as usize + 1)?;
+        let mut tile_offsets = self.zeros::<u32>(tiles as usize + 1)?;
         let scan_cfg = |blocks: u32| LaunchConfig {
             grid_dim: (blocks, 1, 1),
             block_dim: (SCAN_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        launch!(gpu, "scan_tile_sums", scan_cfg(tiles), &counts, &nb32, &mut tile_sums)?;
-        launch!(gpu, "scan_exclusive", scan_cfg(1), &tile_sums, &mut tile_offsets, &tiles)?;
-        launch!(gpu, "scan_tiles", scan_cfg(tiles), &counts, &nb32, &tile_offsets, &mut offsets)?;
+        launch!(self, "scan_tile_sums", scan_cfg(tiles), &counts, &nb32, &mut tile_sums)?;
+        launch!(self, "scan_exclusive", scan_cfg(1), &tile_sums, &mut tile_offsets, &tiles)?;
+        launch!(self, "scan_tiles", scan_cfg(tiles), &counts, &nb32, &tile_offsets, &mut offsets)?;
         drop((tile_sums, tile_offsets));
         let mut cursor = stream.clone_dtod(&offsets).during("copying offsets")?;
         let mut sorted_idx =
@@ -455,7 +477,7 @@ impl Msm {
         for (lo, hi) in plan.scatter_passes() {
             match terms {
                 Terms::All(_) => launch!(
-                    gpu,
+                    self,
                     "msm_scatter",
                     scatter_cfg,
                     &keys,
@@ -468,7 +490,7 @@ impl Msm {
                     &hi
                 ),
                 Terms::Listed(map) => launch!(
-                    gpu,
+                    self,
                     "msm_scatter_mapped",
                     scatter_cfg,
                     &keys,
@@ -486,11 +508,11 @@ impl Msm {
         drop((keys, cursor, counts));
         // 3. bucket sums, equal segments per thread
         let threads = plan.accumulate_threads;
-        let mut buckets = gpu.zeros::<C::XyzzRaw>(nbuckets)?;
-        let mut part_key = gpu.zeros::<u32>(2 * threads as usize)?;
-        let mut part_val = gpu.zeros::<C::XyzzRaw>(2 * threads as usize)?;
+        let mut buckets = self.zeros::<C::XyzzRaw>(nbuckets)?;
+        let mut part_key = self.zeros::<u32>(2 * threads as usize)?;
+        let mut part_val = self.zeros::<C::XyzzRaw>(2 * threads as usize)?;
         launch!(
-            gpu,
+            self,
             C::kernel("msm_accumulate"),
             heavy(threads),
             bases,
@@ -504,10 +526,10 @@ impl Msm {
         )?;
         // Crossing buckets: a thread each, then a block each for those with many partials.
         let slots = 2 * threads;
-        let mut long_starts = gpu.zeros::<u32>(threads as usize)?;
-        let mut long_count = gpu.zeros::<u32>(1)?;
+        let mut long_starts = self.zeros::<u32>(threads as usize)?;
+        let mut long_count = self.zeros::<u32>(1)?;
         launch!(
-            gpu,
+            self,
             C::kernel("msm_fixup"),
             heavy(slots),
             &part_key,
@@ -523,7 +545,7 @@ impl Msm {
             shared_mem_bytes: HEAVY_BLOCK * std::mem::size_of::<C::XyzzRaw>() as u32,
         };
         launch!(
-            gpu,
+            self,
             C::kernel("msm_fixup_long"),
             long_cfg,
             &part_key,
@@ -536,9 +558,9 @@ impl Msm {
         drop((sorted_idx, offsets, part_key, part_val, long_starts, long_count));
         // 4. Σ (b+1)·B_b per bucket set, in chunks
         let chunks = plan.chunks;
-        let mut sums = gpu.zeros::<C::XyzzRaw>((sets * chunks) as usize)?;
+        let mut sums = self.zeros::<C::XyzzRaw>((sets * chunks) as usize)?;
         launch!(
-            gpu,
+            self,
             C::kernel("msm_bucket_reduce"),
             heavy(sets * chunks),
             &buckets,
@@ -551,7 +573,7 @@ impl Msm {
         // 5. the chunk sums of each set added as trees, 128 at a time
         let window_out = self.sum_tree::<C>(sums, sets, chunks)?;
         let sums = stream.clone_dtoh(&window_out).during("copying window sums")?;
-        gpu.synchronize()?;
+        self.synchronize()?;
         // Σ_w 2^(c·w)·W_w by Horner's rule (one term when the bases are shifted).
         let mut acc = C::Projective::identity();
         for w in sums.iter().rev() {

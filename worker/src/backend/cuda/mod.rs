@@ -39,6 +39,10 @@ pub struct CudaBackend {
     name: String,
     gpu: Arc<Gpu>,
     msm: Msm,
+    /// A second MSM engine, on a stream of its own: a streamed key's L runs
+    /// on it beside H, reading its bases over the link while H's kernels
+    /// leave it idle.
+    msm_beside: Msm,
     options: CudaOptions,
     state: Mutex<State>,
     /// Device bytes free when it was opened, before any key: what keys and
@@ -128,6 +132,7 @@ impl CudaBackend {
                 last_peak: None,
             }),
             msm: Msm::new(gpu.clone()),
+            msm_beside: Msm::on_own_stream(gpu.clone())?,
             name,
             options,
             gpu,

@@ -12,8 +12,8 @@ use std::time::Instant;
 use blstrs::{G1Projective, G2Projective, Scalar};
 use group::Group;
 use provd_kernels::{
-    select_by_density, CopyLane, CudaSlice, FrRaw, G1Bases, G2Bases, Gpu, GpuError, Order, PageLocked, Timer,
-    Unsatisfied,
+    select_by_density, CopyLane, CudaSlice, FrRaw, G1Bases, G2Bases, Gpu, GpuError, Msm, Order, PageLocked,
+    Timer, Unsatisfied,
 };
 
 use super::copy_plan::{
@@ -21,7 +21,8 @@ use super::copy_plan::{
 };
 use super::device_key::{h_order, DeviceKey, Large};
 use super::h_chain::{quotient_on_device, Held, Quotient};
-use super::{backend_error, residency, BasesLayout, CudaBackend, DevicePeak, ProductsPlacement, State};
+use super::residency::{self, DeviceMemory};
+use super::{backend_error, BasesLayout, CudaBackend, DevicePeak, ProductsPlacement, State};
 use crate::groth16::msm::filter;
 use crate::groth16::pinned::PinnedQueries;
 use crate::groth16::prover::{split, Assignment, G1Parts, PendingProof, StepTime};
@@ -75,6 +76,11 @@ impl CudaBackend {
             (false, false) => None,
         };
         let (mut state, slot, prepared, waited) = self.hold_device(key, &lane, log_n, &asg, prepared)?;
+        let products = match prepared {
+            Prepared::Products { .. } => ProductsPlacement::Gpu,
+            Prepared::Evaluated(_) => ProductsPlacement::Cpu,
+        };
+        let l_schedule = self.l_schedule(&state, key, slot, products)?;
         let pool = PoolWatch::start(&self.gpu).map_err(backend_error)?;
         let State { ntts, residency, timer, last_peak } = &mut *state;
         let mut clock = StepClock::new(timer);
@@ -148,34 +154,45 @@ impl CudaBackend {
                 }
             }
         };
-        let h = clock
-            .time("msm h", || match &large {
-                Queries::OnDevice { h, .. } => self.msm.run_device(h, h_scalars.raw(), h_scalars.len()),
-                Queries::Streamed { pinned, chunks, .. } => {
-                    // The host's H bases are in the key's natural order.
-                    if h_order(key.reduction) == Order::BitReversed {
-                        ntts.get(&key.reduction.root())
-                            .expect("the H chain's engine")
-                            .bit_reverse(&mut h_scalars)?;
-                    }
-                    let n = pinned.h.len().min(h_scalars.len());
-                    self.msm.run_streamed(pinned.h.view(..), chunks.g1, h_scalars.raw(), n)
-                }
-            })
-            .map_err(backend_error)?;
-        drop(h_scalars);
         let msms =
             Msms { backend: self, bases: &resident.bases, large, asg: &asg, b_in: &b_in, aux: aux.as_ref() };
-        let (g1, b_g2) = msms.run(&mut clock, h, &a_aux_density).map_err(backend_error)?;
+        let mut h_msm = || match &msms.large {
+            Queries::OnDevice { h, .. } => self.msm.run_device(h, h_scalars.raw(), h_scalars.len()),
+            Queries::Streamed { pinned, chunks, .. } => {
+                // The host's H bases are in the key's natural order.
+                if h_order(key.reduction) == Order::BitReversed {
+                    ntts.get(&key.reduction.root())
+                        .expect("the H chain's engine")
+                        .bit_reverse(&mut h_scalars)?;
+                }
+                let n = pinned.h.len().min(h_scalars.len());
+                self.msm.run_streamed(pinned.h.view(..), chunks.g1, h_scalars.raw(), n)
+            }
+        };
+        let (h, l) = match l_schedule {
+            LSchedule::AfterH => (clock.time("msm h", h_msm).map_err(backend_error)?, None),
+            // L on the second engine's stream while H runs on the device's.
+            LSchedule::BesideH { .. } => {
+                let (h, l) = clock
+                    .time("msm h + l (beside)", || {
+                        std::thread::scope(|s| {
+                            let l = s.spawn(|| msms.l_on(&self.msm_beside));
+                            let h = h_msm();
+                            let l = l.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                            Ok((h?, l?))
+                        })
+                    })
+                    .map_err(backend_error)?;
+                (h, Some(l))
+            }
+        };
+        drop(h_scalars);
+        let (g1, b_g2) = msms.run(&mut clock, h, l, &a_aux_density).map_err(backend_error)?;
         // Every device buffer of this proof goes before the device is let
         // go: the next partition reads the free memory for its room check
         // as soon as it holds the lock, and the aux assignment (4 GiB at
         // 2^27) would otherwise live on through `freeing.wait()` below.
         drop(aux);
-        let products = match check {
-            Some(_) => ProductsPlacement::Gpu,
-            None => ProductsPlacement::Cpu,
-        };
         let unsatisfied = match check {
             Some(c) => c
                 .unsatisfied
@@ -186,7 +203,7 @@ impl CudaBackend {
             None => None,
         };
         let (device_seconds, steps) = clock.into_parts();
-        let asked = self.rules().proof_bytes(key, resident.layout, products);
+        let asked = self.rules().proof_bytes(key, resident.layout, products) + l_schedule.extra_bytes();
         *last_peak = pool.finish(&self.gpu, asked).map_err(backend_error)?;
         // Naming the bad constraint re-runs the circuit: not while holding the device.
         drop(state);
@@ -198,6 +215,24 @@ impl CudaBackend {
             return Err(products.unsatisfied());
         }
         Ok(PendingProof { g1, b_g2, assignment: asg, device_seconds, steps })
+    }
+
+    /// When this proof runs L's MSM ([`Rules::l_schedule`](residency::Rules::l_schedule)):
+    /// the device's free memory is read (and its allocator's pool trimmed)
+    /// only for a streamed key, the one that may run it beside H.
+    fn l_schedule(
+        &self,
+        state: &State,
+        key: &ProvingKey,
+        slot: usize,
+        products: ProductsPlacement,
+    ) -> Result<LSchedule, ProveError> {
+        let layout = state.residency.get(slot).layout;
+        if layout != BasesLayout::Streamed {
+            return Ok(LSchedule::AfterH);
+        }
+        let free = state.device_for(&self.gpu, key).free_bytes().map_err(backend_error)?;
+        Ok(self.rules().l_schedule(key, layout, products, free))
     }
 
     /// Takes the device with `key` resident and, where a, b and c were left
@@ -311,6 +346,25 @@ impl StreamChunks {
     }
 }
 
+/// When a proof runs L's MSM: after H's, on the device's stream, or
+/// beside it, on the backend's second engine ([`CudaBackend::msm_beside`]),
+/// its device memory (`bytes`) asked beside the proof's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum LSchedule {
+    AfterH,
+    BesideH { bytes: u64 },
+}
+
+impl LSchedule {
+    /// Device bytes asked beyond the proof's own room.
+    pub fn extra_bytes(self) -> u64 {
+        match self {
+            LSchedule::AfterH => 0,
+            LSchedule::BesideH { bytes } => bytes,
+        }
+    }
+}
+
 /// A key's large G1 queries as this proof reads them.
 enum Queries<'a> {
     OnDevice {
@@ -353,8 +407,22 @@ impl Msms<'_> {
         query: Query,
         picked: Option<(&CudaSlice<FrRaw>, usize)>,
     ) -> Result<G1Projective, GpuError> {
+        self.over_on(&self.backend.msm, query, picked)
+    }
+
+    /// L's MSM on `msm` (the backend's second engine, beside H).
+    fn l_on(&self, msm: &Msm) -> Result<G1Projective, GpuError> {
+        self.over_on(msm, Query::L, self.aux.map(|s| (s, self.asg.aux.len())))
+    }
+
+    /// [`Msms::over`] on the engine `msm`.
+    fn over_on(
+        &self,
+        msm: &Msm,
+        query: Query,
+        picked: Option<(&CudaSlice<FrRaw>, usize)>,
+    ) -> Result<G1Projective, GpuError> {
         let Some((scalars, n)) = picked else { return Ok(G1Projective::identity()) };
-        let msm = &self.backend.msm;
         match &self.large {
             Queries::OnDevice { l, a_aux, b_aux, .. } => {
                 let bases = match query {
@@ -375,16 +443,21 @@ impl Msms<'_> {
         }
     }
 
-    /// L, A and B in G1 (and B in G2 where its bases are on the device), after H.
+    /// L (unless it ran beside H: `l`), A and B in G1 (and B in G2 where its
+    /// bases are on the device), after H.
     fn run(
         &self,
         clock: &mut StepClock,
         h: G1Projective,
+        l: Option<G1Projective>,
         a_aux_density: &Density,
     ) -> Result<(G1Parts, Option<G2Projective>), GpuError> {
         let (msm, gpu, dk, asg) = (&self.backend.msm, &*self.backend.gpu, self.bases, self.asg);
         let (naux, b_in) = (asg.aux.len(), self.b_in);
-        let l = clock.time("msm l", || self.over(Query::L, self.aux.map(|s| (s, naux))))?;
+        let l = match l {
+            Some(l) => l,
+            None => clock.time("msm l", || self.l_on(msm))?,
+        };
         let a = clock.time("msm a", || {
             let picked = pick(gpu, self.aux, naux, a_aux_density)?;
             Ok(msm.run(&dk.a_inputs, &asg.input)?

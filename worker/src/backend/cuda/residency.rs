@@ -33,6 +33,7 @@ use std::sync::{Arc, Mutex};
 use provd_kernels::msm::shifted_copies;
 use provd_kernels::{DeviceMatrix, GpuError};
 
+use super::proof::{LSchedule, StreamChunks};
 use super::{backend_error, BasesLayout, G2Placement, KeyResidency, ProductsPlacement, ResidentKey};
 use crate::groth16::{BackendFault, Matrices, ProveError, ProvingKey};
 
@@ -56,10 +57,13 @@ const AHEAD_BYTES_PER_ELEMENT: u64 = 4 * 32;
 /// copied after it: then H's scalars or a query's subset beside the aux
 /// assignment), and the NTT's twiddles (16 B an element).
 const STREAMED_WORKING_BYTES_PER_ELEMENT: u64 = 2 * 32 + 16;
-/// And per base of a G2 chunk ([`StreamChunks`](super::proof::StreamChunks)):
+/// And per base of a G2 chunk ([`StreamChunks`]):
 /// two chunks of streamed bases (G2's, as large as G1's twice as many) and
 /// one chunk's MSM digits and sorted lists (128 B).
-const STREAMED_WORKING_BYTES_PER_CHUNK_BASE: u64 = 2 * G2_BASE_BYTES + 128;
+const STREAMED_WORKING_BYTES_PER_CHUNK_BASE: u64 = 2 * G2_BASE_BYTES + STREAMED_MSM_BYTES_PER_TERM;
+/// An MSM's digits and sorted lists, per term of a chunk: 16 windows of
+/// 4-byte keys, and as many sorted indices.
+const STREAMED_MSM_BYTES_PER_TERM: u64 = 128;
 /// And a part for a chunk's bucket tables, counts and partial sums: 512 MiB
 /// at a 32 GiB partition's chunks (2^21 G2 bases), scaled with the chunk
 /// below that, at least [`STREAMED_WORKING_BYTES_FLOOR`]. Measured on the
@@ -185,6 +189,29 @@ impl Rules {
         self.working_bytes(key, layout) + products
     }
 
+    /// When a proof of `key` laid out as `layout`, its a, b and c computed
+    /// where `products` says, runs L's MSM, seeing `free` device bytes at
+    /// its start (its own buffers not yet allocated): beside H's, on an
+    /// engine of its own, where the key is streamed (both MSMs then read
+    /// their bases over the link, which H's kernels leave idle) and `free`
+    /// covers the proof's room and L's own; after H otherwise.
+    pub fn l_schedule(
+        &self,
+        key: &ProvingKey,
+        layout: BasesLayout,
+        products: ProductsPlacement,
+        free: u64,
+    ) -> LSchedule {
+        if layout != BasesLayout::Streamed || key.l.is_empty() {
+            return LSchedule::AfterH;
+        }
+        let bytes = streamed_beside_bytes(key.domain_size().trailing_zeros(), key.l.len() as u64);
+        match free >= self.proof_bytes(key, layout, products) + bytes {
+            true => LSchedule::BesideH { bytes },
+            false => LSchedule::AfterH,
+        }
+    }
+
     /// What a proof of `key` laid out as `layout` needs beyond
     /// [`Rules::working_bytes`] where its a, b and c are computed on the
     /// device: for a streamed key, the aux assignment beside the chain's
@@ -203,10 +230,29 @@ impl Rules {
 /// two chunks of bases.
 fn streamed_working_bytes(log_n: u32) -> u64 {
     let n = 1u64 << log_n;
-    let chunk = n.min(super::proof::StreamChunks::for_domain(log_n).g2 as u64);
-    let tables = (STREAMED_WORKING_BYTES_FIXED * chunk / STREAMED_WORKING_BYTES_FULL_CHUNK)
-        .clamp(STREAMED_WORKING_BYTES_FLOOR, STREAMED_WORKING_BYTES_FIXED);
-    n * STREAMED_WORKING_BYTES_PER_ELEMENT + chunk * STREAMED_WORKING_BYTES_PER_CHUNK_BASE + tables
+    let chunk = n.min(StreamChunks::for_domain(log_n).g2 as u64);
+    n * STREAMED_WORKING_BYTES_PER_ELEMENT
+        + chunk * STREAMED_WORKING_BYTES_PER_CHUNK_BASE
+        + tables_bytes(chunk)
+}
+
+/// A streamed MSM's bucket tables, counts and partial sums, for chunks of
+/// `g2_chunk` G2 bases (or twice as many G1): see
+/// [`STREAMED_WORKING_BYTES_FIXED`].
+fn tables_bytes(g2_chunk: u64) -> u64 {
+    (STREAMED_WORKING_BYTES_FIXED * g2_chunk / STREAMED_WORKING_BYTES_FULL_CHUNK)
+        .clamp(STREAMED_WORKING_BYTES_FLOOR, STREAMED_WORKING_BYTES_FIXED)
+}
+
+/// Device bytes L's MSM of `l_terms` terms takes on a streamed key over a
+/// domain of 2^log_n, beside H's ([`LSchedule::BesideH`]): two chunks of
+/// its G1 bases, one chunk's digits and sorted lists (Pippenger over the
+/// whole chunk, its most) and the tables of a chunk. Its scalars are the
+/// aux assignment, which [`streamed_working_bytes`] counts already.
+pub(super) fn streamed_beside_bytes(log_n: u32, l_terms: u64) -> u64 {
+    let g1_chunk = StreamChunks::for_domain(log_n).g1 as u64;
+    let chunk = l_terms.min(g1_chunk);
+    chunk * (2 * G1_BASE_BYTES + STREAMED_MSM_BYTES_PER_TERM) + tables_bytes(g1_chunk / 2)
 }
 
 /// Device bytes `key`'s bases take laid out as `layout`, before uploading

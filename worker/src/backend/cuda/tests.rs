@@ -385,8 +385,9 @@ fn gpu_shifted_bases_prove_what_plain_bases_prove() {
 /// query too) proves what a resident key proves, and the proofs verify:
 /// streamed by the config, and by itself where the key is larger than the
 /// key memory limit (a card smaller than the key), with H by the chain that
-/// holds two vectors at a time. (The stream's chunks, several and partial,
-/// are tested in gpu-kernels' MSM tests.)
+/// holds two vectors at a time, and L's MSM beside H's where the device has
+/// room for both, after it where it has not. (The stream's chunks, several
+/// and partial, are tested in gpu-kernels' MSM tests.)
 #[test]
 #[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
 fn gpu_streamed_keys_prove_what_resident_keys_prove() {
@@ -414,6 +415,9 @@ fn gpu_streamed_keys_prove_what_resident_keys_prove() {
             let ours = gpu.prove_start(&key, w.clone()).unwrap();
             within_its_room(gpu, &format!("{name}, 2^{log}"));
             assert_eq!(ours.g1, want.g1, "{name}, 2^{log}: G1 parts");
+            let steps: Vec<&str> = ours.steps.iter().map(|s| s.step).collect();
+            assert!(steps.contains(&"msm h + l (beside)"), "{name}, 2^{log}: L beside H: {steps:?}");
+            assert!(!steps.contains(&"msm l"), "{name}, 2^{log}: {steps:?}");
             assert_eq!(ours.b_g2, want.b_g2, "{name}, 2^{log}: B in G2, streamed too");
             assert!(ours.b_g2.is_some());
             let report = gpu.resident_keys();
@@ -424,6 +428,20 @@ fn gpu_streamed_keys_prove_what_resident_keys_prove() {
             assert!(finished.proof.verify(&key.vk, &public), "{name}, 2^{log}: the proof verifies");
         }
         assert!(key.pinned.is_registered());
+
+        // Room for the proof but not for L beside it (a ballast holds the
+        // rest of the device): L after H, the same G1 parts, within the room.
+        let alone = streamed.rules().proof_bytes(&key, BasesLayout::Streamed, ProductsPlacement::Cpu);
+        let beside = residency::streamed_beside_bytes(key.domain_size().trailing_zeros(), key.l.len() as u64);
+        streamed.gpu.memory_reclaimed().unwrap();
+        let ballast = provd_kernels::Ballast::hold(&streamed.gpu, (alone + beside / 2) as usize).unwrap();
+        let ours = streamed.prove_start(&key, w.clone()).unwrap();
+        drop(ballast);
+        within_its_room(&streamed, &format!("L after H, 2^{log}"));
+        assert_eq!(ours.g1, want.g1, "L after H, 2^{log}: G1 parts");
+        let steps: Vec<&str> = ours.steps.iter().map(|s| s.step).collect();
+        assert!(steps.contains(&"msm l"), "2^{log}: no room for L beside H: {steps:?}");
+        assert!(!steps.contains(&"msm h + l (beside)"), "2^{log}: {steps:?}");
     }
 }
 

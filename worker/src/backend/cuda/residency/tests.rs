@@ -527,3 +527,35 @@ fn a_streamed_proofs_room_shrinks_with_its_domain() {
         assert!(streamed_working_bytes(log_n) < streamed_working_bytes(log_n + 1), "2^{log_n}");
     }
 }
+
+/// L's MSM runs beside H's only where the key is streamed and the device
+/// has room for both at once: the proof's room and L's own, two chunks of
+/// its bases and one chunk's MSM. At a 32 GiB partition that is 1.75 GiB
+/// more, 13.25 GiB in all: a 16 GiB card (16.4 GB free beside its context
+/// under the ballast, measured) has it.
+#[test]
+fn l_runs_beside_h_only_where_a_streamed_key_leaves_room_for_both() {
+    const MIB: u64 = 1 << 20;
+    assert_eq!(streamed_beside_bytes(27, 1 << 27), 768 * MIB + 512 * MIB + 512 * MIB);
+    assert_eq!(streamed_working_bytes(27) + streamed_beside_bytes(27, 1 << 27), 13568 * MIB);
+    assert_eq!(streamed_beside_bytes(12, 1000), 1000 * 320 + 128 * MIB, "L's terms fewer than a chunk");
+    let key = &keys()[1];
+    let (log_n, l_terms) = (key.domain_size().trailing_zeros(), key.l.len() as u64);
+    let beside = streamed_beside_bytes(log_n, l_terms);
+    let r = rules(None, BasesLayout::Streamed);
+    let cpu = ProductsPlacement::Cpu;
+    let proof = r.proof_bytes(key, BasesLayout::Streamed, cpu);
+    let schedule = |layout, products, free| r.l_schedule(key, layout, products, free);
+    assert_eq!(schedule(BasesLayout::Streamed, cpu, proof + beside), LSchedule::BesideH { bytes: beside });
+    assert_eq!(schedule(BasesLayout::Streamed, cpu, proof + beside - 1), LSchedule::AfterH);
+    assert_eq!(
+        schedule(BasesLayout::Streamed, ProductsPlacement::Gpu, proof + beside),
+        LSchedule::AfterH,
+        "a, b and c on the device ask for the aux assignment beside the chain"
+    );
+    for resident in [BasesLayout::Plain, BasesLayout::Shifted] {
+        assert_eq!(schedule(resident, cpu, u64::MAX / 2), LSchedule::AfterH, "{resident:?}: L after H");
+    }
+    assert_eq!(LSchedule::BesideH { bytes: beside }.extra_bytes(), beside);
+    assert_eq!(LSchedule::AfterH.extra_bytes(), 0);
+}
