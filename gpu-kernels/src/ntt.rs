@@ -303,8 +303,11 @@ impl Ntt {
         Ok((self.gpu.upload(&lo)?, self.gpu.upload(&hi)?))
     }
 
-    fn scale(&mut self, buf: &mut FrBuffer, scaling: Scaling, order: Order) -> Result<(), GpuError> {
-        let log_n = buf.log_n;
+    /// Makes the power tables of `scaling` for 2^log_n, kept from then on.
+    fn make_powers(&mut self, log_n: u32, scaling: Scaling) -> Result<(), GpuError> {
+        if self.tables(log_n)?.powers.contains_key(&scaling) {
+            return Ok(());
+        }
         let n = 1usize << log_n;
         let g = Scalar::MULTIPLICATIVE_GENERATOR;
         let n_inv = Scalar::from(n as u64).invert().unwrap();
@@ -315,10 +318,34 @@ impl Ntt {
             Scaling::OverN => (n_inv, Scalar::ONE),
             Scaling::OddCosetOverN => (n_inv, self.root.of_order(log_n + 1)),
         };
-        if !self.tables(log_n)?.powers.contains_key(&scaling) {
-            let t = self.power_tables(n, c, x)?;
-            self.tables(log_n)?.powers.insert(scaling, t);
+        let t = self.power_tables(n, c, x)?;
+        self.tables(log_n)?.powers.insert(scaling, t);
+        Ok(())
+    }
+
+    /// Whether every table `chain` reads at 2^log_n is made
+    /// ([`Ntt::prepare_chain`]).
+    pub fn chain_ready(&self, chain: HChain, log_n: u32) -> bool {
+        self.tables.get(&log_n).is_some_and(|t| chain.scalings().iter().all(|s| t.powers.contains_key(s)))
+    }
+
+    /// Makes every table `chain` reads at 2^log_n now (the twiddles and its
+    /// coset powers), all kept from then on. A caller that hands the
+    /// allocator's pool back first ([`Gpu::memory_reclaimed`]) gets them in
+    /// fresh blocks of the pool; made mid-chain instead, a small table is
+    /// carved out of a vector the chain has freed, and the pool cannot hand
+    /// that vector's block back while the table lives.
+    pub fn prepare_chain(&mut self, chain: HChain, log_n: u32) -> Result<(), GpuError> {
+        for &scaling in chain.scalings() {
+            self.make_powers(log_n, scaling)?;
         }
+        Ok(())
+    }
+
+    fn scale(&mut self, buf: &mut FrBuffer, scaling: Scaling, order: Order) -> Result<(), GpuError> {
+        let log_n = buf.log_n;
+        let n = 1usize << log_n;
+        self.make_powers(log_n, scaling)?;
         let f = self.gpu.function("scale_powers")?;
         let tables = &self.tables[&log_n];
         let (lo, hi) = &tables.powers[&scaling];
@@ -605,6 +632,17 @@ pub enum HChain {
     Quotient,
     /// snarkjs's: A·B − C at the odd 2n-th roots ([`Ntt::odd_coset_evaluations`]).
     OddCoset,
+}
+
+impl HChain {
+    /// The coset powers the chain scales by ([`Ntt::to_coset`] and
+    /// [`Ntt::h_from_coset`]'s last step).
+    fn scalings(self) -> &'static [Scaling] {
+        match self {
+            HChain::Quotient => &[Scaling::CosetOverN, Scaling::InverseCosetOverN],
+            HChain::OddCoset => &[Scaling::OddCosetOverN],
+        }
+    }
 }
 
 /// What the pointwise step of `chain` multiplies A·B − C by on a coset of

@@ -599,3 +599,54 @@ fn freed_buffers_count_as_free_in_a_room_check() {
     // 64 MiB of slack for whatever the driver itself takes meanwhile.
     assert!(after + (64 << 20) >= before, "{before} bytes free before, {after} after freeing and reclaiming");
 }
+
+/// A chain's tables made up front, right after the pool is handed back
+/// (`prepare_chain`), leave nothing of the pool that a later room check
+/// reads as taken beyond the tables themselves; the chain then makes no
+/// table of its own. Made mid-chain instead, a small table lands in a
+/// vector the chain freed and keeps that vector's block from being handed
+/// back: printed, for the record, not asserted (it is the driver's doing).
+#[test]
+#[ignore = "needs a CUDA device: scripts/gpu-run.sh runs it (cargo test -- --include-ignored on a GPU machine)"]
+fn a_chains_tables_made_up_front_leave_nothing_taken_behind_them() {
+    let Some(gpu) = gpu_for_tests() else { return };
+    let lane = gpu.copy_lane().unwrap();
+    let log_n = 22;
+    let [a, b, c] = [1u64, 2, 3].map(|s| random_scalars(1 << log_n, 500 + s));
+    let chain_once = |ntt: &mut Ntt| {
+        let on_coset = |ntt: &mut Ntt, v: &[Scalar]| -> Result<FrBuffer, provd_kernels::GpuError> {
+            let mut d = FrBuffer::upload_padded_async(&lane, v, log_n)?;
+            ntt.to_coset(HChain::Quotient, &mut d)?;
+            Ok(d)
+        };
+        let mut h = on_coset(ntt, &a).unwrap();
+        let b = on_coset(ntt, &b).unwrap();
+        ntt.h_from_coset_two_at_a_time(HChain::Quotient, &mut h, b, |ntt| on_coset(ntt, &c)).unwrap();
+    };
+    for up_front in [false, true] {
+        let mut ntt = Ntt::new(gpu.clone());
+        let (before, _) = gpu.memory_reclaimed().unwrap();
+        if up_front {
+            ntt.prepare_chain(HChain::Quotient, log_n).unwrap();
+            assert!(ntt.chain_ready(HChain::Quotient, log_n));
+            assert!(!ntt.chain_ready(HChain::OddCoset, log_n), "the odd coset's powers are another table");
+        }
+        let prepared = ntt.kept_bytes(log_n);
+        chain_once(&mut ntt);
+        let kept = ntt.kept_bytes(log_n);
+        let (after, _) = gpu.memory_reclaimed().unwrap();
+        let behind = before.saturating_sub(after) as u64;
+        let vector = 32u64 << log_n;
+        eprintln!(
+            "tables made {}: {kept} B kept, {behind} B read as taken after the chain (a vector is {vector} B)",
+            if up_front { "up front" } else { "mid-chain" }
+        );
+        if up_front {
+            assert_eq!(kept, prepared, "the chain made a table of its own");
+            // 64 MiB of slack for whatever the driver itself takes meanwhile.
+            assert!(behind <= kept + (64 << 20), "{behind} B taken behind {kept} B of tables");
+        }
+        drop(ntt);
+        gpu.memory_reclaimed().unwrap();
+    }
+}

@@ -29,6 +29,24 @@ pub(super) enum Held {
     Two,
 }
 
+/// The chain that makes H's scalars for keys of `reduction`.
+pub(super) fn chain_of(reduction: Reduction) -> HChain {
+    match reduction {
+        Reduction::Bellperson => HChain::Quotient,
+        Reduction::Snarkjs => HChain::OddCoset,
+    }
+}
+
+/// The NTT engine (one per root of unity, kept in `ntts`) of `reduction`'s chain.
+pub(super) fn ntt_for<'a>(
+    ntts: &'a mut HashMap<TwoAdicRoot, Ntt>,
+    gpu: &Arc<Gpu>,
+    reduction: Reduction,
+) -> &'a mut Ntt {
+    let root = reduction.root();
+    ntts.entry(root).or_insert_with(|| Ntt::with_root(gpu.clone(), root))
+}
+
 /// What the chain leaves on the device, and the host vectors it copied.
 pub(super) struct Quotient {
     /// H's scalars, in the order of the key's H bases on the device.
@@ -59,12 +77,8 @@ pub(super) fn quotient_on_device(
     aux: &PageLocked<&[Scalar]>,
     held: Held,
 ) -> Result<Quotient, GpuError> {
-    let root = reduction.root();
-    let ntt = ntts.entry(root).or_insert_with(|| Ntt::with_root(gpu.clone(), root));
-    let chain = match reduction {
-        Reduction::Bellperson => HChain::Quotient,
-        Reduction::Snarkjs => HChain::OddCoset,
-    };
+    let ntt = ntt_for(ntts, gpu, reduction);
+    let chain = chain_of(reduction);
     let mut spent = Vec::new();
     let on_coset = |ntt: &mut Ntt, v: C, aux: Option<&CudaSlice<FrRaw>>, spent: &mut Vec<HostVector>| {
         let v = match v {

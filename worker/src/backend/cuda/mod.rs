@@ -81,6 +81,25 @@ pub struct DevicePeak {
 }
 
 impl State {
+    /// Makes the NTT tables that proofs of `key` keep for its domain (the
+    /// chain's twiddles and coset powers) before the first such proof
+    /// allocates anything, right after the allocator's pool is handed back.
+    /// Made mid-chain, a small table was carved out of a vector the chain
+    /// had freed, and the pool could not hand that vector's block back
+    /// while the table lived: every later room check read it as taken
+    /// (~0.44 GiB after a 512 MiB sector's first proof, which refused the
+    /// next under a cap below its key).
+    fn make_ntt_tables(&mut self, gpu: &Arc<Gpu>, key: &ProvingKey) -> Result<(), GpuError> {
+        let log_n = key.domain_size().trailing_zeros();
+        let chain = h_chain::chain_of(key.reduction);
+        let ntt = h_chain::ntt_for(&mut self.ntts, gpu, key.reduction);
+        if ntt.chain_ready(chain, log_n) {
+            return Ok(());
+        }
+        gpu.memory_reclaimed()?;
+        ntt.prepare_chain(chain, log_n)
+    }
+
     /// The device as a proof of `key` sees it: with the NTT tables kept for
     /// its domain counted as room ([`ForProof`]).
     fn device_for<'a>(&self, gpu: &'a Gpu, key: &ProvingKey) -> ForProof<'a, Gpu> {

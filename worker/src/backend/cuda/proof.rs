@@ -76,6 +76,7 @@ impl CudaBackend {
             (false, false) => None,
         };
         let (mut state, slot, prepared, waited) = self.hold_device(key, &lane, log_n, &asg, prepared)?;
+        state.make_ntt_tables(&self.gpu, key).map_err(backend_error)?;
         let products = match prepared {
             Prepared::Products { .. } => ProductsPlacement::Gpu,
             Prepared::Evaluated(_) => ProductsPlacement::Cpu,
