@@ -7,9 +7,9 @@
 //! permit, which waits where the partition must wait (for its a, b and c's
 //! memory, for room in the GPU queue) while the synthesis pool computes its
 //! witness; synthesized partitions go into a bounded queue that one worker
-//! per backend (GPU) drains; finished
-//! G1 work goes through a second bounded queue to the finalize threads, so a
-//! slow G2 stage holds the GPU back instead of piling up pending partitions.
+//! per backend (GPU) drains; finished G1 work goes through a second bounded
+//! queue to the finalize threads, so a slow G2 stage holds the GPU back
+//! instead of piling up pending partitions.
 //!
 //! Every queue serves the most urgent job's partitions first (the `lanes` module).
 //! Critical work has a lane of its own beside that order: a dispatcher with
